@@ -1,0 +1,81 @@
+# fleetwatch — developer entry points. `make demo` and `make test` each do any set-up they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CACHE  := .cache
+JARS   := $(CACHE)/jvm
+MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(abspath $(CACHE))/m2
+
+.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean
+
+help:
+	@echo "make setup   - virtualenv, JVM jars (Kafka broker, Spark Kafka connector), Mosquitto"
+	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
+	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
+	@echo "make lint    - ruff + mypy"
+	@echo "make bench   - run every bench/*.py (each prints a JSON line of figures)"
+
+setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check
+
+java-check:
+	@deploy/check-java.sh
+
+mosquitto-check:
+	@deploy/install-mosquitto.sh
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fleetwatch needs Python >= 3.11, found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+$(JARS)/kafka/.resolved: deploy/jvm/kafka/pom.xml | java-check
+	@rm -rf $(JARS)/kafka && mkdir -p $(JARS)/kafka
+	cd deploy/jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS))/kafka
+	@touch $@
+
+# The connector must match the installed pyspark exactly: the version is read from the venv.
+$(JARS)/spark-kafka/.resolved: deploy/jvm/spark-kafka/pom.xml $(VENV)/.installed | java-check
+	@rm -rf $(JARS)/spark-kafka && mkdir -p $(JARS)/spark-kafka
+	cd deploy/jvm/spark-kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime \
+	    -Dspark.version=$$($(abspath $(PY)) -c 'import pyspark; print(pyspark.__version__)') \
+	    -DoutputDirectory=$(abspath $(JARS))/spark-kafka
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/fleetwatch demo
+
+test: setup
+	$(VENV)/bin/pytest tests
+
+test-unit: setup
+	$(VENV)/bin/pytest tests/unit
+
+test-integration: setup
+	$(VENV)/bin/pytest tests/integration
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy fleetwatch bench tests
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+
+stack-up: setup
+	$(VENV)/bin/fleetwatch stack up
+
+stack-down:
+	$(VENV)/bin/fleetwatch stack down
+
+clean:
+	-$(VENV)/bin/fleetwatch stack down
+	rm -rf .run

@@ -1,0 +1,1 @@
+"""The `fleetwatch` command and its subcommands."""

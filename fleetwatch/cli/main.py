@@ -1,0 +1,22 @@
+"""`fleetwatch`: one command, a subcommand per stage."""
+
+from __future__ import annotations
+
+import typer
+
+from fleetwatch.cli import demo, sim, stack, stages
+
+app = typer.Typer(
+    help="fleetwatch: streaming anomaly detection for IoT device fleets.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(stack.app, name="stack")
+app.add_typer(sim.app, name="sim")
+app.command()(stages.gateway)
+app.command()(stages.score)
+app.command()(stages.api)
+app.command()(demo.demo)
+
+if __name__ == "__main__":
+    app()

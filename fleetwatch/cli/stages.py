@@ -1,0 +1,51 @@
+"""The long-running stages: `fleetwatch gateway | score | api`."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.signals import stop_event
+from fleetwatch.contracts.errors import FleetwatchError
+
+logger = logging.getLogger(__name__)
+
+
+def gateway() -> None:
+    """MQTT telemetry → Kafka telemetry.raw (bad payloads → telemetry.deadletter)."""
+    from fleetwatch.ingest.gateway import Gateway
+
+    settings = load_settings()
+    stop = stop_event()
+    try:
+        Gateway(settings).run(stop)
+    except FleetwatchError as exc:
+        fail(str(exc))
+
+
+def score() -> None:
+    """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
+    from fleetwatch.streaming import score as scoring
+
+    settings = load_settings()
+    stop = stop_event()
+    try:
+        scoring.run(settings, stop)
+    except FleetwatchError as exc:
+        fail(str(exc))
+
+
+def api(
+    host: str | None = typer.Option(None, help="default: settings api.host"),
+    port: int | None = typer.Option(None, help="default: settings api.port"),
+) -> None:
+    """The HTTP API (and its Kafka materialiser)."""
+    import uvicorn
+
+    from fleetwatch.serving.app import create_app
+
+    settings = load_settings()
+    app = create_app(settings)
+    uvicorn.run(app, host=host or settings.api.host, port=port or settings.api.port, log_config=None)

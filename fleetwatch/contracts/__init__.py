@@ -1,0 +1,1 @@
+"""The vocabulary every stage shares: envelopes, topic names and configs, settings."""

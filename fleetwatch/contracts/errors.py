@@ -1,0 +1,13 @@
+"""The root of every error fleetwatch raises on purpose."""
+
+
+class FleetwatchError(Exception):
+    """Base class: each package derives its own errors from this one."""
+
+
+class ConfigurationError(FleetwatchError):
+    """Settings that cannot work (refused at start, never mid-run)."""
+
+
+class PayloadError(FleetwatchError):
+    """A payload that does not follow the wire contract; the message says which rule it broke."""

@@ -1,0 +1,156 @@
+"""Settings: one frozen object, read from the environment at a process's entry point only.
+
+Every field has a documented default that runs the local stack on loopback. Override with
+environment variables (``FLEETWATCH_`` prefix, ``__`` between nested names, e.g.
+``FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS=broker:9092``) or a ``.env`` file in the working
+directory. Library code takes the object (or a part of it) as an argument.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _project_home() -> Path:
+    """The checkout this package runs from (editable install), else the working directory."""
+    here = Path(__file__).resolve().parents[2]
+    if (here / "deploy" / "jvm").is_dir():
+        return here
+    return Path.cwd()
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Part):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Where clients connect. Point it at an existing cluster to skip the local broker."""
+    port: int = Field(9092, ge=1, le=65535)
+    """Local broker: client listener port."""
+    controller_port: int = Field(9093, ge=1, le=65535)
+    """Local broker: KRaft controller listener port."""
+    heap: str = "1g"
+    """Local broker: JVM heap (-Xmx)."""
+    partitions: int = Field(4, ge=1)
+    """Partitions of each topic the stack creates."""
+    replication_factor: int = Field(1, ge=1)
+
+
+class MqttSettings(_Part):
+    host: str = "127.0.0.1"
+    port: int = Field(1883, ge=1, le=65535)
+    root: str = "devices"
+    """Topic root: devices publish to ``{root}/{device_id}/telemetry``."""
+    username: str | None = None
+    password: str | None = None
+    keepalive_s: int = Field(30, ge=5)
+
+    @field_validator("root")
+    @classmethod
+    def _root_has_no_wildcards(cls, value: str) -> str:
+        if not value or any(c in value for c in "+#") or value.endswith("/"):
+            raise ValueError("mqtt.root must be a non-empty topic prefix without +, # or a trailing /")
+        return value
+
+    def telemetry_topic(self, device_id: str) -> str:
+        return f"{self.root}/{device_id}/telemetry"
+
+    @property
+    def telemetry_filter(self) -> str:
+        return f"{self.root}/+/telemetry"
+
+
+class TopicSettings(_Part):
+    telemetry_raw: str = "telemetry.raw"
+    telemetry_deadletter: str = "telemetry.deadletter"
+    telemetry_late: str = "telemetry.late"
+    model_params: str = "model.params"
+    alerts: str = "alerts"
+    device_state: str = "device.state"
+    device_sessions: str = "device.sessions"
+    device_commands: str = "device.commands"
+    device_command_acks: str = "device.command-acks"
+
+
+class SparkSettings(_Part):
+    master: str = "local[2]"
+    """``local[N]`` by default; a ``spark://`` or ``yarn`` master to run on a cluster."""
+    shuffle_partitions: int = Field(2, ge=1)
+    trigger_interval: str = "1 second"
+    checkpoint_dir: Path | None = None
+    """Default: ``{run_dir}/checkpoints``."""
+    jars_dir: Path | None = None
+    """Default: ``{home}/.cache/jvm/spark-kafka`` (filled by ``make setup``)."""
+    driver_memory: str = "1g"
+
+
+class ScoreSettings(_Part):
+    """The fixed baseline of the first scorer: a reading is anomalous when
+    ``|value - center| > tolerance`` for a metric named here."""
+
+    baseline: dict[str, tuple[float, float]] = {"temperature": (21.0, 8.0)}
+    """metric -> (center, tolerance)."""
+
+
+class ApiSettings(_Part):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    database_url: str | None = None
+    """SQLAlchemy URL; default: SQLite at ``{run_dir}/api.db``."""
+    consumer_group: str = "fleetwatch-api"
+
+
+class GatewaySettings(_Part):
+    client_id: str = "fleetwatch-gateway"
+    share_group: str = "fleetwatch"
+    """MQTT v5 shared-subscription group, so several gateways split the load."""
+    max_payload_bytes: int = Field(64 * 1024, ge=256)
+
+
+class Settings(BaseSettings):
+    """Everything a fleetwatch process needs to know. Frozen after it is built."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETWATCH_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="ignore",
+        frozen=True,
+    )
+
+    home: Path = Field(default_factory=_project_home)
+    run_dir: Path | None = None
+    """Data dirs, logs, pid files and checkpoints. Default: ``{home}/.run``."""
+    log_level: str = "INFO"
+
+    kafka: KafkaSettings = KafkaSettings()
+    mqtt: MqttSettings = MqttSettings()
+    topics: TopicSettings = TopicSettings()
+    spark: SparkSettings = SparkSettings()
+    score: ScoreSettings = ScoreSettings()
+    api: ApiSettings = ApiSettings()
+    gateway: GatewaySettings = GatewaySettings()
+
+    @property
+    def run_path(self) -> Path:
+        return (self.run_dir or self.home / ".run").resolve()
+
+    @property
+    def jvm_cache(self) -> Path:
+        return self.home / ".cache" / "jvm"
+
+    @property
+    def spark_jars_dir(self) -> Path:
+        return self.spark.jars_dir or self.jvm_cache / "spark-kafka"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.spark.checkpoint_dir or self.run_path / "checkpoints"
+
+    @property
+    def database_url(self) -> str:
+        return self.api.database_url or f"sqlite:///{self.run_path / 'api.db'}"

@@ -1,0 +1,1 @@
+"""The MQTT⇄Kafka gateway: telemetry in, commands out, acks back."""

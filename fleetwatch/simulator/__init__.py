@@ -1,0 +1,1 @@
+"""The device fleet simulator and the evaluation of alerts against its ground truth."""

@@ -1,0 +1,136 @@
+"""The local single-node Kafka broker (KRaft, combined broker + controller) from Maven jars."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import subprocess
+import uuid
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.stack.processes import ManagedProcess, port_in_use, tail, wait_for
+
+logger = logging.getLogger(__name__)
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.server.name = kafka.server.BrokerServer
+logger.server.level = INFO
+logger.kafka.name = kafka.Kafka$
+logger.kafka.level = INFO
+"""
+
+
+class KafkaBroker:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.proc = ManagedProcess("kafka", settings.run_path)
+        self.dir = settings.run_path / "kafka"
+
+    @property
+    def classpath(self) -> Path:
+        return self.settings.jvm_cache / "kafka"
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "server.properties"
+
+    def render_config(self) -> str:
+        k = self.settings.kafka
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.bootstrap.servers=127.0.0.1:{k.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"log.dirs={self.dir / 'data'}",
+                f"num.partitions={k.partitions}",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=4",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                "log.cleaner.min.compaction.lag.ms=0",
+                "",
+            ]
+        )
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java",
+            f"-Xmx{self.settings.kafka.heap}",
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            "-cp",
+            f"{self.classpath}/*",
+            main,
+            *args,
+        ]
+
+    def _format_storage(self) -> None:
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        argv = self._java(
+            "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(self.config_file)
+        )
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        if result.returncode != 0:
+            self.proc.log_file.parent.mkdir(parents=True, exist_ok=True)
+            self.proc.log_file.write_text(result.stdout + result.stderr)
+            raise self.proc.fail("formatting the KRaft storage failed")
+
+    def start(self) -> bool:
+        """Start unless already running; returns whether it was started now."""
+        if self.proc.running():
+            return False
+        if not list(self.classpath.glob("kafka_2.13-*.jar")):
+            raise self.proc.fail(f"the broker jars are missing from {self.classpath}; run `make setup`")
+        k = self.settings.kafka
+        for port in (k.port, k.controller_port):
+            if port_in_use("127.0.0.1", port):
+                raise self.proc.fail(
+                    f"port {port} is already in use by another process; "
+                    "stop it or set FLEETWATCH_KAFKA__PORT / FLEETWATCH_KAFKA__CONTROLLER_PORT"
+                )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(self.render_config())
+        (self.dir / "log4j2.properties").write_text(LOG4J2)
+        self._format_storage()
+        self.proc.start(self._java("kafka.Kafka", str(self.config_file)))
+        return True
+
+    def ready(self) -> bool:
+        admin = AdminClient({"bootstrap.servers": self.settings.kafka.bootstrap_servers, "log_level": 0})
+        try:
+            admin.list_topics(timeout=1.0)
+        except Exception:  # noqa: BLE001 - any failure means "not yet"
+            return False
+        return True
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        def up_or_dead() -> bool:
+            return not self.proc.running() or self.ready()
+
+        if not wait_for(up_or_dead, timeout_s, 0.25) or not self.proc.running():
+            last = next((ln for ln in reversed(tail(self.proc.log_file)) if ln.strip()), "")
+            raise self.proc.fail(f"broker did not become ready: {last or 'no output'}")

@@ -1,0 +1,1 @@
+"""The Spark applications (train, score) and their session setup."""

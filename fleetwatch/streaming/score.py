@@ -1,0 +1,106 @@
+"""The scorer: ``telemetry.raw`` → score every metric of every reading → ``alerts``.
+
+Thin Spark glue around :func:`fleetwatch.streaming.scoring.score_readings`. Spark's Kafka
+source and sink, checkpointed: a restart resumes from the last committed micro-batch, and the
+deterministic alert ids make the sink's at-least-once redelivery harmless downstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.streaming.scoring import ALERT_COLUMNS, READING_COLUMNS, score_readings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+logger = logging.getLogger(__name__)
+
+READING_SCHEMA = (
+    "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
+)
+ALERT_SCHEMA = (
+    "alert_id STRING, device_id STRING, metric STRING, status STRING, detector STRING, "
+    "params_version BIGINT, seq BIGINT, event_ms BIGINT, received_ms BIGINT, detected_ms BIGINT, "
+    "value DOUBLE, expected DOUBLE, band DOUBLE, score DOUBLE, reason STRING"
+)
+
+
+def _score_batches(detector: FixedBaseline, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for batch in batches:
+        yield score_readings(batch[READING_COLUMNS], detector, now_ms=time.time_ns() // 1_000_000)
+
+
+def alerts_frame(raw: DataFrame, detector: FixedBaseline) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` → alert rows (:data:`ALERT_SCHEMA`)."""
+    from pyspark.sql import functions as F
+
+    readings = (
+        raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
+        .where(F.col("r.device_id").isNotNull())
+        .select("r.device_id", "r.seq", "r.event_ms", "r.received_ms", F.explode("r.metrics"))
+        .withColumnRenamed("key", "metric")
+    )
+    return readings.mapInPandas(partial(_score_batches, detector), ALERT_SCHEMA)
+
+
+def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:
+    from pyspark.sql import functions as F
+
+    kafka = settings.kafka.bootstrap_servers
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka)
+        .option("subscribe", settings.topics.telemetry_raw)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    alerts = alerts_frame(raw, detector)
+    out = alerts.select(
+        F.col("device_id").alias("key"),
+        F.to_json(F.struct(*ALERT_COLUMNS)).alias("value"),
+    )
+    checkpoint = settings.checkpoint_root / "score"
+    query = (
+        out.writeStream.format("kafka")
+        .queryName("fleetwatch-score")
+        .option("kafka.bootstrap.servers", kafka)
+        .option("topic", settings.topics.alerts)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=settings.spark.trigger_interval)
+        .start()
+    )
+    logger.info(
+        "scoring %s -> %s (checkpoint %s)", settings.topics.telemetry_raw, settings.topics.alerts, checkpoint
+    )
+    return query
+
+
+def run(settings: Settings, stop: threading.Event) -> None:
+    """Run until ``stop`` is set, then stop the query cleanly (the current batch completes)."""
+    from fleetwatch.streaming.session import build_session
+
+    detector = FixedBaseline(bands=dict(settings.score.baseline))
+    spark = build_session(settings, "fleetwatch-score")
+    try:
+        query = start(spark, settings, detector)
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(0.5)
+        if query.isActive:
+            logger.info("stopping the scoring query")
+            query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(f"scoring query failed: {query.exception()}")
+    finally:
+        spark.stop()

@@ -1,0 +1,61 @@
+"""The Spark session every fleetwatch job starts from."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.contracts.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def kafka_connector_jars(settings: Settings) -> list[str]:
+    jars = sorted(str(p) for p in settings.spark_jars_dir.glob("*.jar"))
+    if not any("spark-sql-kafka" in j for j in jars):
+        raise ConfigurationError(
+            f"Spark's Kafka connector is missing from {settings.spark_jars_dir}; run `make setup`"
+        )
+    return jars
+
+
+def build_session(settings: Settings, app_name: str) -> SparkSession:
+    """A session with the Kafka connector on the classpath and the workers on this interpreter.
+
+    Under ``spark-submit`` the master given there wins over ``settings.spark.master``.
+    """
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    # PySpark's context takes the worker interpreter from the environment, not from the conf:
+    # without this the workers start a python that lacks pandas.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf = SparkConf()
+    builder = SparkSession.builder.appName(app_name)
+    if not conf.contains("spark.master"):
+        builder = builder.master(settings.spark.master)
+    session = (
+        builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.driver.memory", settings.spark.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    logger.info("spark session %s on %s", app_name, session.sparkContext.master)
+    return session
