@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 
 import typer
+from uvicorn import server as uvicorn_server
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.signals import stop_event
@@ -47,5 +51,21 @@ def api(
     from fleetwatch.serving.app import create_app
 
     settings = load_settings()
-    app = create_app(settings)
-    uvicorn.run(app, host=host or settings.api.host, port=port or settings.api.port, log_config=None)
+    config = uvicorn.Config(
+        create_app(settings), host=host or settings.api.host, port=port or settings.api.port, log_config=None
+    )
+    server = _Server(config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
+    server.run()
+    if not server.started:
+        fail(f"the API could not start on {config.host}:{config.port}")
+
+
+class _Server(uvicorn_server.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown; fleetwatch stages stop on the
+    signal and exit 0 like every other stage, so the handlers are ours."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

@@ -64,7 +64,7 @@ class TelemetryRecord(BaseModel):
 def parse_reading(payload: bytes) -> Reading:
     """Parse and check one wire payload; raise :class:`PayloadError` naming the broken rule."""
     try:
-        return Reading.model_validate_json(payload, strict=False)
+        return Reading.model_validate_json(payload)
     except ValidationError as exc:
         raise PayloadError(_first_problem(exc)) from exc
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fleetwatch.contracts.topics import TopicSpec
@@ -35,14 +36,35 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StackError(f"cannot create topic {name}: {exc.args[0].str()}") from exc
+    _wait_until_usable(bootstrap, admin, created)
     logger.info("created topics %s", ", ".join(created))
     return created
 
 
+def _wait_until_usable(bootstrap: str, admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+    """Creation returns before the partitions serve requests (offset queries answer
+    NOT_LEADER for a moment); wait until each one answers so callers can use them at once."""
+    deadline = time.monotonic() + timeout_s
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "fleetwatch-topic-probe", "log_level": 0})
+    try:
+        topics = admin.list_topics(timeout=10).topics
+        pending = [TopicPartition(n, p) for n in names for p in topics[n].partitions]
+        while pending:
+            tp = pending[0]
+            try:
+                probe.get_watermark_offsets(tp, timeout=5)
+                pending.pop(0)
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise StackError(f"topic {tp.topic} partition {tp.partition} unusable: {exc}") from exc
+                time.sleep(0.1)
+    finally:
+        probe.close()
+
+
 def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.delete_topics(list(names), operation_timeout=30)
-    for future in futures.values():
+    for future in admin.delete_topics(list(names), operation_timeout=30).values():
         try:
             future.result()
         except KafkaException as exc:

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
-import pandas as pd
+import pyarrow as pa
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.scoring import ALERT_COLUMNS, READING_COLUMNS, score_readings
+from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,9 +36,9 @@ ALERT_SCHEMA = (
 )
 
 
-def _score_batches(detector: FixedBaseline, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+def _score_batches(detector: FixedBaseline, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        yield score_readings(batch[READING_COLUMNS], detector, now_ms=time.time_ns() // 1_000_000)
+        yield from score_batch(batch, detector, now_ms=time.time_ns() // 1_000_000)
 
 
 def alerts_frame(raw: DataFrame, detector: FixedBaseline) -> DataFrame:
@@ -51,7 +51,7 @@ def alerts_frame(raw: DataFrame, detector: FixedBaseline) -> DataFrame:
         .select("r.device_id", "r.seq", "r.event_ms", "r.received_ms", F.explode("r.metrics"))
         .withColumnRenamed("key", "metric")
     )
-    return readings.mapInPandas(partial(_score_batches, detector), ALERT_SCHEMA)
+    return readings.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
 def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:

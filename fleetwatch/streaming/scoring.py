@@ -5,34 +5,38 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fleetwatch.contracts.alerts import alert_id
 from fleetwatch.models.baseline import FixedBaseline
 
 READING_COLUMNS = ["device_id", "seq", "event_ms", "received_ms", "metric", "value"]
-ALERT_COLUMNS = [
-    "alert_id",
-    "device_id",
-    "metric",
-    "status",
-    "detector",
-    "params_version",
-    "seq",
-    "event_ms",
-    "received_ms",
-    "detected_ms",
-    "value",
-    "expected",
-    "band",
-    "score",
-    "reason",
-]
+ALERT_ARROW_SCHEMA = pa.schema(
+    [
+        ("alert_id", pa.string()),
+        ("device_id", pa.string()),
+        ("metric", pa.string()),
+        ("status", pa.string()),
+        ("detector", pa.string()),
+        ("params_version", pa.int64()),
+        ("seq", pa.int64()),
+        ("event_ms", pa.int64()),
+        ("received_ms", pa.int64()),
+        ("detected_ms", pa.int64()),
+        ("value", pa.float64()),
+        ("expected", pa.float64()),
+        ("band", pa.float64()),
+        ("score", pa.float64()),
+        ("reason", pa.string()),
+    ]
+)
+ALERT_COLUMNS = ALERT_ARROW_SCHEMA.names
 
 
 def score_readings(readings: pd.DataFrame, detector: FixedBaseline, now_ms: int) -> pd.DataFrame:
     """One row per (reading, metric) in; one row per alert out (columns :data:`ALERT_COLUMNS`)."""
     if readings.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in ALERT_COLUMNS})
+        return ALERT_ARROW_SCHEMA.empty_table().to_pandas()
     result = detector.score(readings["metric"].to_numpy(), readings["value"].to_numpy())
     hits = readings.loc[result.anomalous].copy()
     hits["expected"] = result.expected[result.anomalous]
@@ -52,3 +56,11 @@ def score_readings(readings: pd.DataFrame, detector: FixedBaseline, now_ms: int)
     ]
     out = hits[ALERT_COLUMNS].reset_index(drop=True)
     return out.astype({"seq": np.int64, "event_ms": np.int64, "received_ms": np.int64})
+
+
+def score_batch(batch: pa.RecordBatch, detector: FixedBaseline, now_ms: int) -> list[pa.RecordBatch]:
+    """The Arrow form the Spark job maps over its micro-batches. (Through a Table: Spark's
+    workers may hand pandas Arrow-backed string columns, which become chunked arrays.)"""
+    alerts = score_readings(batch.select(READING_COLUMNS).to_pandas(), detector, now_ms)
+    table = pa.Table.from_pandas(alerts, schema=ALERT_ARROW_SCHEMA, preserve_index=False)
+    return table.combine_chunks().to_batches()

@@ -1,0 +1,151 @@
+"""Integration tests run against the real stack that `fleetwatch stack up` starts.
+
+The stack comes up once per session (and goes down at the end if this session started it);
+every test gets its own topics, MQTT topic root, consumer groups, checkpoints and database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from fleetwatch.contracts.settings import Settings, TopicSettings
+from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.topics import delete_topics, ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def fleetwatch(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleetwatch.cli.main", *args],
+        env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def stack_settings() -> Iterator[Settings]:
+    settings = Settings()
+    already_up = all(c.pid for c in Stack(settings).status())
+    result = fleetwatch("stack", "up")
+    assert result.returncode == 0, f"stack up failed: {result.stderr}"
+    yield settings
+    if not already_up:
+        down = fleetwatch("stack", "down")
+        assert down.returncode == 0, down.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Isolated:
+    """One test's own corner of the shared stack, and the env that points stages at it."""
+
+    settings: Settings
+    topics: TopicSettings
+    env: dict[str, str]
+    tag: str
+    mqtt_root: str
+    api_port: int
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = Path(self.env["FLEETWATCH_RUN_DIR"]) / f"{name}.log"
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fleetwatch.cli.main", *args],
+                env=env or self.env, stdout=fh, stderr=subprocess.STDOUT,
+            )
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def consumer(self) -> Consumer:
+        return Consumer({
+            "bootstrap.servers": self.settings.kafka.bootstrap_servers,
+            "group.id": f"test-{self.tag}-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        })
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        consumer = self.consumer()
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions
+            }
+        finally:
+            consumer.close()
+
+    def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
+        """Every record of ``topic`` once at least ``expected`` have been read, or at the deadline."""
+        consumer = self.consumer()
+        consumer.subscribe([topic])
+        out: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline and len(out) < expected:
+                for msg in consumer.consume(500, timeout=0.5):
+                    if msg.error() is None:
+                        out.append((msg.key(), msg.value() or b"", list(msg.headers() or [])))
+            # records past `expected` would be a defect the caller should see: read what is left
+            for msg in consumer.consume(500, timeout=1.0):
+                if msg.error() is None:
+                    out.append((msg.key(), msg.value() or b"", list(msg.headers() or [])))
+        finally:
+            consumer.close()
+        return out
+
+
+@pytest.fixture
+def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
+    tag = uuid.uuid4().hex[:8]
+    base = TopicSettings()
+    topics = TopicSettings(**{name: f"{value}.t{tag}" for name, value in base.model_dump().items()})
+    kafka = stack_settings.kafka
+    ensure_topics(kafka.bootstrap_servers, topic_specs(topics), kafka.partitions)
+    api_port = free_port()
+    mqtt_root = f"t{tag}/devices"
+    env = dict(os.environ)
+    env.update({f"FLEETWATCH_TOPICS__{name.upper()}": value for name, value in topics.model_dump().items()})
+    env.update({
+        "FLEETWATCH_RUN_DIR": str(tmp_path),
+        "FLEETWATCH_MQTT__ROOT": mqtt_root,
+        "FLEETWATCH_API__PORT": str(api_port),
+        "FLEETWATCH_API__CONSUMER_GROUP": f"api-{tag}",
+        "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
+        "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+    })
+    iso = Isolated(stack_settings, topics, env, tag, mqtt_root, api_port)
+    yield iso
+    for proc in iso.procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    try:
+        for proc in iso.procs:
+            code = proc.wait(timeout=60)
+            assert code == 0, f"{proc.args[3:]} exited {code} on SIGTERM; logs in {tmp_path}"
+    finally:
+        for proc in iso.procs:
+            if proc.poll() is None:
+                proc.kill()
+        delete_topics(kafka.bootstrap_servers, topics.model_dump().values())
