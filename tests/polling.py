@@ -15,7 +15,9 @@ def wait_until(probe: Callable[[], T], timeout_s: float, what: str, interval_s: 
     last: T = probe()
     while not last:
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+            raise AssertionError(
+                f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})"
+            )
         time.sleep(interval_s)
         last = probe()
     return last

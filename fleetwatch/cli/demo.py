@@ -30,7 +30,9 @@ def _stage_argv(*args: str) -> list[str]:
 def demo(
     devices: Annotated[int, typer.Option(min=1, help="simulated devices")] = 5,
     rate: Annotated[float, typer.Option(min=0.1, help="readings per second per device")] = 2.0,
-    spike_every: Annotated[int, typer.Option(min=1, help="every Nth fleet reading is a spike")] = 40,
+    spike_every: Annotated[
+        int, typer.Option(min=1, help="every Nth fleet reading is a spike")
+    ] = 40,
 ) -> None:
     """Bring the stack up, run every stage and the simulator, print alerts until Ctrl-C."""
     settings = load_settings()
@@ -41,15 +43,25 @@ def demo(
         seconds = stack.up()
     except FleetwatchError as exc:
         fail(str(exc))
-    console.print(f"[bold]stack[/] up in {seconds:.1f}s (Kafka {settings.kafka.bootstrap_servers}, "
-                  f"MQTT {settings.mqtt.host}:{settings.mqtt.port})")
+    console.print(
+        f"[bold]stack[/] up in {seconds:.1f}s (Kafka {settings.kafka.bootstrap_servers}, "
+        f"MQTT {settings.mqtt.host}:{settings.mqtt.port})"
+    )
     stages = {
         "demo-gateway": _stage_argv("gateway"),
         "demo-score": _stage_argv("score"),
         "demo-api": _stage_argv("api"),
         "demo-sim": _stage_argv(
-            "sim", "run", "--devices", str(devices), "--rate", str(rate),
-            "--spike-every", str(spike_every), "--truth", str(settings.run_path / "demo-truth.jsonl"),
+            "sim",
+            "run",
+            "--devices",
+            str(devices),
+            "--rate",
+            str(rate),
+            "--spike-every",
+            str(spike_every),
+            "--truth",
+            str(settings.run_path / "demo-truth.jsonl"),
         ),
     }
     procs = [ManagedProcess(name, settings.run_path) for name in stages]
@@ -58,8 +70,10 @@ def demo(
             proc.stop()  # a previous demo that was killed hard
             proc.start(stages[proc.name])
             console.print(f"[bold]{proc.name[5:]}[/] started, log {proc.log_file}")
-        console.print(f"API on http://{settings.api.host}:{settings.api.port}/alerts — "
-                      "alerts appear once Spark is up (about 20 s). Ctrl-C to stop.")
+        console.print(
+            f"API on http://{settings.api.host}:{settings.api.port}/alerts — "
+            "alerts appear once Spark is up (about 20 s). Ctrl-C to stop."
+        )
         _print_alerts(settings, procs, stop)
     finally:
         console.print("stopping…")
@@ -71,12 +85,14 @@ def demo(
 
 
 def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object) -> None:
-    consumer = Consumer({
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": f"fleetwatch-demo-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "latest",
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "group.id": f"fleetwatch-demo-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([settings.topics.alerts])
     try:
         while not stop.is_set():  # type: ignore[attr-defined]
@@ -88,7 +104,9 @@ def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object)
             if msg is None or msg.error() is not None:
                 continue
             alert = json.loads(msg.value() or b"{}")
-            when = datetime.fromtimestamp(alert.get("event_ms", 0) / 1000, tz=UTC).strftime("%H:%M:%S")
+            when = datetime.fromtimestamp(alert.get("event_ms", 0) / 1000, tz=UTC).strftime(
+                "%H:%M:%S"
+            )
             lag = time.time() - alert.get("event_ms", 0) / 1000
             console.print(
                 f"[bold red]ALERT[/] {when} {alert.get('device_id')} {alert.get('reason')} "

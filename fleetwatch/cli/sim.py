@@ -22,12 +22,18 @@ console = Console(stderr=True)
 def run(
     devices: Annotated[int, typer.Option(min=1, help="number of devices")] = 3,
     rate: Annotated[float, typer.Option(min=0.001, help="readings per second per device")] = 2.0,
-    count: Annotated[int | None, typer.Option(min=1, help="readings per device (default: until Ctrl-C)")] = None,
+    count: Annotated[
+        int | None, typer.Option(min=1, help="readings per device (default: until Ctrl-C)")
+    ] = None,
     seed: Annotated[int, typer.Option(help="random seed: the same seed gives the same run")] = 0,
     qos: Annotated[int, typer.Option(min=0, max=1, help="MQTT QoS")] = 1,
     prefix: Annotated[str, typer.Option(help="device id prefix")] = "sensor",
-    spike_every: Annotated[int, typer.Option(min=0, help="every Nth fleet reading is a spike; 0: none")] = 0,
-    truth: Annotated[Path | None, typer.Option(help="append the injected anomalies here (JSON lines)")] = None,
+    spike_every: Annotated[
+        int, typer.Option(min=0, help="every Nth fleet reading is a spike; 0: none")
+    ] = 0,
+    truth: Annotated[
+        Path | None, typer.Option(help="append the injected anomalies here (JSON lines)")
+    ] = None,
 ) -> None:
     """Publish readings of temperature sensors to {root}/{device_id}/telemetry."""
     settings = load_settings()
@@ -41,7 +47,15 @@ def run(
         fail(str(exc))
     truth_file = open_truth(truth)
     try:
-        stats = publish(client, settings.mqtt, readings(spec, start_ms, interval_ms, count), qos, interval_ms, stop, truth_file)
+        stats = publish(
+            client,
+            settings.mqtt,
+            readings(spec, start_ms, interval_ms, count),
+            qos,
+            interval_ms,
+            stop,
+            truth_file,
+        )
     finally:
         client.disconnect()
         client.loop_stop()

@@ -52,7 +52,10 @@ def api(
 
     settings = load_settings()
     config = uvicorn.Config(
-        create_app(settings), host=host or settings.api.host, port=port or settings.api.port, log_config=None
+        create_app(settings),
+        host=host or settings.api.host,
+        port=port or settings.api.port,
+        log_config=None,
     )
     server = _Server(config)
     for signum in (signal.SIGTERM, signal.SIGINT):

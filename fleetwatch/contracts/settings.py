@@ -53,7 +53,9 @@ class MqttSettings(_Part):
     @classmethod
     def _root_has_no_wildcards(cls, value: str) -> str:
         if not value or any(c in value for c in "+#") or value.endswith("/"):
-            raise ValueError("mqtt.root must be a non-empty topic prefix without +, # or a trailing /")
+            raise ValueError(
+                "mqtt.root must be a non-empty topic prefix without +, # or a trailing /"
+            )
         return value
 
     def telemetry_topic(self, device_id: str) -> str:

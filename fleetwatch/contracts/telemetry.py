@@ -61,7 +61,7 @@ class TelemetryRecord(BaseModel):
     status: str | None = None
 
 
-def parse_reading(payload: bytes) -> Reading:
+def parse_reading(payload: bytes | bytearray) -> Reading:
     """Parse and check one wire payload; raise :class:`PayloadError` naming the broken rule."""
     try:
         return Reading.model_validate_json(payload)
@@ -79,9 +79,7 @@ def encode(record: TelemetryRecord) -> bytes:
     return record.model_dump_json(exclude_none=True).encode()
 
 
-def reading_payload(
-    seq: int, ts: int, sent: int, metrics: dict[str, float], **extra: Any
-) -> bytes:
+def reading_payload(seq: int, ts: int, sent: int, metrics: dict[str, float], **extra: Any) -> bytes:
     """The wire bytes of one reading (used by the simulator and tests)."""
     body: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": seq, "ts": ts, "sent": sent}
     body["metrics"] = metrics

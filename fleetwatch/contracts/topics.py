@@ -21,7 +21,9 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
     compact = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
     return [
         TopicSpec(topics.telemetry_raw, "device_id", {"retention.ms": str(30 * _DAY_MS)}),
-        TopicSpec(topics.telemetry_deadletter, "device_id or ''", {"retention.ms": str(14 * _DAY_MS)}),
+        TopicSpec(
+            topics.telemetry_deadletter, "device_id or ''", {"retention.ms": str(14 * _DAY_MS)}
+        ),
         TopicSpec(topics.telemetry_late, "device_id", {"retention.ms": str(14 * _DAY_MS)}),
         TopicSpec(topics.model_params, "device_id", compact),
         TopicSpec(topics.alerts, "device_id", {"retention.ms": str(90 * _DAY_MS)}),

@@ -23,7 +23,7 @@ class Accepted:
 class DeadLetter:
     key: bytes
     value: bytes
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, str | bytes | None]]
     reason: str
 
 
@@ -33,11 +33,15 @@ def device_from_topic(topic: str, root: str) -> str:
         raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/telemetry")
     device_id = topic[len(prefix) : -len("/telemetry")]
     if not _DEVICE_ID.match(device_id):
-        raise PayloadRejected(f"device id {device_id!r} in topic {topic!r} is not a valid device id")
+        raise PayloadRejected(
+            f"device id {device_id!r} in topic {topic!r} is not a valid device id"
+        )
     return device_id
 
 
-def accept(topic: str, payload: bytes, received_ms: int, root: str, max_bytes: int) -> Accepted:
+def accept(
+    topic: str, payload: bytes | bytearray, received_ms: int, root: str, max_bytes: int
+) -> Accepted:
     """Check one message; raise :class:`PayloadRejected` with a specific reason."""
     device_id = device_from_topic(topic, root)
     if len(payload) > max_bytes:
@@ -62,15 +66,17 @@ def accept(topic: str, payload: bytes, received_ms: int, root: str, max_bytes: i
     return Accepted(device_id.encode(), encode(record), reading.ts)
 
 
-def dead_letter(topic: str, payload: bytes, received_ms: int, reason: str, root: str) -> DeadLetter:
+def dead_letter(
+    topic: str, payload: bytes | bytearray, received_ms: int, reason: str, root: str
+) -> DeadLetter:
     """The raw bytes, kept whole, with the reason and the MQTT topic in headers."""
     try:
         key = device_from_topic(topic, root).encode()
     except PayloadRejected:
         key = b""
-    headers = [
+    headers: list[tuple[str, str | bytes | None]] = [
         ("fw.reason", reason.encode()),
         ("fw.mqtt_topic", topic.encode(errors="replace")),
         ("fw.received_ms", str(received_ms).encode()),
     ]
-    return DeadLetter(key, payload, headers, reason)
+    return DeadLetter(key, bytes(payload), headers, reason)

@@ -18,8 +18,8 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from confluent_kafka import KafkaError, Message, Producer
 from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import accept, dead_letter
@@ -82,13 +82,19 @@ class Gateway:
         self.client.on_message = self._on_message
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
-    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+    def _on_connect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any
+    ) -> None:
         if reason.is_failure:
             logger.error("MQTT connect refused: %s", reason)
             return
         shared = f"$share/{self.settings.gateway.share_group}/{self.settings.mqtt.telemetry_filter}"
         client.subscribe(shared, qos=1)
-        logger.info("connected to MQTT, subscribed to %s (session present: %s)", shared, flags.session_present)
+        logger.info(
+            "connected to MQTT, subscribed to %s (session present: %s)",
+            shared,
+            flags.session_present,
+        )
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
         if self._closing.is_set():
@@ -97,18 +103,29 @@ class Gateway:
         on_delivery = self._ack_callback(msg.mid, msg.qos)
         try:
             ok = accept(
-                msg.topic, msg.payload, received, self.settings.mqtt.root, self.settings.gateway.max_payload_bytes
+                msg.topic,
+                msg.payload,
+                received,
+                self.settings.mqtt.root,
+                self.settings.gateway.max_payload_bytes,
             )
         except PayloadRejected as exc:
             dl = dead_letter(msg.topic, msg.payload, received, str(exc), self.settings.mqtt.root)
             logger.debug("rejected %s: %s", msg.topic, dl.reason)
             self.counters.add("rejected")
             self._produce(
-                self.settings.topics.telemetry_deadletter, dl.key, dl.value, received, on_delivery, dl.headers
+                self.settings.topics.telemetry_deadletter,
+                dl.key,
+                dl.value,
+                received,
+                on_delivery,
+                dl.headers,
             )
             return
         self.counters.add("accepted")
-        self._produce(self.settings.topics.telemetry_raw, ok.key, ok.value, ok.timestamp_ms, on_delivery)
+        self._produce(
+            self.settings.topics.telemetry_raw, ok.key, ok.value, ok.timestamp_ms, on_delivery
+        )
 
     def _produce(
         self,
@@ -117,12 +134,17 @@ class Gateway:
         value: bytes,
         timestamp_ms: int,
         on_delivery: Callable[[KafkaError | None, Message], None],
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
         while True:
             try:
                 self.producer.produce(
-                    topic, value, key, timestamp=timestamp_ms, headers=headers, on_delivery=on_delivery
+                    topic,
+                    value,
+                    key,
+                    timestamp=timestamp_ms,
+                    headers=headers,
+                    on_delivery=on_delivery,
                 )
                 return
             except BufferError:
@@ -144,7 +166,7 @@ class Gateway:
 
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:
-        props = Properties(PacketTypes.CONNECT)
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = SESSION_EXPIRY_S
         try:
             self.client.connect(
@@ -175,7 +197,9 @@ class Gateway:
         self._closing.set()
         remaining = self.producer.flush(30)
         if remaining:
-            logger.warning("%d records not confirmed by Kafka at shutdown; MQTT will redeliver them", remaining)
+            logger.warning(
+                "%d records not confirmed by Kafka at shutdown; MQTT will redeliver them", remaining
+            )
         self.client.disconnect()
         self.client.loop_stop()
         logger.info("gateway stopped: %s", self.counters)

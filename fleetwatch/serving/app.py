@@ -14,7 +14,9 @@ from fleetwatch.serving.routes import alerts, devices
 from fleetwatch.serving.store import AlertStore
 
 
-def create_app(settings: Settings, store: AlertStore | None = None, materialise: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings, store: AlertStore | None = None, materialise: bool = True
+) -> FastAPI:
     """``materialise=False`` serves the store without consuming Kafka (unit tests)."""
 
     @asynccontextmanager

@@ -39,7 +39,10 @@ def decode_alerts(messages: list[Message]) -> tuple[list[Alert], int]:
             bad += 1
             logger.warning(
                 "skipping a record that is not an alert at %s[%s]@%s: %s",
-                msg.topic(), msg.partition(), msg.offset(), exc,
+                msg.topic(),
+                msg.partition(),
+                msg.offset(),
+                exc,
             )
     return alerts, bad
 

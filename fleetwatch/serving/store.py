@@ -57,13 +57,17 @@ class AlertStore:
         unique = {a.alert_id: a for a in alerts}
         with Session(self.engine) as session, session.begin():
             known = set(
-                session.scalars(select(AlertRow.alert_id).where(AlertRow.alert_id.in_(unique))).all()
+                session.scalars(
+                    select(AlertRow.alert_id).where(AlertRow.alert_id.in_(unique))
+                ).all()
             )
             new = [a for a in unique.values() if a.alert_id not in known]
             session.add_all(AlertRow(**a.model_dump(), stored_ms=stored_ms) for a in new)
         return len(new)
 
-    def alerts(self, device_id: str | None = None, limit: int = 100, offset: int = 0) -> list[AlertRow]:
+    def alerts(
+        self, device_id: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[AlertRow]:
         query = select(AlertRow).order_by(AlertRow.event_ms.desc(), AlertRow.alert_id)
         if device_id is not None:
             query = query.where(AlertRow.device_id == device_id)

@@ -35,7 +35,9 @@ class FleetSpec:
         return [f"{self.prefix}-{i:04d}" for i in range(self.devices)]
 
 
-def readings(spec: FleetSpec, start_ms: int, interval_ms: int, rounds: int | None) -> Iterator[SimReading]:
+def readings(
+    spec: FleetSpec, start_ms: int, interval_ms: int, rounds: int | None
+) -> Iterator[SimReading]:
     """One reading per device per round, at ``start_ms + round * interval_ms``.
 
     ``rounds=None`` runs forever. The same spec and start give the same sequence."""
@@ -47,7 +49,9 @@ def readings(spec: FleetSpec, start_ms: int, interval_ms: int, rounds: int | Non
         ts = start_ms + round_ * interval_ms
         for device_id in spec.device_ids():
             n += 1
-            daily = spec.amplitude * math.sin(2 * math.pi * (ts % DAY_MS) / DAY_MS + phases[device_id])
+            daily = spec.amplitude * math.sin(
+                2 * math.pi * (ts % DAY_MS) / DAY_MS + phases[device_id]
+            )
             value = spec.center + daily + rng.gauss(0.0, spec.noise)
             spike = spec.spike_every > 0 and n % spec.spike_every == 0
             if spike:

@@ -40,7 +40,9 @@ def connect(mqtt_settings: MqttSettings, client_id: str) -> mqtt.Client:
     try:
         client.connect(mqtt_settings.host, mqtt_settings.port, keepalive=mqtt_settings.keepalive_s)
     except OSError as exc:
-        raise SimulatorError(f"cannot reach MQTT at {mqtt_settings.host}:{mqtt_settings.port}: {exc}") from exc
+        raise SimulatorError(
+            f"cannot reach MQTT at {mqtt_settings.host}:{mqtt_settings.port}: {exc}"
+        ) from exc
     client.loop_start()
     return client
 

@@ -91,9 +91,15 @@ class KafkaBroker:
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         argv = self._java(
-            "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(self.config_file)
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.config_file),
         )
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             self.proc.log_file.parent.mkdir(parents=True, exist_ok=True)
             self.proc.log_file.write_text(result.stdout + result.stderr)
@@ -104,7 +110,9 @@ class KafkaBroker:
         if self.proc.running():
             return False
         if not list(self.classpath.glob("kafka_2.13-*.jar")):
-            raise self.proc.fail(f"the broker jars are missing from {self.classpath}; run `make setup`")
+            raise self.proc.fail(
+                f"the broker jars are missing from {self.classpath}; run `make setup`"
+            )
         k = self.settings.kafka
         for port in (k.port, k.controller_port):
             if port_in_use("127.0.0.1", port):
@@ -120,7 +128,9 @@ class KafkaBroker:
         return True
 
     def ready(self) -> bool:
-        admin = AdminClient({"bootstrap.servers": self.settings.kafka.bootstrap_servers, "log_level": 0})
+        admin = AdminClient(
+            {"bootstrap.servers": self.settings.kafka.bootstrap_servers, "log_level": 0}
+        )
         try:
             admin.list_topics(timeout=1.0)
         except Exception:  # noqa: BLE001 - any failure means "not yet"

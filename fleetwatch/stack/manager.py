@@ -47,7 +47,12 @@ class Stack:
             self.down()  # leave nothing half-started behind
             raise
         k = self.settings.kafka
-        ensure_topics(k.bootstrap_servers, topic_specs(self.settings.topics), k.partitions, k.replication_factor)
+        ensure_topics(
+            k.bootstrap_servers,
+            topic_specs(self.settings.topics),
+            k.partitions,
+            k.replication_factor,
+        )
         return time.monotonic() - started
 
     def down(self) -> list[str]:
@@ -57,8 +62,16 @@ class Stack:
     def status(self) -> list[ComponentStatus]:
         s = self.settings
         return [
-            ComponentStatus("kafka", self.kafka.proc.pid(), f"127.0.0.1:{s.kafka.port}", str(self.kafka.proc.log_file)),
             ComponentStatus(
-                "mosquitto", self.mosquitto.proc.pid(), f"127.0.0.1:{s.mqtt.port}", str(self.mosquitto.proc.log_file)
+                "kafka",
+                self.kafka.proc.pid(),
+                f"127.0.0.1:{s.kafka.port}",
+                str(self.kafka.proc.log_file),
+            ),
+            ComponentStatus(
+                "mosquitto",
+                self.mosquitto.proc.pid(),
+                f"127.0.0.1:{s.mqtt.port}",
+                str(self.mosquitto.proc.log_file),
             ),
         ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import shutil
-import socket
 import threading
 from pathlib import Path
 
@@ -61,7 +60,9 @@ class MosquittoBroker:
             return False
         binary = mosquitto_binary()
         if binary is None:
-            raise self.proc.fail("mosquitto is not installed; run `make setup` (apt-get install mosquitto)")
+            raise self.proc.fail(
+                "mosquitto is not installed; run `make setup` (apt-get install mosquitto)"
+            )
         if port_in_use("127.0.0.1", self.settings.mqtt.port):
             raise self.proc.fail(
                 f"port {self.settings.mqtt.port} is already in use by another process; "
@@ -78,7 +79,7 @@ class MosquittoBroker:
         client.on_connect = lambda *args: connected.set()
         try:
             client.connect(self.settings.mqtt.host, self.settings.mqtt.port, keepalive=5)
-        except (OSError, socket.timeout):
+        except (TimeoutError, OSError):
             return False
         client.loop_start()
         try:

@@ -84,7 +84,7 @@ class ManagedProcess:
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - argv is built by fleetwatch, not from input
+            proc = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -104,7 +104,9 @@ class ManagedProcess:
             return False
         os.kill(pid, signal.SIGTERM)
         if not wait_for(lambda: not _alive(pid), timeout_s):
-            logger.warning("%s (pid %d) ignored SIGTERM for %.0fs; killing", self.name, pid, timeout_s)
+            logger.warning(
+                "%s (pid %d) ignored SIGTERM for %.0fs; killing", self.name, pid, timeout_s
+            )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             wait_for(lambda: not _alive(pid), 10.0)

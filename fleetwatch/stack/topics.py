@@ -21,7 +21,9 @@ def ensure_topics(
     """Create each missing topic; returns the names created. Existing topics are left alone."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = {
-        s.name: NewTopic(s.name, num_partitions=partitions, replication_factor=replication, config=s.config)
+        s.name: NewTopic(
+            s.name, num_partitions=partitions, replication_factor=replication, config=s.config
+        )
         for s in specs
     }
     existing = set(admin.list_topics(timeout=10).topics)
@@ -41,11 +43,15 @@ def ensure_topics(
     return created
 
 
-def _wait_until_usable(bootstrap: str, admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+def _wait_until_usable(
+    bootstrap: str, admin: AdminClient, names: list[str], timeout_s: float = 30.0
+) -> None:
     """Creation returns before the partitions serve requests (offset queries answer
     NOT_LEADER for a moment); wait until each one answers so callers can use them at once."""
     deadline = time.monotonic() + timeout_s
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "fleetwatch-topic-probe", "log_level": 0})
+    probe = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "fleetwatch-topic-probe", "log_level": 0}
+    )
     try:
         topics = admin.list_topics(timeout=10).topics
         pending = [TopicPartition(n, p) for n in names for p in topics[n].partitions]
@@ -56,7 +62,9 @@ def _wait_until_usable(bootstrap: str, admin: AdminClient, names: list[str], tim
                 pending.pop(0)
             except KafkaException as exc:
                 if time.monotonic() >= deadline:
-                    raise StackError(f"topic {tp.topic} partition {tp.partition} unusable: {exc}") from exc
+                    raise StackError(
+                        f"topic {tp.topic} partition {tp.partition} unusable: {exc}"
+                    ) from exc
                 time.sleep(0.1)
     finally:
         probe.close()

@@ -22,7 +22,7 @@ from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,9 @@ ALERT_SCHEMA = (
 )
 
 
-def _score_batches(detector: FixedBaseline, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _score_batches(
+    detector: FixedBaseline, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         yield from score_batch(batch, detector, now_ms=time.time_ns() // 1_000_000)
 
@@ -82,7 +84,10 @@ def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> S
         .start()
     )
     logger.info(
-        "scoring %s -> %s (checkpoint %s)", settings.topics.telemetry_raw, settings.topics.alerts, checkpoint
+        "scoring %s -> %s (checkpoint %s)",
+        settings.topics.telemetry_raw,
+        settings.topics.alerts,
+        checkpoint,
     )
     return query
 
@@ -96,7 +101,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
     try:
         query = start(spark, settings, detector)
         while query.isActive and not stop.is_set():
-            query.awaitTermination(0.5)
+            query.awaitTermination(1)
         if query.isActive:
             logger.info("stopping the scoring query")
             query.stop()

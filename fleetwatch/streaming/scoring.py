@@ -30,13 +30,14 @@ ALERT_ARROW_SCHEMA = pa.schema(
         ("reason", pa.string()),
     ]
 )
-ALERT_COLUMNS = ALERT_ARROW_SCHEMA.names
+ALERT_COLUMNS: list[str] = ALERT_ARROW_SCHEMA.names
 
 
 def score_readings(readings: pd.DataFrame, detector: FixedBaseline, now_ms: int) -> pd.DataFrame:
     """One row per (reading, metric) in; one row per alert out (columns :data:`ALERT_COLUMNS`)."""
     if readings.empty:
-        return ALERT_ARROW_SCHEMA.empty_table().to_pandas()
+        empty: pd.DataFrame = ALERT_ARROW_SCHEMA.empty_table().to_pandas()
+        return empty
     result = detector.score(readings["metric"].to_numpy(), readings["value"].to_numpy())
     hits = readings.loc[result.anomalous].copy()
     hits["expected"] = result.expected[result.anomalous]
@@ -52,15 +53,20 @@ def score_readings(readings: pd.DataFrame, detector: FixedBaseline, now_ms: int)
     ]
     hits["reason"] = [
         f"{m}={v:.6g} outside {e:.6g}±{b:.6g}"
-        for m, v, e, b in zip(hits["metric"], hits["value"], hits["expected"], hits["band"], strict=True)
+        for m, v, e, b in zip(
+            hits["metric"], hits["value"], hits["expected"], hits["band"], strict=True
+        )
     ]
     out = hits[ALERT_COLUMNS].reset_index(drop=True)
     return out.astype({"seq": np.int64, "event_ms": np.int64, "received_ms": np.int64})
 
 
-def score_batch(batch: pa.RecordBatch, detector: FixedBaseline, now_ms: int) -> list[pa.RecordBatch]:
+def score_batch(
+    batch: pa.RecordBatch, detector: FixedBaseline, now_ms: int
+) -> list[pa.RecordBatch]:
     """The Arrow form the Spark job maps over its micro-batches. (Through a Table: Spark's
     workers may hand pandas Arrow-backed string columns, which become chunked arrays.)"""
     alerts = score_readings(batch.select(READING_COLUMNS).to_pandas(), detector, now_ms)
     table = pa.Table.from_pandas(alerts, schema=ALERT_ARROW_SCHEMA, preserve_index=False)
-    return table.combine_chunks().to_batches()
+    batches: list[pa.RecordBatch] = table.combine_chunks().to_batches()
+    return batches

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
@@ -28,10 +28,16 @@ from fleetwatch.stack.topics import delete_topics, ensure_topics
 pytestmark = pytest.mark.integration
 
 
-def fleetwatch(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def fleetwatch(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fleetwatch.cli.main", *args],
-        env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -53,6 +59,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+
+    @classmethod
+    def of(cls, msg: Message) -> Record:
+        raw = msg.headers() or []
+        pairs = raw.items() if isinstance(raw, dict) else raw
+        headers = {k: v for k, v in pairs if isinstance(v, bytes)}
+        return cls(msg.key() if isinstance(msg.key(), bytes) else None, msg.value() or b"", headers)
+
+
 @dataclass
 class Isolated:
     """One test's own corner of the shared stack, and the env that points stages at it."""
@@ -63,27 +83,31 @@ class Isolated:
     tag: str
     mqtt_root: str
     api_port: int
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    logs: list[Path] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = Path(self.env["FLEETWATCH_RUN_DIR"]) / f"{name}.log"
         with log.open("wb") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "fleetwatch.cli.main", *args],
-                env=env or self.env, stdout=fh, stderr=subprocess.STDOUT,
+                env=env or self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
             )
-        self.procs.append(proc)
-        self.logs.append(log)
+        self.procs[name] = proc
         return proc
 
     def consumer(self) -> Consumer:
-        return Consumer({
-            "bootstrap.servers": self.settings.kafka.bootstrap_servers,
-            "group.id": f"test-{self.tag}-{uuid.uuid4().hex[:6]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        })
+        return Consumer(
+            {
+                "bootstrap.servers": self.settings.kafka.bootstrap_servers,
+                "group.id": f"test-{self.tag}-{uuid.uuid4().hex[:6]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         consumer = self.consumer()
@@ -96,21 +120,21 @@ class Isolated:
         finally:
             consumer.close()
 
-    def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
-        """Every record of ``topic`` once at least ``expected`` have been read, or at the deadline."""
+    def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[Record]:
+        """Every record of ``topic`` once ``expected`` have been read, or at the deadline."""
         consumer = self.consumer()
         consumer.subscribe([topic])
-        out: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
+        out: list[Record] = []
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline and len(out) < expected:
                 for msg in consumer.consume(500, timeout=0.5):
                     if msg.error() is None:
-                        out.append((msg.key(), msg.value() or b"", list(msg.headers() or [])))
+                        out.append(Record.of(msg))
             # records past `expected` would be a defect the caller should see: read what is left
             for msg in consumer.consume(500, timeout=1.0):
                 if msg.error() is None:
-                    out.append((msg.key(), msg.value() or b"", list(msg.headers() or [])))
+                    out.append(Record.of(msg))
         finally:
             consumer.close()
         return out
@@ -126,26 +150,30 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
     api_port = free_port()
     mqtt_root = f"t{tag}/devices"
     env = dict(os.environ)
-    env.update({f"FLEETWATCH_TOPICS__{name.upper()}": value for name, value in topics.model_dump().items()})
-    env.update({
-        "FLEETWATCH_RUN_DIR": str(tmp_path),
-        "FLEETWATCH_MQTT__ROOT": mqtt_root,
-        "FLEETWATCH_API__PORT": str(api_port),
-        "FLEETWATCH_API__CONSUMER_GROUP": f"api-{tag}",
-        "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
-        "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
-    })
+    env.update(
+        {f"FLEETWATCH_TOPICS__{name.upper()}": value for name, value in topics.model_dump().items()}
+    )
+    env.update(
+        {
+            "FLEETWATCH_RUN_DIR": str(tmp_path),
+            "FLEETWATCH_MQTT__ROOT": mqtt_root,
+            "FLEETWATCH_API__PORT": str(api_port),
+            "FLEETWATCH_API__CONSUMER_GROUP": f"api-{tag}",
+            "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
+            "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+        }
+    )
     iso = Isolated(stack_settings, topics, env, tag, mqtt_root, api_port)
     yield iso
-    for proc in iso.procs:
+    for proc in iso.procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
     try:
-        for proc in iso.procs:
+        for name, proc in iso.procs.items():
             code = proc.wait(timeout=60)
-            assert code == 0, f"{proc.args[3:]} exited {code} on SIGTERM; logs in {tmp_path}"
+            assert code == 0, f"{name} exited {code} on SIGTERM; logs in {tmp_path}"
     finally:
-        for proc in iso.procs:
+        for proc in iso.procs.values():
             if proc.poll() is None:
                 proc.kill()
         delete_topics(kafka.bootstrap_servers, topics.model_dump().values())

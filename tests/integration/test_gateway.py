@@ -11,10 +11,16 @@ from fleetwatch.contracts.telemetry import reading_payload
 from tests.integration.conftest import Isolated
 from tests.polling import wait_until
 
+HOT = b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":"hot"}}'
 
-def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(isolated: Isolated) -> None:
+
+def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(
+    isolated: Isolated,
+) -> None:
     isolated.start("gateway", "gateway")
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"t-{isolated.tag}", protocol=mqtt.MQTTv5)
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2, client_id=f"t-{isolated.tag}", protocol=mqtt.MQTTv5
+    )
     client.connect(isolated.settings.mqtt.host, isolated.settings.mqtt.port)
     client.loop_start()
     try:
@@ -22,17 +28,23 @@ def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(i
         probe_topic = f"{isolated.mqtt_root}/probe/telemetry"
 
         def probe_arrived() -> bool:
-            client.publish(probe_topic, reading_payload(0, 1, 1, {"t": 1.0}), qos=1).wait_for_publish(10)
+            client.publish(
+                probe_topic, reading_payload(0, 1, 1, {"t": 1.0}), qos=1
+            ).wait_for_publish(10)
             return sum(isolated.end_offsets(isolated.topics.telemetry_raw).values()) >= 1
 
         wait_until(probe_arrived, 30, "the gateway to subscribe", interval_s=0.5)
         good = [(f"d{i}", seq) for i in range(3) for seq in range(5)]
         for device, seq in good:
-            payload = reading_payload(seq, 1_700_000_000_000 + seq, 1_700_000_000_001 + seq, {"t": 20.0 + seq})
-            client.publish(f"{isolated.mqtt_root}/{device}/telemetry", payload, qos=1).wait_for_publish(10)
+            payload = reading_payload(
+                seq, 1_700_000_000_000 + seq, 1_700_000_000_001 + seq, {"t": 20.0 + seq}
+            )
+            client.publish(
+                f"{isolated.mqtt_root}/{device}/telemetry", payload, qos=1
+            ).wait_for_publish(10)
         bad = {
             f"{isolated.mqtt_root}/d0/telemetry": b"{not json",
-            f"{isolated.mqtt_root}/d1/telemetry": b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":"hot"}}',
+            f"{isolated.mqtt_root}/d1/telemetry": HOT,
             f"{isolated.mqtt_root}/d2/telemetry": b"",
         }
         for topic, payload in bad.items():
@@ -42,12 +54,16 @@ def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(i
         client.loop_stop()
 
     raw = isolated.read_all(isolated.topics.telemetry_raw, len(good) + 1)
-    seen = sorted((json.loads(v)["device_id"], json.loads(v)["seq"]) for _, v, _ in raw if b'"probe"' not in v)
+    records = [json.loads(r.value) for r in raw]
+    seen = sorted((r["device_id"], r["seq"]) for r in records if r["device_id"] != "probe")
     assert seen == sorted(good)
-    assert all(k == json.loads(v)["device_id"].encode() for k, v, _ in raw)
+    assert all(r.key == json.loads(r.value)["device_id"].encode() for r in raw)
 
     dead = isolated.read_all(isolated.topics.telemetry_deadletter, len(bad))
-    reasons = {dict(h)["fw.mqtt_topic"].decode(): (v, dict(h)["fw.reason"].decode()) for _, v, h in dead}
+    reasons = {
+        r.headers["fw.mqtt_topic"].decode(): (r.value, r.headers["fw.reason"].decode())
+        for r in dead
+    }
     assert set(reasons) == set(bad)
     for topic, payload in bad.items():
         assert reasons[topic][0] == payload

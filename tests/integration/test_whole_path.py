@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
@@ -28,7 +28,7 @@ def checkpointed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
 
 
 def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
-    isolated: Isolated, tmp_path: Path, record_property: pytest.RecordProperty
+    isolated: Isolated, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     raw, alerts_topic = isolated.topics.telemetry_raw, isolated.topics.alerts
     checkpoint = tmp_path / "checkpoints" / "score"
@@ -48,8 +48,20 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
 
     truth = tmp_path / "truth.jsonl"
     sim = fleetwatch(
-        "sim", "run", "--devices", str(DEVICES), "--rate", "10", "--count", str(ROUNDS),
-        "--spike-every", str(SPIKE_AT), "--prefix", f"dev{isolated.tag}", "--truth", str(truth),
+        "sim",
+        "run",
+        "--devices",
+        str(DEVICES),
+        "--rate",
+        "10",
+        "--count",
+        str(ROUNDS),
+        "--spike-every",
+        str(SPIKE_AT),
+        "--prefix",
+        f"dev{isolated.tag}",
+        "--truth",
+        str(truth),
         env=isolated.env,
     )
     assert sim.returncode == 0, sim.stderr
@@ -58,15 +70,23 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
 
     # every reading reached Kafka, and the scorer committed a batch covering all of them
     readings = DEVICES * ROUNDS
-    wait_until(lambda: sum(isolated.end_offsets(raw).values()) == readings, 60, f"{readings} readings in {raw}")
+    wait_until(
+        lambda: sum(isolated.end_offsets(raw).values()) == readings,
+        60,
+        f"{readings} readings in {raw}",
+    )
     ends = isolated.end_offsets(raw)
     wait_until(
-        lambda: checkpointed_offsets(checkpoint, raw) == ends, 120, "the scorer to commit every reading"
+        lambda: checkpointed_offsets(checkpoint, raw) == ends,
+        120,
+        "the scorer to commit every reading",
     )
     # the API has materialised every alert the scorer wrote
     produced = sum(isolated.end_offsets(alerts_topic).values())
     body = wait_until(
-        lambda: (b := httpx.get(f"{api}/alerts").json())["count"] >= produced and b, 60, "the API to catch up"
+        lambda: (b := httpx.get(f"{api}/alerts").json())["count"] >= produced and b,
+        60,
+        "the API to catch up",
     )
 
     assert produced == 1, f"normal readings must not alert: {produced} alerts written"

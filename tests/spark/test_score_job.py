@@ -1,4 +1,4 @@
-"""The scorer's Spark plan on a static frame shaped like Kafka rows (real local Spark, no broker)."""
+"""The scorer's Spark plan on a static frame shaped like Kafka rows (local Spark, no broker)."""
 
 from __future__ import annotations
 
@@ -28,15 +28,23 @@ def kafka_rows(readings: list[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
 
 
 def reading(device: str, seq: int, **metrics: float) -> dict[str, Any]:
-    return {"device_id": device, "seq": seq, "event_ms": 1_000 + seq, "received_ms": 1_005 + seq, "metrics": metrics}
+    return {
+        "device_id": device,
+        "seq": seq,
+        "event_ms": 1_000 + seq,
+        "received_ms": 1_005 + seq,
+        "metrics": metrics,
+    }
 
 
 def test_only_the_outlying_metric_of_a_reading_alerts(spark: Any) -> None:
-    rows = kafka_rows([
-        reading("d1", 0, temperature=21.0, humidity=40.0),
-        reading("d1", 1, temperature=52.0, humidity=41.0),
-        reading("d2", 0, temperature=20.5),
-    ])
+    rows = kafka_rows(
+        [
+            reading("d1", 0, temperature=21.0, humidity=40.0),
+            reading("d1", 1, temperature=52.0, humidity=41.0),
+            reading("d2", 0, temperature=20.5),
+        ]
+    )
     frame = spark.createDataFrame(rows, "key BINARY, value BINARY")
     alerts = [r.asDict() for r in alerts_frame(frame, DETECTOR).collect()]
     assert [(a["device_id"], a["seq"], a["metric"]) for a in alerts] == [("d1", 1, "temperature")]

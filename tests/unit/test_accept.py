@@ -17,7 +17,11 @@ def test_an_accepted_reading_is_keyed_by_device_and_stamped() -> None:
     assert ok.key == b"pump-7"
     assert ok.timestamp_ms == 1_000
     assert record["device_id"] == "pump-7"
-    assert (record["device_event_ms"], record["device_sent_ms"], record["received_ms"]) == (1_000, 1_005, 2_000)
+    assert (record["device_event_ms"], record["device_sent_ms"], record["received_ms"]) == (
+        1_000,
+        1_005,
+        2_000,
+    )
 
 
 def test_a_nested_root_is_understood() -> None:

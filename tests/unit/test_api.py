@@ -49,7 +49,9 @@ def test_storing_the_same_alert_twice_keeps_one(store: AlertStore) -> None:
 
 
 def test_alerts_are_listed_newest_first_and_filtered(client: TestClient, store: AlertStore) -> None:
-    store.add([make_alert("d1", 1, 1_000), make_alert("d2", 2, 3_000), make_alert("d1", 3, 2_000)], 9)
+    store.add(
+        [make_alert("d1", 1, 1_000), make_alert("d2", 2, 3_000), make_alert("d1", 3, 2_000)], 9
+    )
     body = client.get("/alerts").json()
     assert [a["event_ms"] for a in body["data"]] == [3_000, 2_000, 1_000]
     only_d1 = client.get("/alerts", params={"device_id": "d1", "limit": 1}).json()

@@ -7,7 +7,9 @@ from fleetwatch.contracts.settings import MqttSettings, Settings
 from fleetwatch.contracts.topics import topic_specs
 
 
-def test_nested_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_nested_settings_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS", "broker-a:9092,broker-b:9092")
     monkeypatch.setenv("FLEETWATCH_TOPICS__ALERTS", "alerts.test")
     monkeypatch.setenv("FLEETWATCH_RUN_DIR", str(tmp_path))
@@ -26,7 +28,7 @@ def test_settings_are_frozen() -> None:
 
 @pytest.mark.parametrize("root", ["", "devices/", "a/+/b", "#"])
 def test_an_mqtt_root_with_wildcards_is_refused(root: str) -> None:
-    with pytest.raises(ValidationError, match="mqtt.root"):
+    with pytest.raises(ValidationError, match=r"mqtt\.root"):
         MqttSettings(root=root)
 
 

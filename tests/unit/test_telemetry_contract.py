@@ -8,7 +8,9 @@ from fleetwatch.contracts.telemetry import parse_reading, reading_payload
 
 
 def test_a_valid_reading_parses() -> None:
-    reading = parse_reading(reading_payload(7, 1_700_000_000_000, 1_700_000_000_010, {"temperature": 21.5}))
+    reading = parse_reading(
+        reading_payload(7, 1_700_000_000_000, 1_700_000_000_010, {"temperature": 21.5})
+    )
     assert reading.seq == 7
     assert reading.metrics == {"temperature": 21.5}
 
@@ -39,6 +41,8 @@ def test_a_broken_reading_names_the_rule_it_broke(payload: bytes, where: str) ->
 
 
 def test_nan_is_refused() -> None:
-    payload = json.dumps({"v": 1, "seq": 1, "ts": 1, "sent": 1, "metrics": {"t": math.nan}}).encode()
-    with pytest.raises(PayloadError, match="metrics.t"):
+    payload = json.dumps(
+        {"v": 1, "seq": 1, "ts": 1, "sent": 1, "metrics": {"t": math.nan}}
+    ).encode()
+    with pytest.raises(PayloadError, match=r"metrics\.t"):
         parse_reading(payload)
