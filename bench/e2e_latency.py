@@ -155,7 +155,9 @@ def main() -> None:
         "alert_api_ms": percentiles(api_ms),
     }
     print(
-    print(f"{stats.sent} readings, {stats.spikes} spikes: {len(alerts)} alerts, {len(api_ms)} stored")
+        print(
+            f"{stats.sent} readings, {stats.spikes} spikes: {len(alerts)} alerts, {len(api_ms)} kept"
+        )
     )
     print(f"ingest hop (baseline) ms {figures['ingest_ms']}")
     print(
