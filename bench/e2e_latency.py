@@ -154,14 +154,11 @@ def main() -> None:
         "alert_kafka_ms": percentiles(alerts),
         "alert_api_ms": percentiles(api_ms),
     }
-    print(
-        print(
-            f"{stats.sent} readings, {stats.spikes} spikes: {len(alerts)} alerts, {len(api_ms)} kept"
-        )
-    )
+    kept = len(api_ms)
+    print(f"{stats.sent} readings, {stats.spikes} spikes: {len(alerts)} alerts, {kept} in the API")
     print(f"ingest hop (baseline) ms {figures['ingest_ms']}")
     print(
-        f"whole path to Kafka ms {figures['alert_kafka_ms']}, to the API {figures['alert_api_ms']}"
+        f"whole path ms: to Kafka {figures['alert_kafka_ms']}, to the API {figures['alert_api_ms']}"
     )
     print(json.dumps(figures))
 
