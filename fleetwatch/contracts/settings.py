@@ -61,9 +61,19 @@ class MqttSettings(_Part):
     def telemetry_topic(self, device_id: str) -> str:
         return f"{self.root}/{device_id}/telemetry"
 
+    def commands_topic(self, device_id: str) -> str:
+        return f"{self.root}/{device_id}/commands"
+
+    def acks_topic(self, device_id: str) -> str:
+        return f"{self.root}/{device_id}/acks"
+
     @property
     def telemetry_filter(self) -> str:
         return f"{self.root}/+/telemetry"
+
+    @property
+    def acks_filter(self) -> str:
+        return f"{self.root}/+/acks"
 
 
 class TopicSettings(_Part):

@@ -66,10 +66,10 @@ def parse_reading(payload: bytes | bytearray) -> Reading:
     try:
         return Reading.model_validate_json(payload)
     except ValidationError as exc:
-        raise PayloadError(_first_problem(exc)) from exc
+        raise PayloadError(first_problem(exc)) from exc
 
 
-def _first_problem(exc: ValidationError) -> str:
+def first_problem(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
     where = ".".join(str(p) for p in err["loc"]) or "payload"
     return f"{where}: {err['msg']}"
