@@ -36,17 +36,15 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     # PySpark's context takes the worker interpreter from the environment, not from the conf:
-    # without this the workers start a python that lacks pandas.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # without it the workers start a python that lacks pandas. An operator's value wins.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = SparkConf()
     builder = SparkSession.builder.appName(app_name)
     if not conf.contains("spark.master"):
         builder = builder.master(settings.spark.master)
     session = (
         builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.driver.memory", settings.spark.driver_memory)
         .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")

@@ -1,0 +1,35 @@
+"""Entry file for ``spark-submit``, to run a fleetwatch job on a cluster::
+
+    spark-submit --master spark://host:7077 \\
+        --jars "$(ls .cache/jvm/spark-kafka/*.jar | paste -sd,)" \\
+        "$(python -c 'import fleetwatch.streaming.submit as m; print(m.__file__)')" score
+
+The master given to spark-submit wins over ``FLEETWATCH_SPARK__MASTER``. The executors need
+fleetwatch installed (``pip install`` it into the same environment on every node, or ship it
+with ``--py-files``) and ``PYSPARK_PYTHON`` pointing at that environment's python.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fleetwatch.cli.signals import stop_event
+from fleetwatch.contracts.logs import configure_logging
+from fleetwatch.contracts.settings import Settings
+
+JOBS = ("score",)
+
+
+def main(argv: list[str]) -> None:
+    job = argv[1] if len(argv) > 1 else "score"
+    if job not in JOBS:
+        raise SystemExit(f"fleetwatch: unknown job {job!r}; choose one of {', '.join(JOBS)}")
+    settings = Settings()
+    configure_logging(settings.log_level)
+    from fleetwatch.streaming import score
+
+    score.run(settings, stop_event())
+
+
+if __name__ == "__main__":
+    main(sys.argv)
