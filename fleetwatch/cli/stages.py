@@ -17,14 +17,25 @@ from fleetwatch.contracts.errors import FleetwatchError
 logger = logging.getLogger(__name__)
 
 
-def gateway() -> None:
-    """MQTT telemetry → Kafka telemetry.raw (bad payloads → telemetry.deadletter)."""
+def gateway(
+    workers: int | None = typer.Option(
+        None, min=1, max=64, help="processes (default: settings gateway.workers)"
+    ),
+    worker_index: int | None = typer.Option(None, hidden=True),
+) -> None:
+    """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
     from fleetwatch.ingest.gateway import Gateway
+    from fleetwatch.ingest.workers import supervise, worker_client_id
 
     settings = load_settings()
     stop = stop_event()
+    count = workers or settings.gateway.workers
+    if worker_index is None and count > 1:
+        supervise(count, stop)
+        return
+    client_id = worker_client_id(settings.gateway.client_id, worker_index or 0)
     try:
-        Gateway(settings).run(stop)
+        Gateway(settings, client_id=client_id).run(stop)
     except FleetwatchError as exc:
         fail(str(exc))
 

@@ -120,7 +120,13 @@ class GatewaySettings(_Part):
     client_id: str = "fleetwatch-gateway"
     share_group: str = "fleetwatch"
     """MQTT v5 shared-subscription group, so several gateways split the load."""
-    max_payload_bytes: int = Field(64 * 1024, ge=256)
+    max_payload_bytes: int = Field(256 * 1024, ge=256)
+    max_in_flight: int = Field(10_000, ge=1, le=65_535)
+    """Unacknowledged MQTT messages at once (MQTT v5 receive-maximum): the backpressure bound."""
+    linger_ms: int = Field(5, ge=0)
+    producer_queue_messages: int = Field(100_000, ge=100)
+    producer_queue_kbytes: int = Field(64 * 1024, ge=1024)
+    workers: int = Field(1, ge=1, le=64)
 
 
 class Settings(BaseSettings):

@@ -6,8 +6,9 @@ A device publishes to ``{root}/{device_id}/telemetry`` (MQTT, QoS 0 or 1) a JSON
      "metrics": {"temperature": 21.3}, "firmware": "1.4.2", "status": "ok"}
 
 ``v`` schema version, ``seq`` per-device sequence number, ``ts`` event time and ``sent``
-send time in epoch milliseconds of the device clock, ``metrics`` one or more named finite
-numbers; ``firmware`` and ``status`` optional. Unknown fields are refused in v1.
+send time in epoch milliseconds of the device clock, ``metrics`` one or more (at most 64) named
+finite numbers; ``firmware``, ``status`` and ``device_id`` (must match the topic) optional.
+Unknown fields are refused in v1. A payload may also be a JSON array of such readings (a batch).
 
 The gateway appends to ``telemetry.raw`` (key = device id, record timestamp = ``event_ms``)
 a :class:`TelemetryRecord`: the reading plus the device id and the gateway receive time.
@@ -41,6 +42,8 @@ class Reading(BaseModel):
     metrics: Annotated[dict[MetricName, float], Field(min_length=1, max_length=64)]
     firmware: Annotated[str, StringConstraints(max_length=64)] | None = None
     status: Annotated[str, StringConstraints(max_length=64)] | None = None
+    device_id: DeviceId | None = None
+    """Optional; when present it must match the device id of the topic."""
 
 
 class TelemetryRecord(BaseModel):
@@ -56,6 +59,8 @@ class TelemetryRecord(BaseModel):
     device_event_ms: int
     device_sent_ms: int
     received_ms: int
+    clock_offset_ms: int = 0
+    """The gateway's estimate of (gateway clock - device clock) used for ``event_ms``."""
     metrics: dict[str, float]
     firmware: str | None = None
     status: str | None = None

@@ -1,15 +1,39 @@
-"""Turning one MQTT message into a ``telemetry.raw`` record or a dead letter: pure, no I/O."""
+"""One MQTT telemetry message → ``telemetry.raw`` records and dead letters. No I/O.
+
+A payload is one reading (a JSON object) or a batch (a JSON array of readings). In a batch,
+each reading stands alone: the good ones are accepted and each bad one becomes a dead letter
+naming its index, so one broken reading never costs its neighbours. A dead letter always keeps
+the whole raw payload as it arrived, with the reason in its headers.
+
+Beyond the schema (``contracts.telemetry``), a reading must be plausible in time, judged on the
+device's own clock (which may be off): it cannot be sent before it happened (``ts`` at most
+one minute after ``sent``), it cannot have waited in a buffer for more than 30 days, the
+device clock may be at most 7 days from the gateway's, and the corrected event time must be
+after 2020-01-01.
+"""
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.contracts.telemetry import TelemetryRecord, encode, parse_reading
+from pydantic import ValidationError
+
+from fleetwatch.contracts.telemetry import Reading, TelemetryRecord, encode, first_problem
+from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.errors import PayloadRejected
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_MINUTE_MS = 60_000
+_DAY_MS = 24 * 60 * _MINUTE_MS
+MAX_SEND_BEFORE_EVENT_MS = _MINUTE_MS
+MAX_BUFFERED_MS = 30 * _DAY_MS
+MAX_CLOCK_SKEW_MS = 7 * _DAY_MS
+EARLIEST_EVENT_MS = 1_577_836_800_000  # 2020-01-01T00:00:00Z
+MAX_BATCH = 1_000
+
+Headers = list[tuple[str, str | bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -17,14 +41,21 @@ class Accepted:
     key: bytes
     value: bytes
     timestamp_ms: int
+    seq: int
 
 
 @dataclass(frozen=True)
 class DeadLetter:
     key: bytes
     value: bytes
-    headers: list[tuple[str, str | bytes | None]]
+    headers: Headers
     reason: str
+
+
+@dataclass
+class Outcome:
+    accepted: list[Accepted] = field(default_factory=list)
+    rejected: list[DeadLetter] = field(default_factory=list)
 
 
 def device_from_topic(topic: str, root: str) -> str:
@@ -39,31 +70,103 @@ def device_from_topic(topic: str, root: str) -> str:
     return device_id
 
 
-def accept(
-    topic: str, payload: bytes | bytearray, received_ms: int, root: str, max_bytes: int
-) -> Accepted:
-    """Check one message; raise :class:`PayloadRejected` with a specific reason."""
-    device_id = device_from_topic(topic, root)
-    if len(payload) > max_bytes:
-        raise PayloadRejected(f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit")
+def handle(
+    topic: str,
+    payload: bytes | bytearray,
+    received_ms: int,
+    root: str,
+    max_bytes: int,
+    clocks: ClockOffsets,
+) -> Outcome:
+    """Check one message: every reading in it is either accepted or dead-lettered, with a reason."""
+    outcome = Outcome()
+    try:
+        device_id = device_from_topic(topic, root)
+        items = _readings(payload, max_bytes)
+    except PayloadRejected as exc:
+        outcome.rejected.append(dead_letter(topic, payload, received_ms, str(exc), root))
+        return outcome
+    batch = isinstance(items, list)
+    for index, item in enumerate(items if isinstance(items, list) else [items]):
+        try:
+            reading = _validate(item)
+            outcome.accepted.append(_record(device_id, reading, received_ms, clocks))
+        except PayloadRejected as exc:
+            reason = f"reading [{index}]: {exc}" if batch else str(exc)
+            dl = dead_letter(topic, payload, received_ms, reason, root)
+            if batch:
+                dl.headers.append(("fw.batch_index", str(index).encode()))
+            outcome.rejected.append(dl)
+    return outcome
+
+
+def _readings(payload: bytes | bytearray, max_bytes: int) -> object:
     if not payload:
         raise PayloadRejected("empty payload")
+    if len(payload) > max_bytes:
+        raise PayloadRejected(f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit")
     try:
-        reading = parse_reading(payload)
-    except PayloadError as exc:
-        raise PayloadRejected(str(exc)) from exc
+        parsed = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadRejected(f"payload: Invalid JSON ({exc})") from exc
+    if isinstance(parsed, list):
+        if not parsed:
+            raise PayloadRejected("empty batch: a batch payload needs at least one reading")
+        if len(parsed) > MAX_BATCH:
+            raise PayloadRejected(
+                f"batch of {len(parsed)} readings exceeds the limit of {MAX_BATCH}"
+            )
+        return parsed
+    if isinstance(parsed, dict):
+        return parsed
+    raise PayloadRejected(
+        f"payload: a reading is a JSON object or an array of them, got {type(parsed).__name__}"
+    )
+
+
+def _validate(item: object) -> Reading:
+    if not isinstance(item, dict):
+        raise PayloadRejected(f"a reading is a JSON object, got {type(item).__name__}")
+    try:
+        return Reading.model_validate(item, strict=True)
+    except ValidationError as exc:
+        raise PayloadRejected(first_problem(exc)) from exc
+
+
+def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOffsets) -> Accepted:
+    if reading.device_id is not None and reading.device_id != device_id:
+        raise PayloadRejected(
+            f"device_id {reading.device_id!r} in the payload is not {device_id!r} of the topic"
+        )
+    waited = reading.sent - reading.ts
+    if -waited > MAX_SEND_BEFORE_EVENT_MS:
+        raise PayloadRejected(
+            f"ts is {-waited} ms after sent: a reading cannot be sent before it happens"
+        )
+    if waited > MAX_BUFFERED_MS:
+        raise PayloadRejected(f"reading was buffered {waited / _DAY_MS:.1f} days; the limit is 30")
+    skew = received_ms - reading.sent
+    if abs(skew) > MAX_CLOCK_SKEW_MS:
+        raise PayloadRejected(
+            f"device clock is {skew / _DAY_MS:.1f} days off gateway time; limit 7"
+        )
+    offset = clocks.observe(device_id, reading.sent, received_ms)
+    event_ms = reading.ts + offset
+    if event_ms < EARLIEST_EVENT_MS:
+        raise PayloadRejected(f"corrected event time {event_ms} is before 2020-01-01")
     record = TelemetryRecord(
         device_id=device_id,
         seq=reading.seq,
-        event_ms=reading.ts,
+        event_ms=event_ms,
         device_event_ms=reading.ts,
         device_sent_ms=reading.sent,
         received_ms=received_ms,
+        clock_offset_ms=offset,
         metrics=reading.metrics,
         firmware=reading.firmware,
         status=reading.status,
     )
-    return Accepted(device_id.encode(), encode(record), reading.ts)
+    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq)
 
 
 def dead_letter(
@@ -74,7 +177,7 @@ def dead_letter(
         key = device_from_topic(topic, root).encode()
     except PayloadRejected:
         key = b""
-    headers: list[tuple[str, str | bytes | None]] = [
+    headers: Headers = [
         ("fw.reason", reason.encode()),
         ("fw.mqtt_topic", topic.encode(errors="replace")),
         ("fw.received_ms", str(received_ms).encode()),

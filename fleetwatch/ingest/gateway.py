@@ -1,9 +1,16 @@
-"""The gateway process: MQTT (shared subscription, QoS 1, manual acks) → Kafka.
+"""The gateway process: MQTT (shared subscription, QoS 1, manual acks) ⇄ Kafka.
 
-A QoS 1 message is acknowledged to the MQTT broker only from the Kafka delivery callback,
-so a crash before Kafka confirmed it leaves it unacknowledged in the gateway's persistent
-session and the broker delivers it again. Rejected messages go to the dead-letter topic (and
-are acknowledged once that write is confirmed): the gateway never stops on bad input.
+Telemetry and command acks come in over MQTT and go to Kafka; commands go the other way.
+
+*Nothing accepted is lost.* A QoS 1 message is acknowledged to the MQTT broker (PUBACK) only
+once Kafka has confirmed every record made from it — accepted readings and dead letters alike.
+A gateway killed before that leaves the message unacknowledged in its persistent MQTT session,
+and the broker delivers it again when the gateway (same client id) comes back.
+
+*Backpressure.* At most ``max_in_flight`` messages are unacknowledged at once (MQTT v5
+receive-maximum, so the broker holds the rest), and the Kafka producer's local queue is bounded.
+When Kafka is slow or away, the gateway stops acknowledging and the broker keeps the backlog;
+the gateway's memory stays bounded and it catches up when Kafka returns.
 """
 
 from __future__ import annotations
@@ -22,8 +29,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.ingest.accept import accept, dead_letter
-from fleetwatch.ingest.errors import IngestError, PayloadRejected
+from fleetwatch.ingest.accept import Headers, Outcome, handle
+from fleetwatch.ingest.acks import handle_ack
+from fleetwatch.ingest.clock import ClockOffsets
+from fleetwatch.ingest.commands import CommandRelay
+from fleetwatch.ingest.errors import IngestError
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +46,10 @@ def now_ms() -> int:
 
 @dataclass
 class Counters:
+    messages: int = 0
     accepted: int = 0
     rejected: int = 0
+    acks_forwarded: int = 0
     acked: int = 0
     delivery_errors: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -48,16 +60,45 @@ class Counters:
 
 
 def producer_config(settings: Settings) -> dict[str, Any]:
+    g = settings.gateway
     return {
         "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "client.id": settings.gateway.client_id,
+        "client.id": g.client_id,
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 5,
+        "linger.ms": g.linger_ms,
         "compression.type": "lz4",
+        # Keep retrying while Kafka is away: MQTT holds the backlog meanwhile.
         "delivery.timeout.ms": 2_147_483_647,
-        "queue.buffering.max.messages": 100_000,
+        "queue.buffering.max.messages": g.producer_queue_messages,
+        "queue.buffering.max.kbytes": g.producer_queue_kbytes,
+        "log_level": 4,
     }
+
+
+class _PendingAck:
+    """Acknowledge one MQTT message once all records made from it are in Kafka."""
+
+    __slots__ = ("client", "counters", "failed", "mid", "qos", "remaining")
+
+    def __init__(
+        self, client: mqtt.Client, counters: Counters, mid: int, qos: int, records: int
+    ) -> None:
+        self.client, self.counters, self.mid, self.qos = client, counters, mid, qos
+        self.remaining = records
+        self.failed = False
+
+    def __call__(self, err: KafkaError | None, record: Message) -> None:
+        if err is not None:
+            self.failed = True
+            self.counters.add("delivery_errors")
+            logger.error(
+                "Kafka refused a record of MQTT message %d (left unacknowledged): %s", self.mid, err
+            )
+        self.remaining -= 1
+        if self.remaining == 0 and not self.failed and self.qos > 0:
+            self.client.ack(self.mid, self.qos)
+            self.counters.add("acked")
 
 
 class Gateway:
@@ -67,6 +108,7 @@ class Gateway:
         self.settings = settings
         self.clock = clock
         self.counters = Counters()
+        self.clocks = ClockOffsets()
         self._closing = threading.Event()
         self.producer = Producer(producer_config(settings))
         self.client_id = client_id or settings.gateway.client_id
@@ -76,10 +118,14 @@ class Gateway:
             protocol=mqtt.MQTTv5,
             manual_ack=True,
         )
+        self.client.max_inflight_messages_set(1000)
         if settings.mqtt.username:
             self.client.username_pw_set(settings.mqtt.username, settings.mqtt.password)
         self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
+        self._telemetry_suffix = "/telemetry"
+        self.relay = CommandRelay(settings, self.client)
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
     def _on_connect(
@@ -88,31 +134,61 @@ class Gateway:
         if reason.is_failure:
             logger.error("MQTT connect refused: %s", reason)
             return
-        shared = f"$share/{self.settings.gateway.share_group}/{self.settings.mqtt.telemetry_filter}"
-        client.subscribe(shared, qos=1)
+        group, mqtt_settings = self.settings.gateway.share_group, self.settings.mqtt
+        filters = [
+            f"$share/{group}/{mqtt_settings.telemetry_filter}",
+            f"$share/{group}/{mqtt_settings.acks_filter}",
+        ]
+        client.subscribe([(f, 1) for f in filters])
         logger.info(
-            "connected to MQTT, subscribed to %s (session present: %s)",
-            shared,
+            "connected to MQTT as %s (session present: %s), subscribed to %s",
+            self.client_id,
             flags.session_present,
+            ", ".join(filters),
         )
+
+    def _on_disconnect(
+        self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any
+    ) -> None:
+        if not self._closing.is_set():
+            logger.warning("MQTT connection lost (%s); reconnecting", reason)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
         if self._closing.is_set():
-            return  # not acknowledged: the broker redelivers it to the next session
+            return  # not acknowledged: the broker delivers it again to the next session
         received = self.clock()
-        on_delivery = self._ack_callback(msg.mid, msg.qos)
-        try:
-            ok = accept(
+        self.counters.add("messages")
+        root = self.settings.mqtt.root
+        if msg.topic.endswith(self._telemetry_suffix):
+            outcome = handle(
                 msg.topic,
                 msg.payload,
                 received,
-                self.settings.mqtt.root,
+                root,
                 self.settings.gateway.max_payload_bytes,
+                self.clocks,
             )
-        except PayloadRejected as exc:
-            dl = dead_letter(msg.topic, msg.payload, received, str(exc), self.settings.mqtt.root)
-            logger.debug("rejected %s: %s", msg.topic, dl.reason)
-            self.counters.add("rejected")
+            self.counters.add("accepted", len(outcome.accepted))
+            target = self.settings.topics.telemetry_raw
+        else:
+            outcome = handle_ack(msg.topic, msg.payload, received, root)
+            self.counters.add("acks_forwarded", len(outcome.accepted))
+            target = self.settings.topics.device_command_acks
+        self.counters.add("rejected", len(outcome.rejected))
+        self._produce_all(
+            outcome,
+            target,
+            _PendingAck(client, self.counters, msg.mid, msg.qos, _size(outcome)),
+            received,
+        )
+
+    def _produce_all(
+        self, outcome: Outcome, target: str, on_delivery: _PendingAck, received: int
+    ) -> None:
+        for ok in outcome.accepted:
+            self._produce(target, ok.key, ok.value, ok.timestamp_ms, on_delivery)
+        for dl in outcome.rejected:
+            logger.debug("rejected: %s", dl.reason)
             self._produce(
                 self.settings.topics.telemetry_deadletter,
                 dl.key,
@@ -121,11 +197,6 @@ class Gateway:
                 on_delivery,
                 dl.headers,
             )
-            return
-        self.counters.add("accepted")
-        self._produce(
-            self.settings.topics.telemetry_raw, ok.key, ok.value, ok.timestamp_ms, on_delivery
-        )
 
     def _produce(
         self,
@@ -134,7 +205,7 @@ class Gateway:
         value: bytes,
         timestamp_ms: int,
         on_delivery: Callable[[KafkaError | None, Message], None],
-        headers: list[tuple[str, str | bytes | None]] | None = None,
+        headers: Headers | None = None,
     ) -> None:
         while True:
             try:
@@ -148,26 +219,15 @@ class Gateway:
                 )
                 return
             except BufferError:
-                # The local queue is full: Kafka is slow or away. Block this thread (and so MQTT
-                # intake, which stops acknowledging) until deliveries free room.
-                self.producer.poll(0.1)
-
-    def _ack_callback(self, mid: int, qos: int) -> Callable[[KafkaError | None, Message], None]:
-        def on_delivery(err: KafkaError | None, record: Message) -> None:
-            if err is not None:
-                self.counters.add("delivery_errors")
-                logger.error("Kafka refused a record (mid %d, left unacknowledged): %s", mid, err)
-                return
-            if qos > 0:
-                self.client.ack(mid, qos)
-                self.counters.add("acked")
-
-        return on_delivery
+                # The bounded local queue is full (Kafka slow or away). Blocking here blocks MQTT
+                # intake: unacknowledged messages stay with the broker until Kafka catches up.
+                time.sleep(0.05)
 
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = SESSION_EXPIRY_S
+        props.ReceiveMaximum = self.settings.gateway.max_in_flight
         try:
             self.client.connect(
                 self.settings.mqtt.host,
@@ -184,11 +244,11 @@ class Gateway:
         last_report = time.monotonic()
         try:
             while not stop.is_set():
-                self.producer.poll(0.1)
+                self.producer.poll(0.05)
+                self.relay.pump()
                 if time.monotonic() - last_report >= report_every_s:
                     last_report = time.monotonic()
-                    c = self.counters
-                    logger.info("accepted=%d rejected=%d acked=%d", c.accepted, c.rejected, c.acked)
+                    logger.info("%s", self.counters)
         finally:
             self.close()
 
@@ -198,8 +258,14 @@ class Gateway:
         remaining = self.producer.flush(30)
         if remaining:
             logger.warning(
-                "%d records not confirmed by Kafka at shutdown; MQTT will redeliver them", remaining
+                "%d records not confirmed by Kafka at shutdown; MQTT will deliver them again",
+                remaining,
             )
+        self.relay.close()
         self.client.disconnect()
         self.client.loop_stop()
         logger.info("gateway stopped: %s", self.counters)
+
+
+def _size(outcome: Outcome) -> int:
+    return len(outcome.accepted) + len(outcome.rejected)

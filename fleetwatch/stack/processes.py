@@ -93,6 +93,9 @@ class ManagedProcess:
                 env=env,
             )
         self.pid_file.write_text(json.dumps({"pid": proc.pid, "argv": list(argv)}))
+        # /proc/<pid>/cmdline reads empty for a moment while exec completes; identity checks
+        # (pid()) compare it, so return once it shows the command.
+        wait_for(lambda: self.pid() is not None or not _alive(proc.pid), 5.0, 0.005)
         logger.info("started %s (pid %d), log %s", self.name, proc.pid, self.log_file)
         return proc.pid
 

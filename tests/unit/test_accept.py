@@ -3,58 +3,100 @@ import json
 import pytest
 
 from fleetwatch.contracts.telemetry import reading_payload
-from fleetwatch.ingest.accept import accept, dead_letter, device_from_topic
-from fleetwatch.ingest.errors import PayloadRejected
+from fleetwatch.ingest.accept import EARLIEST_EVENT_MS, Outcome, device_from_topic, handle
+from fleetwatch.ingest.clock import ClockOffsets
 
 ROOT = "devices"
-MAX = 1024
+MAX = 4096
+NOW = 1_800_000_000_000
 
 
-def test_an_accepted_reading_is_keyed_by_device_and_stamped() -> None:
-    payload = reading_payload(3, 1_000, 1_005, {"temperature": 20.0})
-    ok = accept("devices/pump-7/telemetry", payload, 2_000, ROOT, MAX)
+def run(topic: str, payload: bytes, received: int = NOW, clocks: ClockOffsets | None = None) -> Outcome:
+    return handle(topic, payload, received, ROOT, MAX, clocks or ClockOffsets())
+
+
+def good(seq: int = 1, ts: int = NOW - 50, sent: int = NOW - 10, **metrics: float) -> bytes:
+    return reading_payload(seq, ts, sent, metrics or {"temperature": 20.0})
+
+
+def test_an_accepted_reading_is_keyed_by_device_and_keeps_its_three_times() -> None:
+    out = run("devices/pump-7/telemetry", good(3))
+    (ok,) = out.accepted
     record = json.loads(ok.value)
+    assert not out.rejected
     assert ok.key == b"pump-7"
-    assert ok.timestamp_ms == 1_000
-    assert record["device_id"] == "pump-7"
     assert (record["device_event_ms"], record["device_sent_ms"], record["received_ms"]) == (
-        1_000,
-        1_005,
-        2_000,
+        NOW - 50,
+        NOW - 10,
+        NOW,
     )
+
+
+def test_event_time_is_corrected_by_the_device_clock_offset() -> None:
+    clocks = ClockOffsets()
+    skew = 3 * 3600 * 1000  # the device clock is three hours behind
+    out = run("devices/d1/telemetry", good(ts=NOW - skew - 40, sent=NOW - skew), clocks=clocks)
+    record = json.loads(out.accepted[0].value)
+    assert record["clock_offset_ms"] == skew
+    assert record["event_ms"] == NOW - 40
+    assert out.accepted[0].timestamp_ms == NOW - 40
+    assert record["device_event_ms"] == NOW - skew - 40
 
 
 def test_a_nested_root_is_understood() -> None:
     assert device_from_topic("site-a/devices/d1/telemetry", "site-a/devices") == "d1"
 
 
+def test_a_batch_accepts_the_good_readings_and_dead_letters_each_bad_one() -> None:
+    batch = [json.loads(good(1)), {"v": 1, "seq": 2}, json.loads(good(3)), "nope"]
+    payload = json.dumps(batch).encode()
+    out = run("devices/d1/telemetry", payload)
+    assert [json.loads(a.value)["seq"] for a in out.accepted] == [1, 3]
+    assert [dl.reason.split(":")[0] for dl in out.rejected] == ["reading [1]", "reading [3]"]
+    assert all(dl.value == payload for dl in out.rejected)
+    assert [dict(dl.headers)["fw.batch_index"] for dl in out.rejected] == [b"1", b"3"]
+
+
 @pytest.mark.parametrize(
     ("topic", "payload", "reason"),
     [
-        ("devices/d1/status", b"{}", "is not devices/{device_id}/telemetry"),
-        ("devices/a/b/telemetry", b"{}", "not a valid device id"),
-        ("other/d1/telemetry", b"{}", "is not devices/{device_id}/telemetry"),
+        ("devices/d1/status", good(), "is not devices/{device_id}/telemetry"),
+        ("devices/a/b/telemetry", good(), "not a valid device id"),
+        ("other/d1/telemetry", good(), "is not devices/{device_id}/telemetry"),
         ("devices/d1/telemetry", b"", "empty payload"),
-        ("devices/d1/telemetry", b"x" * (MAX + 1), "exceeds the 1024-byte limit"),
+        ("devices/d1/telemetry", b"x" * (MAX + 1), "exceeds the 4096-byte limit"),
         ("devices/d1/telemetry", b"{not json", "payload: Invalid JSON"),
+        ("devices/d1/telemetry", b"[]", "empty batch"),
+        ("devices/d1/telemetry", b"42", "got int"),
+        ("devices/d1/telemetry", good(ts=NOW, sent=NOW - 120_000), "cannot be sent before it happens"),
+        ("devices/d1/telemetry", good(ts=NOW - 40 * 86_400_000, sent=NOW), "buffered 40.0 days"),
+        ("devices/d1/telemetry", good(ts=NOW - 9 * 86_400_000, sent=NOW - 9 * 86_400_000), "9.0 days off"),
+        ("devices/d1/telemetry", b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":NaN}}', "metrics.t"),
+        ("devices/d1/telemetry", b'{"v":1,"seq":true,"ts":1,"sent":1,"metrics":{"t":1}}', "seq"),
+        ("devices/d1/telemetry", b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":1},"x":1}', "x:"),
     ],
 )
-def test_a_rejection_says_why(topic: str, payload: bytes, reason: str) -> None:
-    with pytest.raises(PayloadRejected) as caught:
-        accept(topic, payload, 0, ROOT, MAX)
-    assert reason in str(caught.value)
+def test_a_rejection_says_why_and_keeps_the_raw_bytes(topic: str, payload: bytes, reason: str) -> None:
+    out = run(topic, payload)
+    (dl,) = out.rejected
+    assert not out.accepted
+    assert reason in dl.reason
+    assert dl.value == payload
+    assert dict(dl.headers)["fw.reason"] == dl.reason.encode()
+    assert dict(dl.headers)["fw.mqtt_topic"] == topic.encode()
 
 
-def test_a_dead_letter_keeps_the_raw_bytes_and_the_reason() -> None:
-    raw = b"\xff\xfe garbage"
-    dl = dead_letter("devices/d9/telemetry", raw, 42, "payload: Invalid JSON", ROOT)
-    headers = dict(dl.headers)
-    assert dl.value == raw
-    assert dl.key == b"d9"
-    assert headers["fw.reason"] == b"payload: Invalid JSON"
-    assert headers["fw.mqtt_topic"] == b"devices/d9/telemetry"
-    assert headers["fw.received_ms"] == b"42"
+def test_a_payload_naming_another_device_is_refused() -> None:
+    payload = reading_payload(1, NOW - 5, NOW, {"t": 1.0}, device_id="d2")
+    (dl,) = run("devices/d1/telemetry", payload).rejected
+    assert "'d2' in the payload is not 'd1'" in dl.reason
+
+
+def test_an_event_before_2020_is_refused_after_correction() -> None:
+    old = EARLIEST_EVENT_MS - 1_000
+    (dl,) = run("devices/d1/telemetry", good(ts=old, sent=old + 10), received=old + 20).rejected
+    assert "before 2020-01-01" in dl.reason
 
 
 def test_a_dead_letter_from_an_odd_topic_has_an_empty_key() -> None:
-    assert dead_letter("nowhere", b"{}", 0, "bad topic", ROOT).key == b""
+    assert run("nowhere", b"{}").rejected[0].key == b""

@@ -1,0 +1,64 @@
+"""`fleetwatch gateway --workers N`: N gateway processes sharing the MQTT load.
+
+Each worker joins the same MQTT v5 shared-subscription group with a stable client id
+(``{client_id}-{index}``) and a persistent session, so a worker that dies and comes back under
+the same id receives what the broker queued for it. The supervisor restarts a worker that exits
+unexpectedly, and on SIGTERM passes the signal on and waits for every worker to finish cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+RESTART_DELAY_S = 1.0
+STOP_TIMEOUT_S = 60.0
+
+
+def worker_client_id(client_id: str, index: int) -> str:
+    return f"{client_id}-{index}"
+
+
+def _start(index: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "fleetwatch.cli.main", "gateway", "--worker-index", str(index)]
+    return subprocess.Popen(argv)
+
+
+def supervise(workers: int, stop: threading.Event) -> int:
+    """Run ``workers`` gateway processes until ``stop``; returns how many restarts were needed."""
+    procs = {i: _start(i) for i in range(workers)}
+    logger.info("started %d gateway workers: pids %s", workers, [p.pid for p in procs.values()])
+    restarts = 0
+    while not stop.wait(0.5):
+        for index, proc in list(procs.items()):
+            if proc.poll() is not None and not stop.is_set():
+                logger.error(
+                    "gateway worker %d (pid %d) exited with %s; restarting",
+                    index,
+                    proc.pid,
+                    proc.returncode,
+                )
+                if stop.wait(RESTART_DELAY_S):
+                    break
+                procs[index] = _start(index)
+                restarts += 1
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for index, proc in procs.items():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.error(
+                "gateway worker %d did not stop in %.0fs; killing it", index, STOP_TIMEOUT_S
+            )
+            proc.kill()
+            proc.wait()
+    return restarts
