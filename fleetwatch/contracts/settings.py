@@ -106,6 +106,8 @@ class ScoreSettings(_Part):
 
     baseline: dict[str, tuple[float, float]] = {"temperature": (21.0, 8.0)}
     """metric -> (center, tolerance)."""
+    dedup_window: str = "30 minutes"
+    """Event-time watermark delay within which a repeated (device_id, seq) is dropped."""
 
 
 class ApiSettings(_Part):

@@ -43,17 +43,33 @@ def _score_batches(
         yield from score_batch(batch, detector, now_ms=time.time_ns() // 1_000_000)
 
 
-def alerts_frame(raw: DataFrame, detector: FixedBaseline) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` → alert rows (:data:`ALERT_SCHEMA`)."""
+def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` → one row per distinct reading, in event time.
+
+    The raw log is at-least-once (an MQTT redelivery, a device resend, a gateway restart can
+    repeat a reading), so the scorer owns de-duplication: the first (device_id, seq) seen within
+    ``dedup_window`` of event time is kept, the rest dropped (state in the RocksDB store).
+    """
     from pyspark.sql import functions as F
 
-    readings = (
+    return (
         raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
-        .where(F.col("r.device_id").isNotNull())
-        .select("r.device_id", "r.seq", "r.event_ms", "r.received_ms", F.explode("r.metrics"))
-        .withColumnRenamed("key", "metric")
+        .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
+        .select("r.*")
+        .withColumn("event_time", F.timestamp_millis("event_ms"))
+        .withWatermark("event_time", dedup_window)
+        .dropDuplicatesWithinWatermark(["device_id", "seq"])
     )
-    return readings.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
+
+
+def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
+    """Readings (:func:`readings_frame`) → alert rows (:data:`ALERT_SCHEMA`)."""
+    from pyspark.sql import functions as F
+
+    per_metric = readings.select(
+        "device_id", "seq", "event_ms", "received_ms", F.explode("metrics").alias("metric", "value")
+    )
+    return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
 def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:
@@ -68,7 +84,7 @@ def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> S
         .option("failOnDataLoss", "false")
         .load()
     )
-    alerts = alerts_frame(raw, detector)
+    alerts = alerts_frame(readings_frame(raw, settings.score.dedup_window), detector)
     out = alerts.select(
         F.col("device_id").alias("key"),
         F.to_json(F.struct(*ALERT_COLUMNS)).alias("value"),

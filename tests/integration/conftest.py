@@ -6,6 +6,7 @@ every test gets its own topics, MQTT topic root, consumer groups, checkpoints an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,13 +18,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
+from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
+from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +103,32 @@ class Isolated:
             )
         self.procs[name] = proc
         return proc
+
+    @contextlib.contextmanager
+    def mqtt_client(self) -> Iterator[mqtt.Client]:
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"t-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5
+        )
+        client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
+        client.loop_start()
+        try:
+            yield client
+        finally:
+            client.disconnect()
+            client.loop_stop()
+
+    def await_gateway(self, client: mqtt.Client) -> None:
+        """The gateway's shared subscription exists once a probe reading reaches Kafka."""
+        topic = f"{self.mqtt_root}/probe/telemetry"
+
+        def probe_arrived() -> bool:
+            now = time.time_ns() // 1_000_000
+            client.publish(topic, reading_payload(0, now, now, {"t": 1.0}), qos=1).wait_for_publish(
+                10
+            )
+            return sum(self.end_offsets(self.topics.telemetry_raw).values()) >= 1
+
+        wait_until(probe_arrived, 30, "the gateway to subscribe", interval_s=0.5)
 
     def consumer(self) -> Consumer:
         return Consumer(

@@ -1,12 +1,16 @@
-"""The gateway over the real brokers: good readings to telemetry.raw, bad ones to dead letters."""
+"""The gateway over the real brokers: readings, batches, dead letters, commands, acks, workers."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from typing import Any
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
+from confluent_kafka import Producer
 
+from fleetwatch.contracts.commands import Command
 from fleetwatch.contracts.telemetry import reading_payload
 from tests.integration.conftest import Isolated
 from tests.polling import wait_until
@@ -14,48 +18,47 @@ from tests.polling import wait_until
 HOT = b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":"hot"}}'
 
 
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def payload(seq: int, value: float = 20.0) -> bytes:
+    t = now_ms()
+    return reading_payload(seq, t - 5, t, {"t": value})
+
+
+def real_readings(isolated: Isolated, expected: int) -> list[dict[str, Any]]:
+    records = [
+        json.loads(r.value) for r in isolated.read_all(isolated.topics.telemetry_raw, expected)
+    ]
+    return [r for r in records if r["device_id"] != "probe"]
+
+
 def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(
     isolated: Isolated,
 ) -> None:
     isolated.start("gateway", "gateway")
-    client = mqtt.Client(
-        CallbackAPIVersion.VERSION2, client_id=f"t-{isolated.tag}", protocol=mqtt.MQTTv5
-    )
-    client.connect(isolated.settings.mqtt.host, isolated.settings.mqtt.port)
-    client.loop_start()
-    try:
-        # the gateway's shared subscription exists once a probe reading gets through
-        probe_topic = f"{isolated.mqtt_root}/probe/telemetry"
-
-        def probe_arrived() -> bool:
-            client.publish(
-                probe_topic, reading_payload(0, 1, 1, {"t": 1.0}), qos=1
-            ).wait_for_publish(10)
-            return sum(isolated.end_offsets(isolated.topics.telemetry_raw).values()) >= 1
-
-        wait_until(probe_arrived, 30, "the gateway to subscribe", interval_s=0.5)
-        good = [(f"d{i}", seq) for i in range(3) for seq in range(5)]
+    good = [(f"d{i}", seq) for i in range(3) for seq in range(5)]
+    bad = {
+        f"{isolated.mqtt_root}/d0/telemetry": b"{not json",
+        f"{isolated.mqtt_root}/d1/telemetry": HOT,
+        f"{isolated.mqtt_root}/d2/telemetry": b"",
+    }
+    with isolated.mqtt_client() as client:
+        isolated.await_gateway(client)
         for device, seq in good:
-            payload = reading_payload(
-                seq, 1_700_000_000_000 + seq, 1_700_000_000_001 + seq, {"t": 20.0 + seq}
-            )
             client.publish(
-                f"{isolated.mqtt_root}/{device}/telemetry", payload, qos=1
+                f"{isolated.mqtt_root}/{device}/telemetry", payload(seq), qos=1
             ).wait_for_publish(10)
-        bad = {
-            f"{isolated.mqtt_root}/d0/telemetry": b"{not json",
-            f"{isolated.mqtt_root}/d1/telemetry": HOT,
-            f"{isolated.mqtt_root}/d2/telemetry": b"",
-        }
-        for topic, payload in bad.items():
-            client.publish(topic, payload, qos=1).wait_for_publish(10)
-    finally:
-        client.disconnect()
-        client.loop_stop()
+        for topic, body in bad.items():
+            client.publish(topic, body, qos=1).wait_for_publish(10)
 
     raw = isolated.read_all(isolated.topics.telemetry_raw, len(good) + 1)
-    records = [json.loads(r.value) for r in raw]
-    seen = sorted((r["device_id"], r["seq"]) for r in records if r["device_id"] != "probe")
+    seen = sorted(
+        (r["device_id"], r["seq"])
+        for r in map(json.loads, (x.value for x in raw))
+        if r["device_id"] != "probe"
+    )
     assert seen == sorted(good)
     assert all(r.key == json.loads(r.value)["device_id"].encode() for r in raw)
 
@@ -65,8 +68,73 @@ def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(
         for r in dead
     }
     assert set(reasons) == set(bad)
-    for topic, payload in bad.items():
-        assert reasons[topic][0] == payload
+    for topic, body in bad.items():
+        assert reasons[topic][0] == body
     assert reasons[f"{isolated.mqtt_root}/d0/telemetry"][1].startswith("payload: Invalid JSON")
     assert reasons[f"{isolated.mqtt_root}/d1/telemetry"][1].startswith("metrics.t")
     assert reasons[f"{isolated.mqtt_root}/d2/telemetry"][1] == "empty payload"
+
+
+def test_a_batch_payload_splits_into_readings_and_a_bad_one_is_dead_lettered(
+    isolated: Isolated,
+) -> None:
+    isolated.start("gateway", "gateway")
+    batch = [json.loads(payload(s)) for s in range(4)]
+    batch[2]["metrics"] = {"t": "warm"}
+    with isolated.mqtt_client() as client:
+        isolated.await_gateway(client)
+        client.publish(
+            f"{isolated.mqtt_root}/b1/telemetry", json.dumps(batch), qos=1
+        ).wait_for_publish(10)
+    assert sorted(r["seq"] for r in real_readings(isolated, 4)) == [0, 1, 3]
+    (dead,) = isolated.read_all(isolated.topics.telemetry_deadletter, 1)
+    assert dead.headers["fw.batch_index"] == b"2"
+    assert dead.headers["fw.reason"].decode().startswith("reading [2]: metrics.t")
+
+
+def test_commands_reach_the_device_and_its_ack_comes_back(isolated: Isolated) -> None:
+    isolated.start("gateway", "gateway")
+    received: list[bytes] = []
+    got = threading.Event()
+
+    def on_message(client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        received.append(bytes(msg.payload))
+        got.set()
+
+    command = Command(command_id="c-42", device_id="dev-9", name="calibrate", issued_ms=now_ms())
+    with isolated.mqtt_client() as device:
+        device.on_message = on_message
+        device.subscribe(f"{isolated.mqtt_root}/dev-9/commands", qos=1)[1]
+        isolated.await_gateway(device)
+        producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+        producer.produce(isolated.topics.device_commands, command.model_dump_json(), "dev-9")
+        producer.flush(10)
+        wait_until(got.is_set, 30, "the command on the device's MQTT topic")
+        assert Command.model_validate_json(received[0]) == command
+        ack = {"v": 1, "command_id": "c-42", "status": "ok", "detail": "", "device_ms": now_ms()}
+        device.publish(f"{isolated.mqtt_root}/dev-9/acks", json.dumps(ack), qos=1).wait_for_publish(
+            10
+        )
+    (record,) = isolated.read_all(isolated.topics.device_command_acks, 1)
+    assert record.key == b"dev-9"
+    assert json.loads(record.value)["command_id"] == "c-42"
+    assert json.loads(record.value)["device_id"] == "dev-9"
+
+
+def test_several_workers_share_the_load_and_lose_nothing(isolated: Isolated) -> None:
+    isolated.start("gateway", "gateway", "--workers", "2")
+    sent = [(f"w{i}", seq) for i in range(8) for seq in range(25)]
+    with isolated.mqtt_client() as client:
+        isolated.await_gateway(client)
+        infos = [
+            client.publish(f"{isolated.mqtt_root}/{d}/telemetry", payload(s), qos=1)
+            for d, s in sent
+        ]
+        for info in infos:
+            info.wait_for_publish(10)
+    wait_until(
+        lambda: sum(isolated.end_offsets(isolated.topics.telemetry_raw).values()) >= len(sent) + 1,
+        60,
+        "every reading in Kafka",
+    )
+    assert {(r["device_id"], r["seq"]) for r in real_readings(isolated, len(sent) + 1)} == set(sent)

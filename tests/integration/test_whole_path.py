@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
+from fleetwatch.contracts.telemetry import reading_payload
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 
@@ -100,3 +102,27 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
     latency_ms = alert["stored_ms"] - alert["event_ms"]
     record_property("whole_path_latency_ms", latency_ms)
     logger.warning("whole-path latency (device event time -> stored by the API): %d ms", latency_ms)
+
+    # a device resends a reading (same device, same seq): the log keeps both, one alert comes out
+    now = time.time_ns() // 1_000_000
+    resent = reading_payload(ROUNDS, now, now, {"temperature": 60.0})
+    device = alert["device_id"]
+    with isolated.mqtt_client() as client:
+        for _ in range(2):
+            client.publish(
+                f"{isolated.mqtt_root}/{device}/telemetry", resent, qos=1
+            ).wait_for_publish(10)
+    wait_until(
+        lambda: sum(isolated.end_offsets(raw).values()) == readings + 2,
+        60,
+        "both copies in the log",
+    )
+    ends = isolated.end_offsets(raw)
+    wait_until(
+        lambda: checkpointed_offsets(checkpoint, raw) == ends, 120, "the scorer to take both"
+    )
+    body = wait_until(
+        lambda: (b := httpx.get(f"{api}/alerts").json())["count"] >= 2 and b, 60, "the new alert"
+    )
+    assert sum(isolated.end_offsets(alerts_topic).values()) == 2
+    assert sorted((a["device_id"], a["seq"]) for a in body["data"])[-1] == (device, ROUNDS)

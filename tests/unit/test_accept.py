@@ -11,7 +11,9 @@ MAX = 4096
 NOW = 1_800_000_000_000
 
 
-def run(topic: str, payload: bytes, received: int = NOW, clocks: ClockOffsets | None = None) -> Outcome:
+def run(
+    topic: str, payload: bytes, received: int = NOW, clocks: ClockOffsets | None = None
+) -> Outcome:
     return handle(topic, payload, received, ROOT, MAX, clocks or ClockOffsets())
 
 
@@ -68,15 +70,29 @@ def test_a_batch_accepts_the_good_readings_and_dead_letters_each_bad_one() -> No
         ("devices/d1/telemetry", b"{not json", "payload: Invalid JSON"),
         ("devices/d1/telemetry", b"[]", "empty batch"),
         ("devices/d1/telemetry", b"42", "got int"),
-        ("devices/d1/telemetry", good(ts=NOW, sent=NOW - 120_000), "cannot be sent before it happens"),
+        (
+            "devices/d1/telemetry",
+            good(ts=NOW, sent=NOW - 120_000),
+            "cannot be sent before it happens",
+        ),
         ("devices/d1/telemetry", good(ts=NOW - 40 * 86_400_000, sent=NOW), "buffered 40.0 days"),
-        ("devices/d1/telemetry", good(ts=NOW - 9 * 86_400_000, sent=NOW - 9 * 86_400_000), "9.0 days off"),
-        ("devices/d1/telemetry", b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":NaN}}', "metrics.t"),
+        (
+            "devices/d1/telemetry",
+            good(ts=NOW - 9 * 86_400_000, sent=NOW - 9 * 86_400_000),
+            "9.0 days off",
+        ),
+        (
+            "devices/d1/telemetry",
+            b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":NaN}}',
+            "metrics.t",
+        ),
         ("devices/d1/telemetry", b'{"v":1,"seq":true,"ts":1,"sent":1,"metrics":{"t":1}}', "seq"),
         ("devices/d1/telemetry", b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":1},"x":1}', "x:"),
     ],
 )
-def test_a_rejection_says_why_and_keeps_the_raw_bytes(topic: str, payload: bytes, reason: str) -> None:
+def test_a_rejection_says_why_and_keeps_the_raw_bytes(
+    topic: str, payload: bytes, reason: str
+) -> None:
     out = run(topic, payload)
     (dl,) = out.rejected
     assert not out.accepted

@@ -45,7 +45,9 @@ def test_qos0_messages_need_no_acknowledgement() -> None:
 
 
 def test_a_device_ack_is_forwarded_with_its_device_and_receive_time() -> None:
-    payload = b'{"v":1,"command_id":"c-1","status":"failed","detail":"unknown command","device_ms":5}'
+    payload = (
+        b'{"v":1,"command_id":"c-1","status":"failed","detail":"unknown command","device_ms":5}'
+    )
     out = handle_ack("devices/d1/acks", payload, 99, "devices")
     (record,) = out.accepted
     assert record.key == b"d1"
