@@ -10,8 +10,8 @@ A level shift of ``δ`` standard deviations adds ``δ - drift`` per reading; a g
 starts adding once it exceeds ``drift``. Calibration (Siegmund's approximation for a Gaussian
 CUSUM): under no change ``P(S >= h) ≈ exp(-2·drift·h)``, so the surprise of ``S`` is
 ``2·drift·S - ln 2`` (two sides). A row alerts when that reaches the common alert level, i.e. at
-``h ≈ 14.5`` for ``drift = 0.5``: a 3σ shift is flagged after about 6 readings, a drift of
-0.01σ per reading after about 100. With ``reset`` a side restarts from 0 after it alerts, so
+``h ≈ 14.5`` for ``drift = 0.5``: a 3-sigma shift is flagged after about 6 readings, a drift of
+0.01 sigma per reading after about 100. With ``reset`` a side restarts from 0 after it alerts, so
 the detector re-arms for the next change (a shift that persists alerts again every ``h/(δ -
 drift)`` readings, until the trainer accepts the new level).
 

@@ -81,11 +81,13 @@ class SeasonalProfile:
             first[present] = batch.value[where]
             self.shift = np.concatenate([self.shift, first[len(self.metrics) :]])
             self.sums = np.concatenate([self.sums, np.zeros((new, self.buckets + 1, 3))])
-            self.counts = np.concatenate(
-                [self.counts, np.zeros((new, self.buckets + 1), np.int64)]
-            )
+            self.counts = np.concatenate([self.counts, np.zeros((new, self.buckets + 1), np.int64)])
             self.metrics = known
-        to_ms = int(batch.event_ms[-1]) if self.ref_ms is None else max(self.ref_ms, int(batch.event_ms[-1]))
+        to_ms = (
+            int(batch.event_ms[-1])
+            if self.ref_ms is None
+            else max(self.ref_ms, int(batch.event_ms[-1]))
+        )
         self.sums *= decay_factor(self.ref_ms, to_ms, self.halflife_ms)
         self.ref_ms = to_ms
         rows = np.flatnonzero(keep)
@@ -94,11 +96,15 @@ class SeasonalProfile:
         w = row_weights(t, to_ms, self.halflife_ms)
         b = np.floor(np.mod(t, self.period_ms) / (self.period_ms / self.buckets)).astype(np.intp)
         width = self.buckets + 1
-        groups = np.concatenate([m * width + np.minimum(b, self.buckets - 1), m * width + self.buckets])
+        groups = np.concatenate(
+            [m * width + np.minimum(b, self.buckets - 1), m * width + self.buckets]
+        )
         size = len(self.metrics) * width
         flat = self.sums.reshape(size, 3)
         for j, contrib in enumerate((w, w * y, w * y * y)):
-            flat[:, j] += np.bincount(groups, weights=np.concatenate([contrib, contrib]), minlength=size)
+            flat[:, j] += np.bincount(
+                groups, weights=np.concatenate([contrib, contrib]), minlength=size
+            )
         self.counts += np.bincount(groups, minlength=size).reshape(self.counts.shape)
         return codes
 
@@ -111,8 +117,12 @@ class SeasonalProfile:
         return mean_y + self.shift[:, None], np.sqrt(var)
 
     def expect(
-        self, codes: npt.NDArray[np.intp], event_ms: npt.NDArray[np.int64], warmup: int,
-        bucket_warmup: int, min_std: float,
+        self,
+        codes: npt.NDArray[np.intp],
+        event_ms: npt.NDArray[np.int64],
+        warmup: int,
+        bucket_warmup: int,
+        min_std: float,
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """Per row: expected value, standard deviation, and whether the metric is warm."""
         n = codes.size

@@ -92,11 +92,13 @@ class Scores:
             way = "up" if reason == Reason.SHIFT_UP else "down"
             return f"{metric}={obs:.6g}: level shifted {way} from {exp:.6g}±{band:.4g} ({tail})"
         if reason == Reason.FLATLINE:
-            return f"{metric} flat at {exp:.6g}: window range {obs:.4g}, noise σ {band:.4g} ({tail})"
+            flat = f"window range {obs:.4g}, noise sd {band:.4g}"
+            return f"{metric} flat at {exp:.6g}: {flat} ({tail})"
         if reason == Reason.DROPOUT:
-            return f"gap of {obs:.0f} ms in readings, typical {exp:.0f} ms, limit {band:.0f} ms ({tail})"
+            return f"gap of {obs:.0f} ms, typical {exp:.0f} ms, limit {band:.0f} ms ({tail})"
         if reason == Reason.PATTERN:
-            return f"{metric}={obs:.6g} breaks the metrics' joint pattern: expected {exp:.6g}±{band:.4g} ({tail})"
+            joint = f"expected {exp:.6g}±{band:.4g} from the other metrics"
+            return f"{metric}={obs:.6g} breaks the joint pattern: {joint} ({tail})"
         if reason == Reason.WARMUP:
             return f"{metric}: still warming up, not scored"
         return f"{metric}={obs:.6g} within normal ({tail})"

@@ -39,7 +39,9 @@ def check_profile_hyper(
     if halflife_hours is not None and not halflife_hours > 0:
         raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
     if buckets < 1 or not period_hours > 0:
-        raise ConfigurationError(f"need buckets >= 1 and period_hours > 0, got {buckets}, {period_hours}")
+        raise ConfigurationError(
+            f"need buckets >= 1 and period_hours > 0, got {buckets}, {period_hours}"
+        )
     if not min_std > 0:
         raise ConfigurationError(f"min_std must be > 0, got {min_std}")
 
@@ -82,9 +84,7 @@ class SeasonalBaseline(Detector):
         surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
         reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
-        return Scores.build(
-            self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason
-        )
+        return Scores.build(self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason)
 
     def _state(self) -> dict[str, Any]:
         return self.profile.state()
