@@ -1,12 +1,15 @@
 """The combined detector: every member's evidence as one calibrated score.
 
 Each member reports a surprise ``s_i = -ln p_i`` for every row (see :mod:`calibration`). The
-combination is the smallest p-value with a Bonferroni correction for the number of members,
-``p = min(1, D·min_i p_i)``, i.e. ``s = max_i s_i - ln D``: a valid p-value whatever the
-dependence between members, strictly increasing in the strongest evidence (so the ranking of
-extreme anomalies survives), and mapped to [0, 1] with the same function as every member. A
-noisy-OR of member scores would saturate at 1.0 as soon as two members are confident; the
-maximum keeps the order. The explanation of a row is that of the most surprised member.
+combined surprise is the largest, ``s = max_i s_i`` (the smallest p-value), mapped to [0, 1]
+with the same function as every member. So the combined detector alerts exactly when some
+member alerts, its score is strictly increasing in the strongest evidence (the ranking of
+extreme anomalies survives; a noisy-OR of member scores would saturate at 1.0 as soon as two
+members are confident), and by the union bound its false-alert rate per row is at most the sum
+of the members' rates (``D · ALERT_P`` under their models). A Bonferroni correction
+(``s - ln D``) would make ``p`` a valid p-value, but it would hide the CUSUM, whose sums are
+reset as soon as they reach the common alert level and so never exceed it by ``ln D`` on a
+small shift. The explanation of a row is that of the most surprised member.
 
 Members learn from the same batch with the same exclusion mask; when none is given, the
 combined pre-batch alerts are excluded from every member, so a spike seen by one detector does
@@ -15,7 +18,6 @@ not leak into the others' statistics.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -65,7 +67,7 @@ class CombinedDetector(Detector):
         each = [member._score(batch) for member in self.detectors]
         surprise = np.stack([s.surprise for s in each])
         best = np.argmax(surprise, axis=0)[None, :]
-        combined = np.maximum(np.take_along_axis(surprise, best, 0)[0] - math.log(len(each)), 0.0)
+        combined = np.take_along_axis(surprise, best, 0)[0]
 
         def pick(field: str) -> Any:
             return np.take_along_axis(np.stack([getattr(s, field) for s in each]), best, 0)[0]

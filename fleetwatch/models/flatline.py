@@ -128,7 +128,7 @@ class FlatlineDetector(Detector):
             self.tails[m] = (self.tails[m] + batch.value[rows].tolist())[-(self.window - 1) :]
         times, _, gap = self._event_gaps(batch)
         tau = self.typical_interval_ms
-        use_gap = ~np.isnan(gap)
+        use_gap = gap > 0  # NaN (no previous time) compares False
         if tau is not None:
             use_gap &= gap <= self.gap_factor * tau
         w = row_weights(times[use_gap], to_ms, self._halflife_ms)

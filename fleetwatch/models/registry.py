@@ -34,7 +34,7 @@ KINDS: Mapping[str, type[Detector]] = registered_kinds()
 
 def create(kind: str, **hyper: Any) -> Detector:
     """A fresh detector of a registered kind with the given hyperparameters."""
-    return detector_class(kind).from_hyper(hyper)
+    return detector_class(kind)(**hyper)
 
 
 def default_detector() -> CombinedDetector:
