@@ -1,0 +1,179 @@
+"""The detector interface: learn from a batch, score a batch, parameters in and out.
+
+In the style of river's estimators, kept to a few methods:
+
+- ``learn(readings, exclude=None)`` updates the parameters from one batch of one device's
+  readings, starting from the current parameters (never refitting on all history), bumps
+  ``version`` and widens ``trained_from_ms`` / ``trained_to_ms``;
+- ``score(readings)`` scores a batch with the current parameters (it does not learn) and
+  returns :class:`~fleetwatch.models.scores.Scores`, one per input row;
+- ``to_params()`` / ``from_params()`` turn a detector into a small JSON-able dict and back;
+- hyperparameters are exactly the constructor arguments (``hyperparameters()`` reads them
+  back), and ``clone()`` gives a fresh, unfitted detector with the same ones.
+
+A batch is scored as the continuation of the data learned so far: detectors with memory
+(the CUSUM sums, the last readings of a flat-line window, the last event time) carry it in
+their parameters. The streaming order for one device is therefore ``score(batch)`` then
+``learn(batch, exclude=scores.alert)``.
+
+Training on anomalies. ``exclude`` is a per-row boolean mask of readings to keep out of the
+learned statistics (the detector still advances its memory through them). The trainer passes
+the alerts the scorer raised, so a long fault does not become the new normal. When ``exclude``
+is ``None`` a fitted detector gates itself: rows it scores as alerts with its parameters before
+the batch are left out. The price is that a genuine, permanent change of level keeps alerting
+until the device is re-learned (``clone()`` and learn) or the trainer stops excluding it.
+
+Every concrete subclass with a ``kind`` is registered here; see :mod:`registry`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.errors import BatchError, ParamsError, UnknownDetector
+from fleetwatch.models.params import check_header
+from fleetwatch.models.scores import Scores
+
+Readings = pd.DataFrame | Batch
+
+_KINDS: dict[str, type[Detector]] = {}
+
+
+class Detector(ABC):
+    kind: ClassVar[str]
+    schema: ClassVar[int] = 1
+
+    version: int = 0
+    trained_from_ms: int | None = None
+    trained_to_ms: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__ and not inspect.isabstract(cls):
+            _KINDS[cls.kind] = cls
+
+    # -- hyperparameters ---------------------------------------------------------------------
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor arguments, read back from the attributes of the same names."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def hyper_json(self) -> dict[str, Any]:
+        """:meth:`hyperparameters` in JSON form (the same unless a subclass nests detectors)."""
+        return self.hyperparameters()
+
+    @classmethod
+    def from_hyper(cls, hyper: Mapping[str, Any]) -> Self:
+        try:
+            return cls(**hyper)
+        except TypeError as exc:
+            raise ParamsError(f"bad {cls.kind} hyperparameters {dict(hyper)!r}: {exc}") from exc
+
+    def clone(self) -> Self:
+        """A fresh, unfitted detector with the same hyperparameters."""
+        return type(self).from_hyper(self.hyper_json())
+
+    @property
+    def fitted(self) -> bool:
+        return self.version > 0
+
+    # -- learning and scoring ----------------------------------------------------------------
+
+    def learn(self, readings: Readings, exclude: npt.ArrayLike | None = None) -> Self:
+        """Update from one batch of one device's readings; ``exclude`` marks rows (in the
+        caller's order) to keep out of the statistics. Returns ``self``."""
+        batch = Batch.of(readings)
+        if len(batch) == 0:
+            return self
+        if exclude is None:
+            keep = ~self._score(batch).alert if self.fitted else np.ones(len(batch), bool)
+        else:
+            mask = np.asarray(exclude, dtype=bool)
+            if mask.shape != (len(batch),):
+                raise BatchError(f"exclude has shape {mask.shape}, the batch {len(batch)} rows")
+            keep = ~batch.sorted_like(mask)
+        self._learn_batch(batch, keep)
+        return self
+
+    def score(self, readings: Readings) -> Scores:
+        """Score a batch with the current parameters; one score per input row, in input order."""
+        batch = Batch.of(readings)
+        scores = self._score(batch)
+        return scores if batch.order is None else scores.take(np.argsort(batch.order))
+
+    def _learn_batch(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        self._learn(batch, keep)
+        lo, hi = int(batch.event_ms[0]), int(batch.event_ms[-1])
+        self.trained_from_ms = lo if self.trained_from_ms is None else min(lo, self.trained_from_ms)
+        self.trained_to_ms = hi if self.trained_to_ms is None else max(hi, self.trained_to_ms)
+        self.version += 1
+
+    @abstractmethod
+    def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        """Update the state from a sorted batch (``keep`` marks rows that may be learned)."""
+
+    @abstractmethod
+    def _score(self, batch: Batch) -> Scores:
+        """Scores in the batch's (sorted) row order."""
+
+    # -- parameters --------------------------------------------------------------------------
+
+    @abstractmethod
+    def _state(self) -> dict[str, Any]:
+        """The learned state as JSON-able values."""
+
+    @abstractmethod
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`_state` wrote."""
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "schema": self.schema,
+            "version": self.version,
+            "trained_from_ms": self.trained_from_ms,
+            "trained_to_ms": self.trained_to_ms,
+            "hyper": self.hyper_json(),
+            "state": self._state(),
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        check_header(params, cls.kind, cls.schema)
+        detector = cls.from_hyper(params["hyper"])
+        try:
+            detector._load_state(params["state"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ParamsError(f"bad {cls.kind} state: {exc}") from exc
+        detector.version = int(params["version"])
+        lo, hi = params["trained_from_ms"], params["trained_to_ms"]
+        detector.trained_from_ms = None if lo is None else int(lo)
+        detector.trained_to_ms = None if hi is None else int(hi)
+        return detector
+
+
+def detector_class(kind: str) -> type[Detector]:
+    try:
+        return _KINDS[kind]
+    except KeyError:
+        raise UnknownDetector(f"unknown detector kind {kind!r}; known: {sorted(_KINDS)}") from None
+
+
+def registered_kinds() -> dict[str, type[Detector]]:
+    return dict(_KINDS)
+
+
+def load_params(params: Mapping[str, Any]) -> Detector:
+    """Any registered detector from its parameters (dispatch on ``kind``)."""
+    if "kind" not in params:
+        raise ParamsError("parameters have no 'kind'")
+    return detector_class(str(params["kind"])).from_params(params)

@@ -1,0 +1,108 @@
+"""A batch of one device's readings in the form every detector works on.
+
+Detectors take the long form the scorer already has, one row per (reading, metric) with
+columns ``event_ms``, ``metric``, ``value`` (other columns are ignored), or a wide frame
+through :meth:`Batch.from_wide`. Inside, rows are in event-time order (a stable sort, undone
+on the way out so scores line up with the caller's rows) and metric names are factorised once
+so each detector maps them to its own arrays with a lookup of a few names, not of every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from fleetwatch.models.errors import BatchError
+
+COLUMNS = ("event_ms", "metric", "value")
+T = TypeVar("T", bound=np.generic)
+
+
+@dataclass(frozen=True)
+class Batch:
+    event_ms: npt.NDArray[np.int64]
+    """Event times, ascending."""
+    codes: npt.NDArray[np.intp]
+    """Per row, the index of its metric in :attr:`names`."""
+    names: tuple[str, ...]
+    value: npt.NDArray[np.float64]
+    order: npt.NDArray[np.intp] | None
+    """The permutation that sorted the caller's rows (``None`` when they were in order)."""
+
+    @classmethod
+    def of(cls, readings: pd.DataFrame | Batch) -> Batch:
+        if isinstance(readings, Batch):
+            return readings
+        missing = [c for c in COLUMNS if c not in readings.columns]
+        if missing:
+            raise BatchError(f"readings miss column(s) {', '.join(missing)}")
+        try:
+            event_ms = readings["event_ms"].to_numpy(dtype=np.int64)
+            value = readings["value"].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise BatchError(f"event_ms must be integers and value numbers: {exc}") from exc
+        codes, uniques = pd.factorize(readings["metric"].to_numpy(), sort=True)
+        if (codes < 0).any():
+            raise BatchError("metric must not be missing")
+        order: npt.NDArray[np.intp] | None = None
+        if event_ms.size > 1 and (np.diff(event_ms) < 0).any():
+            order = np.argsort(event_ms, kind="stable")
+            event_ms, codes, value = event_ms[order], codes[order], value[order]
+        names = tuple(str(n) for n in uniques)
+        return cls(event_ms, codes.astype(np.intp), names, value, order)
+
+    @classmethod
+    def from_wide(cls, frame: pd.DataFrame, time_column: str = "event_ms") -> Batch:
+        """A wide frame (one row per event time, one column per metric) in long form."""
+        if time_column not in frame.columns:
+            raise BatchError(f"wide readings miss the time column {time_column!r}")
+        long = frame.melt(id_vars=[time_column], var_name="metric", value_name="value")
+        long = long.rename(columns={time_column: "event_ms"}).dropna(subset=["value"])
+        return cls.of(long)
+
+    def __len__(self) -> int:
+        return int(self.event_ms.size)
+
+    def sorted_like(self, values: npt.NDArray[T]) -> npt.NDArray[T]:
+        """A per-row array given in the caller's order, in this batch's (sorted) order."""
+        return values if self.order is None else values[self.order]
+
+    def unsorted(self, values: npt.NDArray[T]) -> npt.NDArray[T]:
+        """A per-row array in this batch's order, back in the caller's order."""
+        if self.order is None:
+            return values
+        out = np.empty_like(values)
+        out[self.order] = values
+        return out
+
+    def lookup(self, known: Sequence[str]) -> npt.NDArray[np.intp]:
+        """Per row, the index of its metric in ``known`` (-1 when it is not there)."""
+        index = {name: i for i, name in enumerate(known)}
+        table = np.array([index.get(n, -1) for n in self.names], dtype=np.intp)
+        out: npt.NDArray[np.intp] = table[self.codes] if table.size else self.codes.copy()
+        return out
+
+
+def extend_metrics(known: list[str], batch: Batch) -> list[str]:
+    """``known`` followed by this batch's new metric names (appended: existing indices stay)."""
+    return known + [n for n in batch.names if n not in set(known)]
+
+
+def per_metric_runs(
+    codes: npt.NDArray[np.intp], n_metrics: int
+) -> list[tuple[int, npt.NDArray[np.intp]]]:
+    """For each metric present, the row indices of its readings in time order."""
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes[codes >= 0], minlength=n_metrics)
+    start = int((codes < 0).sum())
+    runs = []
+    for m in range(n_metrics):
+        if counts[m]:
+            runs.append((m, order[start : start + counts[m]]))
+        start += int(counts[m])
+    return runs

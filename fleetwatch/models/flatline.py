@@ -1,0 +1,208 @@
+"""Stuck sensors and dropouts: a metric that stops moving, a device that stops sending.
+
+Flat line. Over each window of ``window`` consecutive readings of a metric the statistic is the
+range ``r = max - min``. The device's noise ``sigma`` is learned from first differences
+(``E[d²] = 2 sigma²``, which ignores slow trends and the daily cycle). For ``k`` independent normal
+readings ``P(range <= r) ≈ √k · (r / (sigma·√(2π)))^(k-1)`` when ``r`` is small, so the surprise is
+``(k-1)·ln(sigma·√(2π) / r) - ½ ln k``. ``r`` is floored at the sensor's resolution (the smallest
+non-zero step ever learned), so a quantised sensor that legitimately repeats a value is not a
+stuck one, and a constant series scores high but finite.
+
+Dropout. Between consecutive event times of the device, a gap ``g`` against the learned typical
+interval ``τ`` (time-decayed mean of the gaps, leaving out gaps over ``gap_factor·τ``) has
+surprise ``S_ALERT · (g/τ - 1) / (gap_factor - 1)``: an exponential tail on the excess delay,
+scaled so that a gap of exactly ``gap_factor·τ`` sits at the alert level. The score is carried
+by the first reading after the gap. (A device that sends nothing at all is found by the
+scorer's timers, not here: nothing arrives to be scored.)
+
+State: noise sums, resolution, the last ``window - 1`` values per metric (so windows continue
+across batches) and the last event time. Learning in k mini-batches gives the same state as one
+batch up to float rounding, except that the dropout gate (``gap_factor·τ``) uses ``τ`` as it was
+before each batch.
+
+Hyperparameters: ``window``, ``gap_factor``, ``halflife_hours``, ``warmup`` (differences and
+gaps learned before scoring).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
+
+from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch, extend_metrics, per_metric_runs
+from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.params import array, floats, ints
+from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
+from fleetwatch.models.scores import Reason, Scores
+
+FloatArray = npt.NDArray[np.float64]
+SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+class FlatlineDetector(Detector):
+    kind: ClassVar[str] = "flatline"
+
+    def __init__(
+        self,
+        window: int = 10,
+        gap_factor: float = 5.0,
+        halflife_hours: float | None = 168.0,
+        warmup: int = 30,
+    ) -> None:
+        if window < 3:
+            raise ConfigurationError(f"window must be >= 3 readings, got {window}")
+        if not gap_factor > 1:
+            raise ConfigurationError(f"gap_factor must be > 1, got {gap_factor}")
+        if halflife_hours is not None and not halflife_hours > 0:
+            raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+        self.window = window
+        self.gap_factor = gap_factor
+        self.halflife_hours = halflife_hours
+        self.warmup = warmup
+        self.metrics: list[str] = []
+        self.noise = np.zeros((0, 2))
+        """Per metric [W, Σw·d²] of first differences."""
+        self.counts = np.zeros(0, np.int64)
+        self.resolution = np.zeros(0)
+        self.tails: list[list[float]] = []
+        self.gaps = np.zeros(2)
+        """[W, Σw·gap] of gaps between event times."""
+        self.gap_count = 0
+        self.last_ms: int | None = None
+        self.ref_ms: int | None = None
+
+    @property
+    def _halflife_ms(self) -> float | None:
+        return None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
+
+    @property
+    def typical_interval_ms(self) -> float | None:
+        if self.gap_count < self.warmup or self.gaps[0] <= 0:
+            return None
+        return float(self.gaps[1] / self.gaps[0])
+
+    def _event_gaps(self, batch: Batch) -> tuple[Any, Any, FloatArray]:
+        """Unique event times, each row's index into them, and the gap before each time."""
+        times, inverse = np.unique(batch.event_ms, return_inverse=True)
+        before = np.concatenate([[np.nan if self.last_ms is None else self.last_ms], times[:-1]])
+        return times, inverse, (times - before).astype(np.float64)
+
+    def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        known = extend_metrics(self.metrics, batch)
+        grow = len(known) - len(self.metrics)
+        self.metrics = known
+        self.noise = np.concatenate([self.noise, np.zeros((grow, 2))])
+        self.counts = np.concatenate([self.counts, np.zeros(grow, np.int64)])
+        self.resolution = np.concatenate([self.resolution, np.zeros(grow)])
+        self.tails += [[] for _ in range(grow)]
+        end = int(batch.event_ms[-1])
+        to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
+        factor = decay_factor(self.ref_ms, to_ms, self._halflife_ms)
+        self.noise *= factor
+        self.gaps *= factor
+        self.ref_ms = to_ms
+        codes = batch.lookup(known)
+        for m, rows in per_metric_runs(codes, len(known)):
+            tail = self.tails[m][-1:]
+            values = np.concatenate([tail, batch.value[rows]])
+            kept = np.concatenate([np.ones(len(tail), bool), keep[rows]])
+            use = kept[1:] & kept[:-1]
+            d = np.diff(values)[use]
+            ends = batch.event_ms[rows][rows.size - use.size :]
+            w = row_weights(ends[use], to_ms, self._halflife_ms)
+            self.noise[m] += (w.sum(), (w * d * d).sum())
+            self.counts[m] += d.size
+            steps = np.abs(d[d != 0])
+            if steps.size:
+                low = float(steps.min())
+                self.resolution[m] = (
+                    low if self.resolution[m] == 0 else min(low, self.resolution[m])
+                )
+            self.tails[m] = (self.tails[m] + batch.value[rows].tolist())[-(self.window - 1) :]
+        times, _, gap = self._event_gaps(batch)
+        tau = self.typical_interval_ms
+        use_gap = gap > 0  # NaN (no previous time) compares False
+        if tau is not None:
+            use_gap &= gap <= self.gap_factor * tau
+        w = row_weights(times[use_gap], to_ms, self._halflife_ms)
+        self.gaps += (w.sum(), (w * gap[use_gap]).sum())
+        self.gap_count += int(use_gap.sum())
+        self.last_ms = int(times[-1]) if self.last_ms is None else max(self.last_ms, int(times[-1]))
+
+    def _flat(self, batch: Batch) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per row: surprise of its window's range, the range, and the metric's noise sigma."""
+        n = len(batch)
+        surprise, spread, sigma = np.zeros(n), np.full(n, np.nan), np.full(n, np.nan)
+        codes = batch.lookup(self.metrics)
+        k = self.window
+        for m, rows in per_metric_runs(codes, len(self.metrics)):
+            if self.counts[m] < self.warmup or self.noise[m, 0] <= 0:
+                continue
+            sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
+            if sd == 0:
+                continue
+            values = np.concatenate([self.tails[m], batch.value[rows]])
+            if values.size < k:
+                continue
+            windows = sliding_window_view(values, k)
+            r = windows.max(axis=1) - windows.min(axis=1)
+            scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
+            r = r[r.size - scored.size :]
+            floor = max(float(self.resolution[m]), 1e-6 * sd)
+            s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
+            surprise[scored], spread[scored], sigma[scored] = s, r, sd
+        return np.maximum(surprise, 0.0), spread, sigma
+
+    def _score(self, batch: Batch) -> Scores:
+        flat, spread, sigma = self._flat(batch)
+        _, inverse, gap = self._event_gaps(batch)
+        tau = self.typical_interval_ms
+        if tau is None:
+            drop = np.zeros(len(batch))
+        else:
+            excess = (gap[inverse] / tau - 1.0) / (self.gap_factor - 1.0)
+            drop = np.where(np.isnan(excess), 0.0, np.maximum(excess, 0.0) * S_ALERT)
+        is_drop = drop > flat
+        names = np.asarray(batch.names, dtype=object)[batch.codes]
+        tau_ms = np.nan if tau is None else tau
+        return Scores.build(
+            self.kind,
+            np.where(is_drop, drop, flat),
+            names,
+            np.where(is_drop, gap[inverse], spread),
+            np.where(is_drop, tau_ms, batch.value),
+            np.where(is_drop, self.gap_factor * tau_ms, sigma),
+            np.where(is_drop, Reason.DROPOUT, Reason.FLATLINE).astype(np.int8),
+        )
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "metrics": list(self.metrics),
+            "noise": floats(self.noise),
+            "counts": ints(self.counts),
+            "resolution": floats(self.resolution),
+            "tails": [floats(t) for t in self.tails],
+            "gaps": floats(self.gaps),
+            "gap_count": self.gap_count,
+            "last_ms": self.last_ms,
+            "ref_ms": self.ref_ms,
+        }
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        self.metrics = [str(m) for m in state["metrics"]]
+        k = len(self.metrics)
+        self.noise = array(state, "noise", (k, 2))
+        self.counts = array(state, "counts", (k,)).astype(np.int64)
+        self.resolution = array(state, "resolution", (k,))
+        self.tails = [[float(v) for v in t] for t in state["tails"]]
+        self.gaps = array(state, "gaps", (2,))
+        self.gap_count = int(state["gap_count"])
+        self.last_ms = None if state["last_ms"] is None else int(state["last_ms"])
+        self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])

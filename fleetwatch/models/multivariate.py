@@ -1,0 +1,209 @@
+"""The multivariate detector: PCA reconstruction error across a device's metrics.
+
+Readings at the same event time form a vector of the device's metrics. The model is the
+correlation structure of those vectors: standardise each metric, keep the ``components``
+leading principal axes of the correlation matrix, and score a vector by its reconstruction
+error off that subspace, each residual axis weighted by its own variance,
+``Q = Σ_j (v_jᵀz)² / λ_j`` over the residual axes ``v_j`` (eigenvalue ``λ_j``). A reading that
+is normal metric by metric but breaks how the metrics move together (a humidity that stops
+following temperature, a fan that spins while the current is off) has a large ``Q``. (The plain
+squared error ``|z - P Pᵀ z|²`` would let an independent noisy metric drown a break of a tight
+correlation: its residual axis has variance 1 where the broken one has 0.02.)
+
+Why PCA, not IsolationForest: the parameters must be a small JSON record on a compacted topic
+and must update from each mini-batch without the history. PCA is determined by the first two
+moments, so the state is a weight, a mean vector and a scatter matrix (time-decayed like the
+other detectors, so learning in k mini-batches equals one batch up to float rounding, and the
+moments of several devices of one kind can be summed into a fleet-scope model). A forest of
+100 trees is tens of thousands of numbers, cannot be updated incrementally, and its scores have
+no distribution to calibrate against. The components are the eigenvectors scikit-learn's
+``PCA`` finds on the same standardised rows (checked in the tests against
+``sklearn.decomposition.PCA``); they are derived from the moments on load rather than stored.
+
+Calibration: with Gaussian readings ``Q`` is χ² with ``metrics - components`` degrees of
+freedom; the Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise. Residual
+eigenvalues are floored at ``min_residual_var`` so nearly collinear metrics do not make every
+rounding error an anomaly. The explanation blames the metric with the largest standardised
+residual and gives its reconstruction as the expected value.
+
+A reading is scored when all the model's metrics are present at its event time; the metric set
+is fixed by the first batch that has at least ``components + 1`` metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.calibration import ALERT_Z, normal_upper_surprise
+from fleetwatch.models.params import array, floats
+from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
+from fleetwatch.models.scores import Reason, Scores
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PcaModel:
+    """What scoring needs, derived from the moments."""
+
+    mean: FloatArray
+    std: FloatArray
+    axes: FloatArray
+    """(metrics, components), orthonormal columns."""
+    residual_axes: FloatArray
+    """(metrics, metrics - components), the residual eigenvectors."""
+    residual_var: FloatArray
+    """Their (floored) eigenvalues."""
+    residual_std: FloatArray
+    """Per metric, the standard deviation of its standardised residual."""
+
+
+def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
+    """Unique event times, each row's index into them, and the (time, metric) value matrix."""
+    codes = batch.lookup(metrics)
+    times, inverse = np.unique(batch.event_ms, return_inverse=True)
+    matrix = np.full((times.size, len(metrics)), np.nan)
+    known = codes >= 0
+    matrix[inverse[known], codes[known]] = batch.value[known]
+    return times, inverse, matrix
+
+
+class PcaDetector(Detector):
+    kind: ClassVar[str] = "pca"
+
+    def __init__(
+        self,
+        components: int = 1,
+        halflife_hours: float | None = 168.0,
+        warmup: int = 50,
+        min_residual_var: float = 1e-3,
+    ) -> None:
+        if components < 1:
+            raise ConfigurationError(f"components must be >= 1, got {components}")
+        if halflife_hours is not None and not halflife_hours > 0:
+            raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+        if not min_residual_var > 0:
+            raise ConfigurationError(f"min_residual_var must be > 0, got {min_residual_var}")
+        self.components = components
+        self.halflife_hours = halflife_hours
+        self.warmup = warmup
+        self.min_residual_var = min_residual_var
+        self.metrics: list[str] = []
+        self.shift = np.zeros(0)
+        self.weight = 0.0
+        self.sum = np.zeros(0)
+        self.scatter = np.zeros((0, 0))
+        self.count = 0
+        self.ref_ms: int | None = None
+        self._model: PcaModel | None = None
+
+    def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        if not self.metrics:
+            if len(batch.names) <= self.components:
+                return
+            self.metrics = list(batch.names)
+            d = len(self.metrics)
+            self.sum, self.scatter = np.zeros(d), np.zeros((d, d))
+        times, inverse, matrix = wide(batch, self.metrics)
+        if not self.shift.size:
+            first = np.flatnonzero(~np.isnan(matrix).any(axis=1))
+            if not first.size:
+                return
+            self.shift = matrix[first[0]].copy()
+        excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
+        use = ~np.isnan(matrix).any(axis=1) & ~excluded
+        end = int(times[-1])
+        to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
+        halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
+        factor = decay_factor(self.ref_ms, to_ms, halflife_ms)
+        self.ref_ms = to_ms
+        y = matrix[use] - self.shift
+        w = row_weights(times[use], to_ms, halflife_ms)
+        self.weight = self.weight * factor + float(w.sum())
+        self.sum = self.sum * factor + w @ y
+        self.scatter = self.scatter * factor + (y * w[:, None]).T @ y
+        self.count += int(use.sum())
+        self._model = None
+
+    def model(self) -> PcaModel | None:
+        """The fitted PCA, or ``None`` while warming up."""
+        if self._model is None and self.count >= self.warmup and self.weight > 0:
+            self._model = self._fit()
+        return self._model
+
+    def _fit(self) -> PcaModel:
+        mean_y = self.sum / self.weight
+        cov = self.scatter / self.weight - np.outer(mean_y, mean_y)
+        std = np.sqrt(np.maximum(np.diag(cov), 1e-18))
+        corr = cov / np.outer(std, std)
+        eigval, eigvec = np.linalg.eigh(corr)
+        k = self.components
+        axes = eigvec[:, -k:]
+        residual = np.maximum(eigval[:-k], self.min_residual_var)
+        projector = np.eye(len(std)) - axes @ axes.T
+        resid_cov = projector @ corr @ projector
+        residual_std = np.sqrt(np.maximum(np.diag(resid_cov), self.min_residual_var))
+        return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], residual, residual_std)
+
+    def _score(self, batch: Batch) -> Scores:
+        names = np.asarray(batch.names, dtype=object)[batch.codes]
+        n = len(batch)
+        model = self.model()
+        if model is None or n == 0:
+            nan = np.full(n, np.nan)
+            reason = np.full(n, Reason.WARMUP, np.int8)
+            return Scores.build(self.kind, np.zeros(n), names, batch.value, nan, nan, reason)
+        _, inverse, matrix = wide(batch, self.metrics)
+        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
+        z = (np.where(complete[:, None], matrix, model.mean) - model.mean) / model.std
+        fitted = (z @ model.axes) @ model.axes.T
+        resid = z - fitted
+        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        h = float(model.residual_var.size)
+        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
+        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
+        blame = np.argmax(np.abs(resid) / model.residual_std, axis=1)
+        at = np.arange(blame.size)
+        expected = model.mean[blame] + model.std[blame] * fitted[at, blame]
+        band = ALERT_Z * model.std[blame] * model.residual_std[blame]
+        reason = np.where(complete, Reason.PATTERN, Reason.WARMUP).astype(np.int8)
+        metric_names = np.asarray(self.metrics, dtype=object)
+        return Scores.build(
+            self.kind,
+            surprise[inverse],
+            metric_names[blame][inverse],
+            matrix[at, blame][inverse],
+            expected[inverse],
+            band[inverse],
+            reason[inverse],
+        )
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "metrics": list(self.metrics),
+            "shift": floats(self.shift),
+            "weight": self.weight,
+            "sum": floats(self.sum),
+            "scatter": floats(self.scatter),
+            "count": self.count,
+            "ref_ms": self.ref_ms,
+        }
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        self.metrics = [str(m) for m in state["metrics"]]
+        d = len(self.metrics)
+        self.shift = array(state, "shift", (len(state["shift"]),))
+        self.weight = float(state["weight"])
+        self.sum = array(state, "sum", (d,))
+        self.scatter = array(state, "scatter", (d, d))
+        self.count = int(state["count"])
+        self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
+        self._model = None

@@ -1,0 +1,161 @@
+"""Time-decayed moments per metric and per seasonal bucket, learned exactly in mini-batches.
+
+The seasonal and change detectors share this: for each metric, exponentially time-decayed sums
+``W = Σw``, ``Sx = Σw·y``, ``Sxx = Σw·y²`` of ``y = value - shift`` (``shift`` is the metric's
+first value, which keeps ``Sxx/W - (Sx/W)²`` free of cancellation), once per bucket of the
+period (hour of day by default) and once over all buckets. A row at event time ``t`` has weight
+``w = 2^(-(T - t)/halflife)`` at reference time ``T`` (the newest event time learned), and the
+sums are decayed by ``2^(-(T' - T)/halflife)`` when the reference moves on. Both are linear, so
+learning one batch or the same rows in k mini-batches gives the same sums up to float rounding
+(tested to 1e-9 relative); with ``halflife=None`` nothing decays and they are plain moments.
+
+Expected value and variance at time ``t`` interpolate linearly between the two bucket centres
+around ``t`` (a smooth daily curve is followed to within a few percent of its amplitude with 24
+buckets, where a step per bucket would leave a residual that looks like a level shift), and fall
+back to the metric's overall moments while either bucket is still warming up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.models.batch import Batch, extend_metrics
+from fleetwatch.models.params import array, floats, ints
+
+FloatArray = npt.NDArray[np.float64]
+HOUR_MS = 3_600_000
+
+
+def decay_factor(from_ms: int | None, to_ms: int, halflife_ms: float | None) -> float:
+    if halflife_ms is None or from_ms is None:
+        return 1.0
+    return float(2.0 ** (-(to_ms - from_ms) / halflife_ms))
+
+
+def row_weights(
+    event_ms: npt.NDArray[np.int64], to_ms: int, halflife_ms: float | None
+) -> FloatArray:
+    if halflife_ms is None:
+        return np.ones(event_ms.size)
+    out: FloatArray = np.exp2(-(to_ms - event_ms) / halflife_ms)
+    return out
+
+
+@dataclass
+class SeasonalProfile:
+    buckets: int
+    period_ms: float
+    halflife_ms: float | None
+    metrics: list[str] = field(default_factory=list)
+    shift: FloatArray = field(default_factory=lambda: np.zeros(0))
+    sums: FloatArray = field(default_factory=lambda: np.zeros((0, 1, 3)))
+    """(metric, bucket, [W, Sx, Sxx]); bucket index ``buckets`` holds the overall sums."""
+    counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    ref_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sums.shape[1:] != (self.buckets + 1, 3):
+            self.sums = np.zeros((len(self.metrics), self.buckets + 1, 3))
+            self.counts = np.zeros((len(self.metrics), self.buckets + 1), np.int64)
+
+    def bucket_position(self, event_ms: npt.NDArray[np.int64]) -> tuple[Any, Any, FloatArray]:
+        """For each time: the bucket centres before and after it, and the fraction between."""
+        u = np.mod(event_ms, self.period_ms) / (self.period_ms / self.buckets) - 0.5
+        below = np.floor(u)
+        b0 = np.mod(below.astype(np.intp), self.buckets)
+        return b0, np.mod(b0 + 1, self.buckets), u - below
+
+    def learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
+        """Add the kept rows; returns the per-row metric indices (for the caller's own use)."""
+        known = extend_metrics(self.metrics, batch)
+        codes = batch.lookup(known)
+        if len(known) > len(self.metrics):
+            new = len(known) - len(self.metrics)
+            first = np.zeros(len(known))
+            present, where = np.unique(codes, return_index=True)
+            first[present] = batch.value[where]
+            self.shift = np.concatenate([self.shift, first[len(self.metrics) :]])
+            self.sums = np.concatenate([self.sums, np.zeros((new, self.buckets + 1, 3))])
+            self.counts = np.concatenate([self.counts, np.zeros((new, self.buckets + 1), np.int64)])
+            self.metrics = known
+        to_ms = (
+            int(batch.event_ms[-1])
+            if self.ref_ms is None
+            else max(self.ref_ms, int(batch.event_ms[-1]))
+        )
+        self.sums *= decay_factor(self.ref_ms, to_ms, self.halflife_ms)
+        self.ref_ms = to_ms
+        rows = np.flatnonzero(keep)
+        m, t = codes[rows], batch.event_ms[rows]
+        y = batch.value[rows] - self.shift[m]
+        w = row_weights(t, to_ms, self.halflife_ms)
+        b = np.floor(np.mod(t, self.period_ms) / (self.period_ms / self.buckets)).astype(np.intp)
+        width = self.buckets + 1
+        groups = np.concatenate(
+            [m * width + np.minimum(b, self.buckets - 1), m * width + self.buckets]
+        )
+        size = len(self.metrics) * width
+        flat = self.sums.reshape(size, 3)
+        for j, contrib in enumerate((w, w * y, w * y * y)):
+            flat[:, j] += np.bincount(
+                groups, weights=np.concatenate([contrib, contrib]), minlength=size
+            )
+        self.counts += np.bincount(groups, minlength=size).reshape(self.counts.shape)
+        return codes
+
+    def moments(self, min_std: float) -> tuple[FloatArray, FloatArray]:
+        """Mean and standard deviation per (metric, bucket), NaN where nothing was learned."""
+        w = self.sums[..., 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_y = self.sums[..., 1] / w
+            var = np.maximum(self.sums[..., 2] / w - mean_y * mean_y, min_std * min_std)
+        return mean_y + self.shift[:, None], np.sqrt(var)
+
+    def expect(
+        self,
+        codes: npt.NDArray[np.intp],
+        event_ms: npt.NDArray[np.int64],
+        warmup: int,
+        bucket_warmup: int,
+        min_std: float,
+    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """Per row: expected value, standard deviation, and whether the metric is warm."""
+        n = codes.size
+        mean, std = np.full(n, np.nan), np.full(n, np.nan)
+        known = codes >= 0
+        if not known.any():
+            return mean, std, known
+        mu, sd = self.moments(min_std)
+        warm = (self.counts >= bucket_warmup) & (self.sums[..., 0] > 0)
+        m = np.where(known, codes, 0)
+        b0, b1, frac = self.bucket_position(event_ms)
+        overall = self.buckets
+        seasonal = warm[m, b0] & warm[m, b1]
+        mean = np.where(seasonal, (1 - frac) * mu[m, b0] + frac * mu[m, b1], mu[m, overall])
+        var = np.where(
+            seasonal, (1 - frac) * sd[m, b0] ** 2 + frac * sd[m, b1] ** 2, sd[m, overall] ** 2
+        )
+        ok = known & (self.counts[m, overall] >= warmup) & (self.sums[m, overall, 0] > 0)
+        return mean, np.sqrt(var), ok
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "metrics": list(self.metrics),
+            "shift": floats(self.shift),
+            "sums": floats(self.sums),
+            "counts": ints(self.counts),
+            "ref_ms": self.ref_ms,
+        }
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.metrics = [str(m) for m in state["metrics"]]
+        k, width = len(self.metrics), self.buckets + 1
+        self.shift = array(state, "shift", (k,))
+        self.sums = array(state, "sums", (k, width, 3))
+        self.counts = array(state, "counts", (k, width)).astype(np.int64)
+        self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])

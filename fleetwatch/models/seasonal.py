@@ -1,0 +1,93 @@
+"""The seasonal baseline: each metric against its own daily profile.
+
+Per device and metric, time-decayed mean and variance per hour-of-day bucket (see
+:class:`~fleetwatch.models.profile.SeasonalProfile`), interpolated between bucket centres. A
+reading's statistic is ``z = (value - expected) / std`` and its surprise the two-sided normal
+tail ``-ln P(|Z| >= |z|)``; a row alerts at ``|z|`` of about 4.9 (``p = 1e-6``).
+
+Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the scorer's flags,
+or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
+the band and a long fault does not become the expected value.
+
+Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned; a bucket
+is used once it has ``bucket_warmup`` readings, the metric's overall moments until then.
+
+Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None`` never
+forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
+``bucket_warmup``, ``min_std`` (floor of the standard deviation, in the metric's units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.calibration import ALERT_Z, normal_two_sided_surprise
+from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
+from fleetwatch.models.scores import Reason, Scores
+
+
+def check_profile_hyper(
+    halflife_hours: float | None, buckets: int, period_hours: float, min_std: float
+) -> None:
+    if halflife_hours is not None and not halflife_hours > 0:
+        raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+    if buckets < 1 or not period_hours > 0:
+        raise ConfigurationError(
+            f"need buckets >= 1 and period_hours > 0, got {buckets}, {period_hours}"
+        )
+    if not min_std > 0:
+        raise ConfigurationError(f"min_std must be > 0, got {min_std}")
+
+
+def new_profile(halflife_hours: float | None, buckets: int, period_hours: float) -> SeasonalProfile:
+    halflife_ms = None if halflife_hours is None else halflife_hours * HOUR_MS
+    return SeasonalProfile(buckets, period_hours * HOUR_MS, halflife_ms)
+
+
+class SeasonalBaseline(Detector):
+    kind: ClassVar[str] = "seasonal"
+
+    def __init__(
+        self,
+        halflife_hours: float | None = 168.0,
+        buckets: int = 24,
+        period_hours: float = 24.0,
+        warmup: int = 30,
+        bucket_warmup: int = 20,
+        min_std: float = 1e-3,
+    ) -> None:
+        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        self.halflife_hours = halflife_hours
+        self.buckets = buckets
+        self.period_hours = period_hours
+        self.warmup = warmup
+        self.bucket_warmup = bucket_warmup
+        self.min_std = min_std
+        self.profile = new_profile(halflife_hours, buckets, period_hours)
+
+    def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        self.profile.learn(batch, keep)
+
+    def _score(self, batch: Batch) -> Scores:
+        codes = batch.lookup(self.profile.metrics)
+        mean, std, ok = self.profile.expect(
+            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
+        )
+        z = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
+        surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
+        reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
+        names = np.asarray(batch.names, dtype=object)[batch.codes]
+        return Scores.build(self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason)
+
+    def _state(self) -> dict[str, Any]:
+        return self.profile.state()
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        self.profile.load(state)

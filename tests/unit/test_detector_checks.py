@@ -1,0 +1,219 @@
+"""One check suite over every registered detector kind (river's ``check_estimator`` idea).
+
+A new kind is picked up automatically from the registry; it must also say below which
+anomalies it is responsible for, or :func:`test_every_kind_declares_what_it_detects` fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models import params
+from fleetwatch.models.base import Detector
+from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.registry import KINDS, create, load_params
+from tests.unit import signals
+
+RESPONSIBLE: dict[str, set[str]] = {
+    "seasonal": {"spike"},
+    "cusum": {"shift", "drift"},
+    "flatline": {"flat", "dropout"},
+    "pca": {"decoupled", "spike"},
+    "combined": set(signals.SCENARIOS),
+}
+MAX_DELAY = {"spike": 0, "shift": 30, "drift": 300, "flat": 15, "dropout": 0, "decoupled": 30}
+"""Readings after the anomaly starts by which it must have alerted."""
+PATH_DEPENDENT = {"upper", "lower", "version"}
+"""State that depends on how the data was cut into batches: the CUSUM sums (see change.py) and
+the members' update counts inside a combined detector (checked on their own above)."""
+FPR_BOUND = 1e-3
+"""At most this share of rows may alert on a stationary series after warm-up."""
+
+kinds = pytest.mark.parametrize("kind", sorted(KINDS))
+
+
+def fitted(kind: str, seed: int = 1) -> Detector:
+    return create(kind).learn(signals.train(seed))
+
+
+def test_every_kind_declares_what_it_detects() -> None:
+    assert set(KINDS) == set(RESPONSIBLE)
+
+
+@kinds
+def test_params_round_trip_exactly_through_json(kind: str) -> None:
+    detector = fitted(kind)
+    text = params.dumps(detector.to_params())
+    again = load_params(params.loads(text))
+    assert type(again) is type(detector)
+    assert params.dumps(again.to_params()) == text
+    batch = signals.after_training("spike")
+    first, second = detector.score(batch), again.score(batch)
+    np.testing.assert_array_equal(first.score, second.score)
+    np.testing.assert_array_equal(first.reason, second.reason)
+
+
+@kinds
+def test_the_same_data_and_seed_give_the_same_scores(kind: str) -> None:
+    batch = signals.after_training("shift")
+    same = [fitted(kind, seed=1).score(batch).score for _ in range(2)]
+    np.testing.assert_array_equal(same[0], same[1])
+    other = fitted(kind, seed=7).score(batch).score
+    assert not np.array_equal(same[0], other)
+
+
+@kinds
+@pytest.mark.parametrize("scenario", [None, *signals.SCENARIOS])
+def test_scores_stay_in_the_unit_interval(kind: str, scenario: str | None) -> None:
+    scores = fitted(kind).score(signals.after_training(scenario))
+    assert np.isfinite(scores.score).all()
+    assert ((scores.score >= 0) & (scores.score <= 1)).all()
+
+
+@kinds
+def test_extreme_values_keep_their_ranking(kind: str) -> None:
+    detector = fitted(kind)
+    part = signals.after_training(None)
+    sizes = [20.0, 50.0, 200.0, 1e3, 1e5]
+    rows = [part.index[(part.metric == "temperature")][AT] for AT in range(100, 600, 100)]
+    for row, size in zip(rows, sizes, strict=True):
+        part.loc[row, "value"] += size
+    scores = detector.score(part).score[rows]
+    if kind in ("flatline", "cusum"):
+        return  # a single spike is not their business; the range check above covers them
+    assert (np.diff(scores) > 0).all(), scores
+    assert (scores < 1.0).all()
+
+
+@kinds
+def test_clone_is_unfitted_with_the_same_hyperparameters(kind: str) -> None:
+    detector = fitted(kind)
+    twin = detector.clone()
+    assert type(twin) is type(detector)
+    assert twin.hyper_json() == detector.hyper_json()
+    assert (twin.version, twin.trained_from_ms, twin.trained_to_ms) == (0, None, None)
+    assert twin.to_params() == create(kind).to_params()
+    assert not twin.score(signals.after_training("spike")).alert.any()
+    assert detector.score(signals.after_training("spike")).alert.any() or kind in (
+        "cusum",
+        "flatline",
+    )
+
+
+def stream(detector: Detector, frame: pd.DataFrame, size: int) -> Iterator[np.ndarray]:
+    """Score then learn, batch by batch, as the streaming job does; yields the alerts."""
+    times = frame["event_ms"].to_numpy()
+    edges = np.unique(times)[::size]
+    for lo, hi in zip(edges, [*edges[1:], times.max() + 1], strict=True):
+        batch = frame[(times >= lo) & (times < hi)]
+        alerts = detector.score(batch).alert
+        detector.learn(batch, exclude=alerts)
+        yield alerts
+
+
+@kinds
+def test_a_stationary_series_raises_no_alert_after_warm_up(kind: str) -> None:
+    detector = fitted(kind)
+    series = signals.after_training(None, seed=3, n=5000)
+    alerts = np.concatenate(list(stream(detector, series, size=100)))
+    assert alerts.size == 10_000
+    assert alerts.mean() <= FPR_BOUND, f"{kind}: {alerts.sum()} false alerts"
+
+
+@pytest.mark.parametrize(
+    ("kind", "scenario"), [(k, s) for k in sorted(RESPONSIBLE) for s in sorted(RESPONSIBLE[k])]
+)
+def test_each_anomaly_is_flagged_by_the_detector_responsible(kind: str, scenario: str) -> None:
+    detector = fitted(kind)
+    part = signals.after_training(scenario)
+    scores = detector.score(part)
+    start = signals.anomaly_start_ms(scenario)
+    times = part["event_ms"].to_numpy()
+    assert not scores.alert[times < start].any(), "alerted before the anomaly"
+    limit = start + MAX_DELAY[scenario] * signals.INTERVAL_MS
+    window = (times >= start) & (times <= limit)
+    assert scores.alert[window].any(), f"{scenario} not flagged within {MAX_DELAY[scenario]}"
+    assert scores.explanations()[0]
+
+
+def _numbers(state: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(state, dict):
+        for key, value in sorted(state.items()):
+            if key not in PATH_DEPENDENT:
+                yield from _numbers(value, f"{path}.{key}")
+    elif isinstance(state, list) and state and isinstance(state[0], dict):
+        for i, value in enumerate(state):
+            yield from _numbers(value, f"{path}[{i}]")
+    else:
+        yield path, state
+
+
+@kinds
+def test_learning_in_mini_batches_equals_one_batch(kind: str) -> None:
+    data = signals.train()
+    whole = create(kind).learn(data, exclude=np.zeros(len(data), bool))
+    parts = create(kind)
+    versions = []
+    times = data["event_ms"].to_numpy()
+    for chunk in np.array_split(np.unique(times), 7):
+        part = data[(times >= chunk[0]) & (times <= chunk[-1])]
+        parts.learn(part, exclude=np.zeros(len(part), bool))
+        versions.append(parts.version)
+    assert versions == list(range(1, 8))
+    assert whole.version == 1
+    assert (parts.trained_from_ms, parts.trained_to_ms) == (
+        int(data.event_ms.min()),
+        int(data.event_ms.max()),
+    )
+    assert (whole.trained_from_ms, whole.trained_to_ms) == (
+        parts.trained_from_ms,
+        parts.trained_to_ms,
+    )
+    one, many = (
+        dict(_numbers(whole.to_params()["state"])),
+        dict(_numbers(parts.to_params()["state"])),
+    )
+    assert one.keys() == many.keys()
+    for key, value in one.items():
+        if isinstance(value, str) or (
+            isinstance(value, list) and value and isinstance(value[0], str)
+        ):
+            assert value == many[key], key
+        elif value is None:
+            assert many[key] is None, key
+        else:
+            np.testing.assert_allclose(
+                np.asarray(many[key], float),
+                np.asarray(value, float),
+                rtol=1e-9,
+                atol=1e-9,
+                err_msg=key,
+            )
+
+
+@kinds
+def test_an_anomalous_stretch_excluded_from_learning_stays_anomalous(kind: str) -> None:
+    if kind not in ("seasonal", "combined"):
+        pytest.skip("the level baseline is where a long fault would become normal")
+    detector = fitted(kind)
+    fault = signals.after_training(None)
+    fault = fault.assign(
+        value=np.where(fault.metric == "temperature", fault.value + 6.0, fault.value)
+    )
+    masked, learned = detector.clone(), detector.clone()
+    for d in (masked, learned):
+        d.learn(signals.train())
+    masked.learn(fault, exclude=np.ones(len(fault), bool))
+    learned.learn(fault, exclude=np.zeros(len(fault), bool))
+    later = signals.after_training(None, seed=9)
+    later = later.assign(
+        value=np.where(later.metric == "temperature", later.value + 6.0, later.value)
+    )
+    temp = (later.metric == "temperature").to_numpy()
+    assert masked.score(later).alert[temp].mean() > 0.9
+    assert learned.score(later).score[temp].mean() < masked.score(later).score[temp].mean()
+    assert ALERT_SCORE == 0.5

@@ -1,0 +1,220 @@
+"""Focused tests per detector: the mathematics and the edges the check suite does not reach."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.decomposition import PCA
+
+from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.models import params
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.calibration import (
+    ALERT_Z,
+    S_ALERT,
+    log_erfc,
+    normal_two_sided_surprise,
+    score_from_surprise,
+)
+from fleetwatch.models.change import ChangeDetector, cusum
+from fleetwatch.models.errors import BatchError, ParamsError, UnknownDetector
+from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.registry import CombinedDetector, SeasonalBaseline, load_params
+from fleetwatch.models.scores import Reason
+from tests.unit import signals
+
+
+def series(values: np.ndarray, interval_ms: int = 60_000, metric: str = "m") -> pd.DataFrame:
+    n = values.size
+    return pd.DataFrame(
+        {"event_ms": np.arange(n, dtype=np.int64) * interval_ms, "metric": metric, "value": values}
+    )
+
+
+def test_log_erfc_matches_the_library_erfc() -> None:
+    x = np.linspace(0.0, 6.0, 61)
+    exact = np.log([math.erfc(v) for v in x])
+    np.testing.assert_allclose(log_erfc(x), exact, atol=2e-7)
+    assert np.isfinite(log_erfc(np.array([50.0, 1e6]))).all()
+
+
+def test_the_alert_level_is_a_normal_deviation_of_about_4_9() -> None:
+    assert pytest.approx(4.8916, abs=1e-3) == ALERT_Z
+    assert float(normal_two_sided_surprise(ALERT_Z)) == pytest.approx(S_ALERT, rel=1e-6)
+    assert float(score_from_surprise(S_ALERT)) == 0.5
+
+
+def test_scores_of_growing_deviations_grow_strictly_and_never_reach_one() -> None:
+    z = np.array([5.0, 10.0, 50.0, 1e3, 1e5, 1e7])
+    scores = score_from_surprise(normal_two_sided_surprise(z))
+    assert (np.diff(scores) > 0).all()
+    assert (scores < 1.0).all()
+
+
+def naive_cusum(steps: np.ndarray, start: float, limit: float) -> tuple[np.ndarray, np.ndarray]:
+    out, alarms, s = np.empty_like(steps), np.zeros(steps.size, bool), start
+    for i, x in enumerate(steps):
+        s = max(0.0, s + x)
+        out[i] = s
+        if s >= limit:
+            alarms[i], s = True, 0.0
+    return out, alarms
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_cumulative_sum_form_equals_the_recursion(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    steps = rng.normal(0.3, 1.0, 400)
+    sums, alarms, end = cusum(steps, 2.0, 6.0, reset=True)
+    expected, expected_alarms = naive_cusum(steps, 2.0, 6.0)
+    np.testing.assert_allclose(sums, expected, atol=1e-9)
+    np.testing.assert_array_equal(alarms, expected_alarms)
+    assert alarms.sum() > 3
+    assert end == pytest.approx(0.0 if expected_alarms[-1] else expected[-1])
+
+
+def test_cusum_flags_a_three_sigma_shift_within_a_few_readings() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.normal(10.0, 1.0, 1000)
+    detector = ChangeDetector(buckets=1).learn(series(values[:700]))
+    values[850:] += 3.0
+    alerts = np.flatnonzero(detector.score(series(values[700:])).alert) + 700
+    assert alerts.size
+    assert 850 <= alerts[0] <= 858
+    first = detector.score(series(values[700:]))
+    assert Reason(int(first.reason[alerts[0] - 700])) == Reason.SHIFT_UP
+
+
+def test_cusum_sums_carry_over_from_one_batch_to_the_next() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.normal(0.0, 1.0, 600)
+    values[400:] += 1.0
+    detector = ChangeDetector(buckets=1).learn(series(values[:300]))
+    whole = detector.score(series(values[300:])[:]).surprise
+    frame = series(values)
+    detector.learn(frame.iloc[300:450], exclude=np.zeros(150, bool))
+    after = detector.score(frame.iloc[450:]).surprise
+    assert after[0] > 0  # the sum built up before 450 continues
+    assert after[0] == pytest.approx(whole[150], rel=0.05)
+
+
+def test_seasonal_follows_the_daily_cycle_and_warms_up_first() -> None:
+    detector = SeasonalBaseline(warmup=30)
+    first = signals.train().iloc[:40]
+    assert not detector.learn(first.iloc[:20]).score(first).alert.any()
+    assert (detector.score(first).reason == Reason.WARMUP).all()
+    detector = SeasonalBaseline().learn(signals.train())
+    part = signals.after_training(None)
+    scores = detector.score(part)
+    temp = (part.metric == "temperature").to_numpy()
+    i = np.arange(signals.TRAIN, signals.TRAIN + signals.TEST)
+    truth = 21.0 + 2.0 * np.sin(2 * np.pi * i / signals.DAY)
+    assert np.abs(scores.expected[temp] - truth).max() < 0.35
+    assert scores.band[temp].mean() == pytest.approx(ALERT_Z * math.hypot(0.8, 0.3), rel=0.15)
+
+
+def test_flatline_ignores_a_quantised_sensor_that_repeats_values() -> None:
+    rng = np.random.default_rng(2)
+    values = np.round(rng.normal(20.0, 0.3, 3000))  # integer resolution, sd 0.3: many repeats
+    detector = FlatlineDetector().learn(series(values[:2000]))
+    assert detector.resolution[0] == 1.0
+    assert not detector.score(series(values[2000:])).alert.any()
+
+
+def test_a_stuck_sensor_scores_high_but_finite() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.normal(20.0, 0.3, 600)
+    detector = FlatlineDetector().learn(series(values[:400]))
+    values[450:] = values[450]
+    scores = detector.score(series(values[400:]))
+    stuck = scores.score[60:]
+    assert scores.alert[59:].all()
+    assert not scores.alert[:58].any()
+    assert (stuck < 1.0).all()
+    assert (stuck > 0.7).all()
+
+
+@pytest.mark.parametrize(("gap", "alerts"), [(3, False), (6, True), (60, True)])
+def test_a_gap_alerts_past_gap_factor_typical_intervals(gap: int, alerts: bool) -> None:
+    rng = np.random.default_rng(4)
+    frame = series(rng.normal(0.0, 1.0, 400))
+    detector = FlatlineDetector(gap_factor=5.0).learn(frame.iloc[:300])
+    later = frame.iloc[300:].copy()
+    later.loc[later.index[50:], "event_ms"] += (gap - 1) * 60_000
+    scores = detector.score(later)
+    assert bool(scores.alert[50]) is alerts
+    assert scores.alert.sum() == int(alerts)
+    if alerts:
+        assert Reason(int(scores.reason[50])) == Reason.DROPOUT
+
+
+def test_pca_components_are_those_of_scikit_learn() -> None:
+    data = signals.long(signals.wide(2000, seed=5).assign(pressure=lambda w: w.temperature * 0.5))
+    data.loc[data.metric == "pressure", "value"] += np.random.default_rng(6).normal(0, 0.4, 2000)
+    detector = PcaDetector(components=2, halflife_hours=None).learn(data)
+    model = detector.model()
+    assert model is not None
+    wide = data.pivot(index="event_ms", columns="metric", values="value")[detector.metrics]
+    z = (wide - wide.mean()) / wide.std(ddof=0)
+    reference = PCA(n_components=2).fit(z.to_numpy())
+    overlap = np.abs(reference.components_ @ model.axes)
+    np.testing.assert_allclose(np.sort(overlap.max(axis=1)), [1.0, 1.0], atol=1e-6)
+
+
+def test_pca_needs_two_metrics_and_says_so() -> None:
+    detector = PcaDetector().learn(series(np.random.default_rng(7).normal(0, 1, 200)))
+    assert detector.model() is None
+    assert detector.metrics == []
+    assert (detector.score(series(np.ones(5))).reason == Reason.WARMUP).all()
+
+
+def test_combined_takes_the_most_surprised_member_and_its_explanation() -> None:
+    detector = CombinedDetector().learn(signals.train())
+    part = signals.after_training("flat")
+    combined = detector.score(part)
+    members = np.stack([m.score(part).surprise for m in detector.detectors])
+    np.testing.assert_array_equal(combined.surprise, members.max(axis=0))
+    first = np.flatnonzero(combined.alert)[0]
+    assert combined.detector[first] == "flatline"
+    assert "flat at" in combined.explain(int(first))
+
+
+def test_unsorted_rows_get_their_own_scores_back() -> None:
+    detector = SeasonalBaseline().learn(signals.train())
+    part = signals.after_training("spike")
+    shuffled = part.sample(frac=1.0, random_state=0)
+    np.testing.assert_array_equal(
+        detector.score(shuffled).score, detector.score(part).score[shuffled.index.to_numpy()]
+    )
+
+
+def test_a_wide_frame_scores_like_its_long_form() -> None:
+    detector = SeasonalBaseline().learn(signals.train())
+    wide = signals.wide(50, seed=8, start=signals.TRAIN)
+    by_long = detector.score(signals.long(wide)).score
+    assert (
+        np.sort(detector.score(Batch.from_wide(wide)).score).tolist() == np.sort(by_long).tolist()
+    )
+
+
+def test_bad_input_and_bad_parameters_raise_typed_errors() -> None:
+    with pytest.raises(BatchError, match="value"):
+        SeasonalBaseline().score(pd.DataFrame({"event_ms": [1], "metric": ["m"]}))
+    with pytest.raises(BatchError, match="exclude"):
+        SeasonalBaseline().learn(series(np.ones(3)), exclude=np.zeros(2, bool))
+    good = SeasonalBaseline().learn(series(np.ones(3))).to_params()
+    with pytest.raises(ParamsError, match="kind"):
+        FlatlineDetector.from_params(good)
+    with pytest.raises(ParamsError, match="schema"):
+        SeasonalBaseline.from_params({**good, "schema": 99})
+    with pytest.raises(ParamsError, match="shape"):
+        SeasonalBaseline.from_params({**good, "state": {**good["state"], "shift": [1.0, 2.0]}})
+    with pytest.raises(UnknownDetector):
+        load_params({**good, "kind": "oracle"})
+    with pytest.raises(ParamsError):
+        params.loads("[1, 2]")
+    assert issubclass(UnknownDetector, FleetwatchError)
