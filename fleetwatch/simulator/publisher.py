@@ -36,9 +36,10 @@ class Connection:
         username: str | None = None,
         password: str | None = None,
         timeout_s: float = 10.0,
+        track_acks: bool = True,
     ) -> None:
         self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
+            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311
         )
         self.client.max_inflight_messages_set(1000)
         self.client.max_queued_messages_set(0)
@@ -47,7 +48,8 @@ class Connection:
         self.errors = 0
         self._connack: ReasonCode | None = None
         self.client.on_connect = self._on_connect
-        self.client.on_publish = self._on_publish
+        if track_acks:  # paho builds callback arguments per message: skip them at QoS 0
+            self.client.on_publish = self._on_publish
         self.client.on_message = lambda _c, _u, msg: on_message(msg.topic, bytes(msg.payload))
         user = username if username is not None else settings.username
         secret = password if password is not None else settings.password
@@ -116,13 +118,17 @@ class Links:
         device_ids: list[str],
         on_message: OnMessage,
         credentials: dict[str, str] | None = None,
+        track_acks: bool = True,
     ) -> None:
         self.settings = settings
+        self.track_acks = track_acks
         self.by_topic: dict[str, Connection] = {}
         self.connections: list[Connection] = []
         try:
             if credentials is None:
-                self.connections.append(Connection(settings, client_id, on_message))
+                self.connections.append(
+                    Connection(settings, client_id, on_message, track_acks=track_acks)
+                )
             else:
                 self._per_device(device_ids, on_message, credentials)
         except SimulatorError:
@@ -150,7 +156,12 @@ class Links:
             if device_id not in credentials:
                 raise SimulatorError(f"no credentials for device {device_id}")
             conn = Connection(
-                self.settings, device_id, on_message, device_id, credentials[device_id]
+                self.settings,
+                device_id,
+                on_message,
+                device_id,
+                credentials[device_id],
+                track_acks=self.track_acks,
             )
             self.connections.append(conn)
             self.by_topic[self.settings.commands_topic(device_id)] = conn

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetwatch.simulator.engine import Fleet
+from fleetwatch.simulator.engine import Fleet, Tick
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.scenario import Scenario, scenario_from_dict, scenario_to_dict
 
@@ -30,6 +30,15 @@ class Recorded:
     payload: bytes
 
 
+def virtual_run(fleet: Fleet) -> Iterator[tuple[int, Tick]]:
+    """Step ``fleet`` on a virtual clock from reading to reading until it ends (then close it)."""
+    now = fleet.next_due_ms()
+    while not fleet.finished:
+        yield now, fleet.step(now)
+        now = fleet.next_due_ms() if not fleet.finished else now
+    yield now, fleet.close(now)
+
+
 def record(scenario: Scenario, path: Path, start_ms: int) -> tuple[int, int]:
     """Write the whole run to ``path``; (messages, truth records) written."""
     if scenario.count is None and scenario.duration_s is None:
@@ -39,10 +48,7 @@ def record(scenario: Scenario, path: Path, start_ms: int) -> tuple[int, int]:
     with path.open("w") as out:
         header = {"type": "scenario", "start_ms": start_ms, "scenario": scenario_to_dict(scenario)}
         out.write(json.dumps(header) + "\n")
-        now = start_ms
-        while True:
-            finished = fleet.finished
-            tick = fleet.close(now) if finished else fleet.step(now)
+        for now, tick in virtual_run(fleet):
             for device_id, payload in tick.messages:
                 line = {"type": "msg", "at_ms": now - start_ms, "device_id": device_id}
                 line["payload"] = payload.decode("latin-1")
@@ -51,9 +57,7 @@ def record(scenario: Scenario, path: Path, start_ms: int) -> tuple[int, int]:
                 out.write(json.dumps({"type": "truth", **truth}, separators=(",", ":")) + "\n")
             messages += len(tick.messages)
             truths += len(tick.truth)
-            if finished:
-                return messages, truths
-            now = fleet.next_due_ms()
+    return messages, truths
 
 
 def read_header(path: Path) -> tuple[Scenario, int]:

@@ -136,7 +136,7 @@ def publish_loop(
     """Publish a share of the fleet in real time until it finishes or ``stop`` is set."""
     fleet = Fleet(scenario, devices, start_ms, mqtt_settings.telemetry_topic)
     inbox: list[tuple[str, bytes]] = []
-    links = _links(mqtt_settings, client_id, fleet, inbox, credentials)
+    links = _links(mqtt_settings, client_id, fleet, inbox, credentials, scenario.qos > 0)
     qos = scenario.qos
     stats = dict.fromkeys(SLOTS, 0)
     last_report = 0.0
@@ -174,10 +174,14 @@ def _links(
     fleet: Fleet,
     inbox: list[tuple[str, bytes]],
     credentials: dict[str, str] | None,
+    track_acks: bool,
 ) -> Any:
     from fleetwatch.simulator.publisher import Links  # paho only where MQTT is used
 
-    return Links(settings, client_id, fleet.ids, lambda t, p: inbox.append((t, p)), credentials)
+    def on_message(topic: str, payload: bytes) -> None:
+        inbox.append((topic, payload))
+
+    return Links(settings, client_id, fleet.ids, on_message, credentials, track_acks)
 
 
 def _obey_inbox(
