@@ -1,3 +1,5 @@
+import itertools
+
 from fleetwatch.contracts.commands import Command
 from fleetwatch.simulator.devices import command_for, obey
 from fleetwatch.simulator.engine import Fleet, Tick
@@ -32,7 +34,7 @@ def test_set_interval_changes_the_reporting_interval() -> None:
     ack = obey(f, cmd("set_interval", interval_ms=250), T0, Tick())
     assert (ack.status, ack.command_id) == ("ok", "c-set_interval")
     ts = emitted_ts(f, T0 + 3000)
-    assert {b - a for a, b in zip(ts, ts[1:], strict=False)} == {250}
+    assert {b - a for a, b in itertools.pairwise(ts)} == {250}
 
 
 def test_set_interval_without_a_valid_interval_fails() -> None:

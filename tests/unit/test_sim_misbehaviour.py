@@ -1,6 +1,6 @@
 import json
-from typing import Any
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -50,7 +50,7 @@ def _fails(payload: bytes) -> bool:
 
 
 def test_skewed_clocks_are_labelled_with_their_offset() -> None:
-    spec, run = run_with(skewed_fraction=0.3, skew_s=(60.0, 3600.0))
+    _, run = run_with(skewed_fraction=0.3, skew_s=(60.0, 3600.0))
     skews = {
         t["device_id"]: t["params"]["offset_ms"] for t in run.truth if t["kind"] == "clock_skew"
     }
