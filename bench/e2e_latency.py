@@ -27,8 +27,8 @@ from confluent_kafka import Consumer
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
-from fleetwatch.simulator.fleet import FleetSpec, readings
-from fleetwatch.simulator.publisher import connect, publish
+from fleetwatch.simulator.runner import run as run_fleet
+from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 
@@ -116,20 +116,13 @@ def main() -> None:
         sim_settings = Settings(
             _env_file=None, mqtt=settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})
         )
-        client = connect(sim_settings.mqtt, f"bench-{tag}")
-        spec = FleetSpec(devices=DEVICES, seed=7, spike_every=SPIKE_EVERY, prefix=f"b{tag}")
-        interval_ms = round(1000 / RATE)
-        stats = publish(
-            client,
-            sim_settings.mqtt,
-            readings(spec, now_ms(), interval_ms, ROUNDS),
-            1,
-            interval_ms,
-            threading.Event(),
-        )
-        client.disconnect()
-        client.loop_stop()
-        wait(lambda: len(ingest) >= stats.sent and len(alerts) >= stats.spikes, 120, "every alert")
+        scenario = Scenario(
+            devices=DEVICES, rate=RATE, count=ROUNDS, seed=7, qos=1, prefix=f"b{tag}"
+        ).with_overrides(spike_every=SPIKE_EVERY)
+        truth = run_dir / "truth.jsonl"
+        totals = run_fleet(scenario, sim_settings.mqtt, threading.Event(), truth)
+        spikes = len(truth.read_text().splitlines())
+        wait(lambda: len(ingest) >= totals.sent and len(alerts) >= spikes, 120, "every alert")
         stored = httpx.get(f"http://127.0.0.1:{API_PORT}/alerts", params={"limit": 1000}).json()[
             "data"
         ]
@@ -146,7 +139,7 @@ def main() -> None:
         if not was_up:
             stack.down()
     figures = {
-        "readings": stats.sent,
+        "readings": totals.sent,
         "alerts": len(alerts),
         "devices": DEVICES,
         "rate_per_device": RATE,
@@ -155,7 +148,7 @@ def main() -> None:
         "alert_api_ms": percentiles(api_ms),
     }
     kept = len(api_ms)
-    print(f"{stats.sent} readings, {stats.spikes} spikes: {len(alerts)} alerts, {kept} in the API")
+    print(f"{totals.sent} readings, {spikes} spikes: {len(alerts)} alerts, {kept} in the API")
     print(f"ingest hop (baseline) ms {figures['ingest_ms']}")
     print(
         f"whole path ms: to Kafka {figures['alert_kafka_ms']}, to the API {figures['alert_api_ms']}"

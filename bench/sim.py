@@ -1,0 +1,97 @@
+"""The simulator alone against the local Mosquitto: sustained readings/s at QoS 0 and QoS 1.
+
+A fleet of DEVICES devices is asked for more readings per second than the target (paced in real
+time, as `sim run` does); the achieved rate is measured over the steady part of the run (from
+the first progress sample with readings sent to the last). The baseline is raw paho publishing
+of pre-built payloads from one process (no generation, no pacing), the ceiling of one
+connection. Peak RSS is this process plus the largest publisher process.
+
+Last line: {"qos0_rps", "qos1_rps", "devices", "peak_rss_mb", "baseline_qos0_rps", "workers"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from fleetwatch.contracts.settings import MqttSettings, Settings
+from fleetwatch.simulator.runner import Totals, run
+from fleetwatch.simulator.scenario import Scenario
+
+DEVICES = 10_000
+RATE = 6.0  # per device: 60,000 readings/s asked for
+SECONDS = 12.0
+WORKERS = int(os.environ.get("BENCH_SIM_WORKERS", "2"))
+
+
+def baseline(settings: MqttSettings, n: int = 200_000) -> float:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
+    client.connect(settings.host, settings.port)
+    payload = b'{"v":1,"seq":1,"ts":1763750000000,"sent":1763750000005,"metrics":{"t":21.345}}'
+    topics = [f"bench-{uuid.uuid4().hex[:6]}/dev-{i:04d}/telemetry" for i in range(1000)]
+    started = time.perf_counter()
+    for i in range(n):
+        client.publish(topics[i % 1000], payload, qos=0)
+    while client.want_write():
+        client.loop_write()
+    elapsed = time.perf_counter() - started
+    client.disconnect()
+    return n / elapsed
+
+
+def simulated(settings: MqttSettings, qos: int) -> tuple[float, Totals]:
+    root = f"bench{uuid.uuid4().hex[:6]}/devices"
+    mqtt_settings = settings.model_copy(update={"root": root})
+    scenario = Scenario(
+        devices=DEVICES, rate=RATE, duration_s=SECONDS, qos=qos, workers=WORKERS, seed=1
+    ).with_overrides(kinds={"temperature": 1, "vibration": 1, "power": 1, "battery": 1})
+    samples: list[tuple[float, int]] = []
+
+    def progress(t: Totals) -> None:
+        samples.append((time.monotonic(), t.sent))
+
+    totals = run(scenario, mqtt_settings, threading.Event(), progress=progress)
+    steady = [(t, s) for t, s in samples if s > 0]
+    # the last samples include the final drain; use the window where the count still grows
+    while len(steady) > 2 and steady[-1][1] == steady[-2][1]:
+        steady.pop()
+    rps = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
+    return rps, totals
+
+
+def main() -> None:
+    settings = Settings().mqtt
+    base = baseline(settings)
+    print(f"baseline: raw paho publish of pre-built payloads, one process: {base:,.0f} msg/s")
+    qos0, t0 = simulated(settings, 0)
+    print(f"sim QoS 0: {qos0:,.0f} readings/s sustained ({t0.sent:,} sent, {t0.errors} errors)")
+    qos1, t1 = simulated(settings, 1)
+    print(
+        f"sim QoS 1: {qos1:,.0f} readings/s sustained ({t1.sent:,} sent, {t1.acked:,} acked, "
+        f"{t1.errors} errors, {t1.unacked} unacked)"
+    )
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"asked for {DEVICES * RATE:,.0f} readings/s from {DEVICES} devices, {WORKERS} workers")
+    figures = {
+        "qos0_rps": round(qos0),
+        "qos1_rps": round(qos1),
+        "devices": DEVICES,
+        "peak_rss_mb": round(own + child, 1),
+        "baseline_qos0_rps": round(base),
+        "workers": WORKERS,
+    }
+    print(json.dumps(figures))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Labelled anomalies: when each starts, what it does to a reading, and its truth record.
+
+Anomalies are planned per device in sequence-number space from counter-based draws, so the
+plan does not depend on the rest of the fleet. At most one anomaly is active per device; the
+next one is planned after it ends. The truth record is written when an anomaly ends, with the
+event times of the first and last reading it affected (true clock, before any device skew).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fleetwatch.simulator.kinds import Kind
+from fleetwatch.simulator.randomness import F64, device_uniform, normal
+from fleetwatch.simulator.scenario import AnomalySpec
+
+# random streams
+_GAP, _KIND, _LEN, _MAG, _METRIC, _SIGN, _BURST = 101, 102, 103, 104, 105, 106, 107
+
+DURATION_READINGS: dict[str, tuple[int, int]] = {
+    "spike": (1, 1),
+    "dip": (1, 1),
+    "level_shift": (20, 60),
+    "drift": (30, 120),
+    "stuck": (20, 60),
+    "noise_burst": (10, 30),
+    "dropout": (10, 40),
+    "correlated": (10, 30),
+}
+MAGNITUDE_SCALES: dict[str, tuple[float, float]] = {
+    "spike": (5.0, 9.0),
+    "dip": (5.0, 9.0),
+    "level_shift": (3.0, 5.0),
+    "drift": (3.0, 6.0),
+    "stuck": (0.0, 0.0),
+    "noise_burst": (2.0, 4.0),
+    "dropout": (0.0, 0.0),
+    "correlated": (3.0, 5.0),
+}
+ALL_METRICS = ("dropout", "correlated")
+
+
+@dataclass
+class Anomaly:
+    """One anomaly on one device: planned, then active, then written as truth."""
+
+    device_id: str
+    kind: str
+    columns: tuple[int, ...]
+    metrics: tuple[str, ...]
+    start_seq: int
+    end_seq: int
+    """Last affected seq (inclusive) as planned; calibrate may end a drift earlier."""
+    offsets: tuple[float, ...]
+    """Signed magnitude per affected column, in the metric's units."""
+    first_ts: int | None = None
+    last_ts: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, row: F64, seq: int, stuck: F64 | None, burst: float) -> bool:
+        """Change ``row`` in place for reading ``seq``; False when the reading is not sent."""
+        if self.kind == "dropout":
+            return False
+        if self.kind == "stuck" and stuck is not None:
+            for c in self.columns:
+                row[c] = stuck[c]
+        elif self.kind == "drift":
+            ramp = (seq - self.start_seq + 1) / (self.end_seq - self.start_seq + 1)
+            for c, off in zip(self.columns, self.offsets, strict=True):
+                row[c] += off * ramp
+        elif self.kind == "noise_burst":
+            for c, off in zip(self.columns, self.offsets, strict=True):
+                row[c] += abs(off) * math.copysign(0.5 + abs(burst), burst)
+        else:  # spike, dip, level_shift, correlated
+            for c, off in zip(self.columns, self.offsets, strict=True):
+                row[c] += off
+        return True
+
+    def truth(self) -> dict[str, Any]:
+        return {
+            "class": "anomaly",
+            "device_id": self.device_id,
+            "kind": self.kind,
+            "metric": self.metrics[0] if len(self.metrics) == 1 else None,
+            "metrics": list(self.metrics),
+            "seq": self.start_seq,
+            "start_ms": self.first_ts,
+            "end_ms": self.last_ts,
+            "params": {"offsets": [round(o, 4) for o in self.offsets], **self.params},
+        }
+
+
+class Planner:
+    """Draws each device's anomalies: gap, kind, length, metric, size (all counter-based)."""
+
+    def __init__(self, spec: AnomalySpec, seed: int, interval_ms: int) -> None:
+        self.spec = spec
+        self.seed = seed
+        per_reading = spec.per_device_hour * interval_ms / 3_600_000
+        self.p = min(per_reading, 0.5)
+        kinds = list(spec.mix)
+        weights = np.array([spec.mix[k] for k in kinds])
+        self.kinds = kinds
+        self.cumulative = np.cumsum(weights) / weights.sum()
+
+    @property
+    def enabled(self) -> bool:
+        return self.p > 0
+
+    def _u(self, stream: int, device: int, n: int) -> float:
+        return device_uniform(self.seed, stream * 1_000_003 + n, device)
+
+    def next_start(self, device: int, n: int, after_seq: int) -> int:
+        """Seq at which device's ``n``-th anomaly starts, the earliest being ``after_seq``."""
+        if not self.enabled:
+            return 2**62
+        gap = math.ceil(math.log(self._u(_GAP, device, n)) / math.log1p(-self.p))
+        return after_seq + max(gap, 1)
+
+    def plan(self, device: int, device_id: str, n: int, start_seq: int, kind: Kind) -> Anomaly:
+        name = self.kinds[int(np.searchsorted(self.cumulative, self._u(_KIND, device, n)))]
+        low, high = DURATION_READINGS[name]
+        length = low + int(self._u(_LEN, device, n) * (high - low + 1))
+        if name in ALL_METRICS:
+            columns = tuple(range(len(kind.metrics)))
+        else:
+            columns = (int(self._u(_METRIC, device, n) * len(kind.metrics)),)
+        mlow, mhigh = MAGNITUDE_SCALES[name]
+        size = mlow + (mhigh - mlow) * self._u(_MAG, device, n)
+        sign = -1.0 if name == "dip" else 1.0
+        if name in ("level_shift", "drift") and self._u(_SIGN, device, n) < 0.5:
+            sign = -1.0
+        offsets = tuple(
+            sign * (-1.0 if name == "correlated" and i % 2 else 1.0) * size * kind.scales[c]
+            for i, c in enumerate(columns)
+        )
+        return Anomaly(
+            device_id=device_id,
+            kind=name,
+            columns=columns,
+            metrics=tuple(kind.metrics[c] for c in columns),
+            start_seq=start_seq,
+            end_seq=start_seq + length - 1,
+            offsets=offsets,
+        )
+
+    def burst(self, device: int, seq: int) -> float:
+        return float(normal(self.seed, _BURST, np.array([device]), np.array([seq]))[0])
+
+
+def legacy_spike(device_id: str, metric: str, seq: int, ts: int, size: float) -> dict[str, Any]:
+    """The truth of a ``spike_every`` spike (a one-reading spike of a fixed size)."""
+    return {
+        "class": "anomaly",
+        "device_id": device_id,
+        "kind": "spike",
+        "metric": metric,
+        "metrics": [metric],
+        "seq": seq,
+        "start_ms": ts,
+        "end_ms": ts,
+        "params": {"offsets": [size], "spike_every": True},
+    }
