@@ -66,6 +66,7 @@ def wait(probe, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     settings = Settings()
     stack = Stack(settings)
     was_up = all(c.pid for c in stack.status())

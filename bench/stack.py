@@ -8,7 +8,9 @@ Last line: {"cold_up_s", "warm_up_s", "down_s", "kafka_rss_mb", "mosquitto_rss_m
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +35,7 @@ def rss_mb(pid: int) -> float:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as run_dir:
         port = free_port()
         settings = Settings(

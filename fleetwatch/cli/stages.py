@@ -25,14 +25,19 @@ def gateway(
 ) -> None:
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
     from fleetwatch.ingest.gateway import Gateway
-    from fleetwatch.ingest.workers import supervise, worker_client_id
+    from fleetwatch.ingest.workers import retire_surplus, supervise, worker_client_id
 
     settings = load_settings()
     stop = stop_event()
     count = workers or settings.gateway.workers
-    if worker_index is None and count > 1:
-        supervise(count, stop)
-        return
+    if worker_index is None:
+        try:
+            retire_surplus(settings, count, stop)
+        except FleetwatchError as exc:
+            fail(str(exc))
+        if count > 1:
+            supervise(count, stop)
+            return
     client_id = worker_client_id(settings.gateway.client_id, worker_index or 0)
     try:
         Gateway(settings, client_id=client_id).run(stop)

@@ -124,7 +124,11 @@ class Gateway:
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
+        self.client.on_unsubscribe = self._on_unsubscribe
         self._telemetry_suffix = "/telemetry"
+        self._retiring = False
+        self._unsubscribed = threading.Event()
+        self._last_message = time.monotonic()
         self.relay = CommandRelay(settings, self.client)
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
@@ -134,11 +138,13 @@ class Gateway:
         if reason.is_failure:
             logger.error("MQTT connect refused: %s", reason)
             return
-        group, mqtt_settings = self.settings.gateway.share_group, self.settings.mqtt
-        filters = [
-            f"$share/{group}/{mqtt_settings.telemetry_filter}",
-            f"$share/{group}/{mqtt_settings.acks_filter}",
-        ]
+        filters = self._filters()
+        if self._retiring:
+            client.unsubscribe(filters)
+            logger.info(
+                "retiring %s: unsubscribed, draining what the broker queued for it", self.client_id
+            )
+            return
         client.subscribe([(f, 1) for f in filters])
         logger.info(
             "connected to MQTT as %s (session present: %s), subscribed to %s",
@@ -146,6 +152,18 @@ class Gateway:
             flags.session_present,
             ", ".join(filters),
         )
+
+    def _filters(self) -> list[str]:
+        group, mqtt_settings = self.settings.gateway.share_group, self.settings.mqtt
+        return [
+            f"$share/{group}/{mqtt_settings.telemetry_filter}",
+            f"$share/{group}/{mqtt_settings.acks_filter}",
+        ]
+
+    def _on_unsubscribe(
+        self, client: mqtt.Client, userdata: Any, mid: int, reasons: Any, props: Any
+    ) -> None:
+        self._unsubscribed.set()
 
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any
@@ -157,6 +175,7 @@ class Gateway:
         if self._closing.is_set():
             return  # not acknowledged: the broker delivers it again to the next session
         received = self.clock()
+        self._last_message = time.monotonic()
         self.counters.add("messages")
         root = self.settings.mqtt.root
         if msg.topic.endswith(self._telemetry_suffix):
@@ -225,6 +244,44 @@ class Gateway:
 
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:
+        self._connect()
+        last_report = time.monotonic()
+        try:
+            while not stop.is_set():
+                self.producer.poll(0.05)
+                self.relay.pump()
+                if time.monotonic() - last_report >= report_every_s:
+                    last_report = time.monotonic()
+                    logger.info("%s", self.counters)
+        finally:
+            self.close()
+
+    def retire(self, stop: threading.Event, idle_s: float = 2.0) -> int:
+        """End this worker's session without losing what the broker queued for it.
+
+        Used when the number of workers shrinks: the session of a worker that will not come
+        back is resumed, unsubscribed (so the shared group stops dealing it messages), drained
+        into Kafka like any other session, and then ended. Returns the messages drained."""
+        self._retiring = True
+        self._connect()
+        try:
+            while not stop.is_set():
+                self.producer.poll(0.05)
+                quiet = time.monotonic() - self._last_message > idle_s
+                if self._unsubscribed.is_set() and quiet and len(self.producer) == 0:
+                    break
+        finally:
+            self._closing.set()
+            self.producer.flush(30)
+            end = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
+            end.SessionExpiryInterval = 0
+            self.client.disconnect(properties=end)
+            self.client.loop_stop()
+            self.relay.close()
+        logger.info("retired %s after draining %d messages", self.client_id, self.counters.messages)
+        return self.counters.messages
+
+    def _connect(self) -> None:
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = SESSION_EXPIRY_S
         props.ReceiveMaximum = self.settings.gateway.max_in_flight
@@ -241,16 +298,6 @@ class Gateway:
                 f"cannot reach MQTT at {self.settings.mqtt.host}:{self.settings.mqtt.port}: {exc}"
             ) from exc
         self.client.loop_start()
-        last_report = time.monotonic()
-        try:
-            while not stop.is_set():
-                self.producer.poll(0.05)
-                self.relay.pump()
-                if time.monotonic() - last_report >= report_every_s:
-                    last_report = time.monotonic()
-                    logger.info("%s", self.counters)
-        finally:
-            self.close()
 
     def close(self) -> None:
         """Stop taking messages, deliver (and acknowledge) what is in flight, then disconnect."""

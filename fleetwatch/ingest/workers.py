@@ -15,6 +15,9 @@ import sys
 import threading
 import time
 
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.ingest.gateway import Gateway
+
 logger = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 1.0
@@ -23,6 +26,27 @@ STOP_TIMEOUT_S = 60.0
 
 def worker_client_id(client_id: str, index: int) -> str:
     return f"{client_id}-{index}"
+
+
+def retire_surplus(settings: Settings, workers: int, stop: threading.Event) -> list[int]:
+    """If fewer workers run than last time, drain and end the sessions of the ones removed:
+    the broker keeps dealing a shared subscription's messages to an offline member's
+    persistent session, so a worker that never comes back would strand them."""
+    state = settings.run_path / "gateway" / "workers"
+    try:
+        previous = int(state.read_text())
+    except (OSError, ValueError):
+        previous = workers
+    retired: list[int] = []
+    for index in range(workers, previous):
+        if stop.is_set():
+            return retired
+        gateway = Gateway(settings, client_id=worker_client_id(settings.gateway.client_id, index))
+        gateway.retire(stop)
+        retired.append(index)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(str(workers))
+    return retired
 
 
 def _start(index: int) -> subprocess.Popen[bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from typing import Any
@@ -138,3 +139,25 @@ def test_several_workers_share_the_load_and_lose_nothing(isolated: Isolated) -> 
         "every reading in Kafka",
     )
     assert {(r["device_id"], r["seq"]) for r in real_readings(isolated, len(sent) + 1)} == set(sent)
+
+
+def test_scaling_down_strands_nothing_in_the_removed_workers_sessions(isolated: Isolated) -> None:
+    two = isolated.start("gateway-2", "gateway", "--workers", "2")
+    with isolated.mqtt_client() as client:
+        isolated.await_gateway(client)
+        two.send_signal(signal.SIGTERM)
+        assert two.wait(60) == 0
+        # both workers' sessions are offline but alive: the broker deals each half of these
+        sent = [(f"s{i}", seq) for i in range(4) for seq in range(25)]
+        for device, seq in sent:
+            client.publish(
+                f"{isolated.mqtt_root}/{device}/telemetry", payload(seq), qos=1
+            ).wait_for_publish(10)
+    isolated.start("gateway-1", "gateway", "--workers", "1")  # retires worker 1, draining it
+    wait_until(
+        lambda: (
+            {(r["device_id"], r["seq"]) for r in real_readings(isolated, len(sent))} >= set(sent)
+        ),
+        90,
+        "every reading, including those queued for the removed worker",
+    )

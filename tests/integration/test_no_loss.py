@@ -141,28 +141,35 @@ def test_sigkill_of_the_gateway_and_a_broker_restart_lose_nothing(
 ) -> None:
     settings, env = private_stack
     log = tmp_path / "gateway.log"
-    gateway = start_gateway(env, log)
-    wait_until(lambda: "subscribed to" in log.read_text(), 30, "the gateway to subscribe")
+    gateways = [start_gateway(env, log)]
+    try:
+        wait_until(lambda: "subscribed to" in log.read_text(), 30, "the gateway to subscribe")
+        fleet = Publisher(settings)
+        fleet.start()
+        total = DEVICES * PER_DEVICE
+        wait_until(lambda: fleet.progress >= total // 4, 30, "a quarter of the readings")
+        gateways[0].send_signal(signal.SIGKILL)  # no flush, no goodbye
+        gateways[0].wait(10)
+        gateways.append(start_gateway(env, log))  # same client id: its persistent session waits
 
-    fleet = Publisher(settings)
-    fleet.start()
-    total = DEVICES * PER_DEVICE
-    wait_until(lambda: fleet.progress >= total // 4, 30, "a quarter of the readings")
-    gateway.send_signal(signal.SIGKILL)  # no flush, no goodbye
-    gateway.wait(10)
-    gateway = start_gateway(env, log)  # same client id: its persistent session is waiting
+        wait_until(lambda: fleet.progress >= total // 2, 30, "half of the readings")
+        broker = KafkaBroker(settings)
+        broker.proc.stop()
+        broker.start()
+        broker.wait_ready()
 
-    wait_until(lambda: fleet.progress >= total // 2, 30, "half of the readings")
-    broker = KafkaBroker(settings)
-    broker.proc.stop()
-    broker.start()
-    broker.wait_ready()
+        fleet.join(120)
+        assert len(fleet.published) == total, "the MQTT broker must have acknowledged every publish"
+        wait_until(
+            lambda: fleet.published <= raw_pairs(settings),
+            120,
+            "every acknowledged reading in Kafka",
+        )
 
-    fleet.join(120)
-    assert len(fleet.published) == total, "the MQTT broker must have acknowledged every publish"
-    wait_until(
-        lambda: fleet.published <= raw_pairs(settings), 120, "every acknowledged reading in Kafka"
-    )
-
-    gateway.send_signal(signal.SIGTERM)
-    assert gateway.wait(60) == 0
+        gateways[-1].send_signal(signal.SIGTERM)
+        assert gateways[-1].wait(60) == 0
+    finally:
+        for proc in gateways:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

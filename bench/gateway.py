@@ -1,0 +1,262 @@
+"""Gateway throughput and its memory bound under backpressure, on a private stack.
+
+Publishing from one Python process is slower than the gateway, so throughput is measured on a
+backlog: the burst is published while the consumer is away (its persistent session queues it
+at the broker), then the consumer connects and the drain is timed.
+
+1. Baseline: a bare MQTT subscriber (QoS 1, auto-ack, no Kafka) draining the burst — what the
+   broker and one Python MQTT client deliver without any gateway work.
+2. The gateway with 1 and 2 workers draining a burst of readings from 1,000 devices into
+   ``telemetry.raw`` (every message acknowledged only after Kafka confirmed it).
+3. Backpressure: the Kafka broker is stopped, a burst is published, the gateway's resident
+   memory is sampled (it must plateau: at most ``max_in_flight`` messages unacknowledged), then
+   Kafka is started and the time to catch up is measured.
+
+Last line: {"baseline_mqtt_rps", "gateway_rps": {"1": .., "2": ..}, "backpressure": {...}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+from confluent_kafka import Consumer, TopicPartition
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
+from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.stack.kafka import KafkaBroker
+from fleetwatch.stack.manager import Stack
+
+BURST, DEVICES, BACKLOG = 60_000, 1_000, 100_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def payloads(settings: Settings, n: int, offset: int = 0) -> list[tuple[str, bytes]]:
+    now = time.time_ns() // 1_000_000
+    return [
+        (
+            settings.mqtt.telemetry_topic(f"g{i % DEVICES}"),
+            reading_payload(
+                offset + i // DEVICES, now, now, {"temperature": 21.0, "humidity": 40.0}
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=f"bench-pub-{time.monotonic_ns()}",
+        protocol=mqtt.MQTTv5,
+    )
+    client.max_inflight_messages_set(2000)
+    client.max_queued_messages_set(0)
+    client.connect(settings.mqtt.host, settings.mqtt.port)
+    client.loop_start()
+    started = time.monotonic()
+    for chunk in range(0, len(messages), 20_000):  # MQTT message ids are 16-bit: bound what is open
+        infos = [
+            client.publish(topic, body, qos=1) for topic, body in messages[chunk : chunk + 20_000]
+        ]
+        for info in infos:
+            info.wait_for_publish(120)
+    elapsed = time.monotonic() - started
+    client.disconnect()
+    client.loop_stop()
+    return elapsed
+
+
+def raw_count(settings: Settings) -> int:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "bench-count"}
+    )
+    try:
+        topic = settings.topics.telemetry_raw
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
+        )
+    finally:
+        consumer.close()
+
+
+def wait_for(probe, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    while not probe():
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit("bench: timed out")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def baseline(settings: Settings) -> float:
+    """A bare subscriber (persistent session, QoS 1, auto-ack) draining the same backlog."""
+    received = 0
+    done = threading.Event()
+
+    def on_message(client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        nonlocal received
+        received += 1
+        if received == BURST:
+            done.set()
+
+    def connect(clean: bool) -> mqtt.Client:
+        sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-sub", protocol=mqtt.MQTTv5)
+        sub.on_message = on_message
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props.SessionExpiryInterval = 3600
+        sub.connect(settings.mqtt.host, settings.mqtt.port, clean_start=clean, properties=props)
+        return sub
+
+    sub = connect(clean=True)  # a fresh session that outlives the connection (expiry 1 h)
+    sub.loop_start()
+    # the broker handles SUBSCRIBE before the DISCONNECT sent after it on the same connection
+    sub.subscribe(f"$share/bench/{settings.mqtt.telemetry_filter}", qos=1)
+    sub.disconnect()
+    sub.loop_stop()
+    publish(settings, payloads(settings, BURST))
+    sub = connect(clean=False)
+    started = time.monotonic()
+    sub.loop_start()
+    done.wait(300)
+    elapsed = time.monotonic() - started
+    sub.disconnect()
+    sub.loop_stop()
+    props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
+    props.SessionExpiryInterval = 0  # end the session so it queues nothing more
+    last = connect(clean=True)
+    last.disconnect(properties=props)
+    return BURST / elapsed
+
+
+def gateway(env: dict[str, str], log: Path, workers: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "fleetwatch.cli.main", "gateway", "--workers", str(workers)]
+    return subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
+        port = free_port()
+        settings = Settings(
+            run_dir=Path(tmp),
+            kafka=KafkaSettings(
+                port=port, controller_port=free_port(), bootstrap_servers=f"127.0.0.1:{port}"
+            ),
+            mqtt=MqttSettings(port=free_port()),
+        )
+        env = dict(os.environ)
+        env.update(
+            {
+                "FLEETWATCH_RUN_DIR": tmp,
+                "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+                "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
+            }
+        )
+        stack = Stack(settings)
+        stack.up()
+        log = Path(tmp) / "gateway.log"
+        try:
+            base = baseline(settings)
+            print(f"baseline: one bare MQTT subscriber drains {base:,.0f} msg/s")
+            rates: dict[str, float] = {}
+            total = 0
+            connects = 0
+            for workers in (1, 2):
+                # sessions exist, gateway away: a backlog builds at the broker, then is drained
+                proc = gateway(env, log, workers)
+                connects += workers
+                wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
+                stop(proc)
+                publish(settings, payloads(settings, BURST, offset=total))
+                total += BURST
+                proc = gateway(env, log, workers)
+                connects += workers
+                wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
+                started = time.monotonic()
+                wait_for(lambda t=total: raw_count(settings) >= t, 300)
+                rates[str(workers)] = BURST / (time.monotonic() - started)
+                rate = rates[str(workers)]
+                print(f"gateway x{workers}: drains {rate:,.0f} readings/s into Kafka (QoS 1)")
+                stop(proc)
+
+            proc = gateway(env, log, 1)
+            connects += 1
+            wait_for(lambda: log.read_text().count("subscribed to") >= connects, 30)
+            idle = rss_mb(proc.pid)
+            broker = KafkaBroker(settings)
+            broker.proc.stop()
+            peak = idle
+            sampling = threading.Event()
+
+            def sample() -> None:
+                nonlocal peak
+                while not sampling.wait(0.2):
+                    peak = max(peak, rss_mb(proc.pid))
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            publish(settings, payloads(settings, BACKLOG, offset=total))
+            time.sleep(5)  # let the gateway take all it will take while Kafka is away
+            held = rss_mb(proc.pid)
+            broker.start()
+            broker.wait_ready()
+            catch_up = wait_for(lambda: raw_count(settings) >= total + BACKLOG, 600)
+            sampling.set()
+            sampler.join()
+            stop(proc)
+            pressure = {
+                "backlog": BACKLOG,
+                "idle_rss_mb": round(idle, 1),
+                "peak_rss_mb": round(peak, 1),
+                "rss_while_kafka_down_mb": round(held, 1),
+                "catch_up_s": round(catch_up, 1),
+            }
+            print(f"backpressure: {BACKLOG:,} readings while Kafka was down")
+            print(f"  gateway RSS idle {idle:.0f} MB, peak {peak:.0f} MB, held {held:.0f} MB")
+            print(f"  caught up in {catch_up:.1f}s after Kafka returned")
+        finally:
+            stack.down()
+    print(
+        json.dumps(
+            {
+                "baseline_mqtt_rps": round(base),
+                "gateway_rps": {k: round(v) for k, v in rates.items()},
+                "backpressure": pressure,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
