@@ -31,6 +31,8 @@ from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
+from fleetwatch.streaming.checkpoints import versioned
+from fleetwatch.streaming.score import PLAN_VERSION
 
 DEVICES, RATE, ROUNDS, SPIKE_EVERY, API_PORT = 10, 5.0, 300, 50, 18_765
 
@@ -112,7 +114,13 @@ def main() -> None:
         drains.append(threading.Thread(target=drain, args=(consumer, sink, stop)))
         drains[-1].start()
     try:
-        wait(lambda: (run_dir / "checkpoints" / "score" / "metadata").exists(), 120, "the scorer")
+        wait(
+            lambda: (
+                versioned(run_dir / "checkpoints", "score", PLAN_VERSION) / "metadata"
+            ).exists(),
+            120,
+            "the scorer",
+        )
         wait(lambda: _api_ok(), 60, "the API")
         sim_settings = Settings(
             _env_file=None, mqtt=settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})

@@ -32,7 +32,7 @@ def demo(
     rate: Annotated[float, typer.Option(min=0.1, help="readings per second per device")] = 2.0,
     spike_every: Annotated[
         int, typer.Option(min=1, help="every Nth fleet reading is a spike")
-    ] = 40,
+    ] = 37,  # prime, so spikes rotate across devices
 ) -> None:
     """Bring the stack up, run every stage and the simulator, print alerts until Ctrl-C."""
     settings = load_settings()

@@ -15,9 +15,11 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
 from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
 
 if TYPE_CHECKING:
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
+
+PLAN_VERSION = 2
+"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 
 READING_SCHEMA = (
     "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
@@ -72,6 +77,17 @@ def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
     return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
+def _starting_offsets(settings: Settings) -> str:
+    """Earliest for a first run; after a plan change, where the previous plan stopped."""
+    topic = settings.topics.telemetry_raw
+    offsets = previous_offsets(settings.checkpoint_root, "score", PLAN_VERSION, topic)
+    if not offsets:
+        return "earliest"
+    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    return starting_offsets(topic, offsets, partitions)
+
+
 def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:
     from pyspark.sql import functions as F
 
@@ -80,7 +96,7 @@ def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> S
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka)
         .option("subscribe", settings.topics.telemetry_raw)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", _starting_offsets(settings))
         .option("failOnDataLoss", "false")
         .load()
     )
@@ -89,7 +105,7 @@ def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> S
         F.col("device_id").alias("key"),
         F.to_json(F.struct(*ALERT_COLUMNS)).alias("value"),
     )
-    checkpoint = settings.checkpoint_root / "score"
+    checkpoint = versioned(settings.checkpoint_root, "score", PLAN_VERSION)
     query = (
         out.writeStream.format("kafka")
         .queryName("fleetwatch-score")

@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.streaming.checkpoints import committed_offsets, versioned
+from fleetwatch.streaming.score import PLAN_VERSION
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 
@@ -19,21 +21,11 @@ logger = logging.getLogger(__name__)
 DEVICES, ROUNDS, SPIKE_AT = 3, 20, 45  # 60 readings; the 45th is the only spike
 
 
-def checkpointed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
-    """The source offsets of the last micro-batch the scorer committed (its outputs are written)."""
-    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
-    if not commits:
-        return {}
-    lines = (checkpoint / "offsets" / commits[-1].name).read_text().splitlines()
-    offsets = json.loads(lines[-1]).get(topic, {})
-    return {int(p): int(o) for p, o in offsets.items()}
-
-
 def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
     isolated: Isolated, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     raw, alerts_topic = isolated.topics.telemetry_raw, isolated.topics.alerts
-    checkpoint = tmp_path / "checkpoints" / "score"
+    checkpoint = versioned(tmp_path / "checkpoints", "score", PLAN_VERSION)
     isolated.start("gateway", "gateway")
     isolated.start("score", "score")
     isolated.start("api", "api")
@@ -79,7 +71,7 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
     )
     ends = isolated.end_offsets(raw)
     wait_until(
-        lambda: checkpointed_offsets(checkpoint, raw) == ends,
+        lambda: committed_offsets(checkpoint, raw) == ends,
         120,
         "the scorer to commit every reading",
     )
@@ -118,9 +110,7 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
         "both copies in the log",
     )
     ends = isolated.end_offsets(raw)
-    wait_until(
-        lambda: checkpointed_offsets(checkpoint, raw) == ends, 120, "the scorer to take both"
-    )
+    wait_until(lambda: committed_offsets(checkpoint, raw) == ends, 120, "the scorer to take both")
     body = wait_until(
         lambda: (b := httpx.get(f"{api}/alerts").json())["count"] >= 2 and b, 60, "the new alert"
     )
