@@ -49,14 +49,18 @@ $(JARS)/spark-kafka/.resolved: deploy/jvm/spark-kafka/pom.xml $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/fleetwatch demo
 
+# Test temp dirs live in the run dir: pytest's shared /tmp/pytest-of-$USER is rotated by any
+# other pytest session on the machine, which would delete a running test's files.
+PYTEST := $(VENV)/bin/pytest --basetemp=.run/pytest
+
 test: setup
-	$(VENV)/bin/pytest tests
+	$(PYTEST) tests
 
 test-unit: setup
-	$(VENV)/bin/pytest tests/unit
+	$(PYTEST) tests/unit
 
 test-integration: setup
-	$(VENV)/bin/pytest tests/integration
+	$(PYTEST) tests/integration
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

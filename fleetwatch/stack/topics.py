@@ -46,14 +46,24 @@ def ensure_topics(
 def _wait_until_usable(
     bootstrap: str, admin: AdminClient, names: list[str], timeout_s: float = 30.0
 ) -> None:
-    """Creation returns before the partitions serve requests (offset queries answer
-    NOT_LEADER for a moment); wait until each one answers so callers can use them at once."""
+    """Creation returns before the topics are in the metadata and before their partitions serve
+    requests (offset queries answer NOT_LEADER for a moment); wait until each partition answers
+    so that callers can use the topics at once."""
     deadline = time.monotonic() + timeout_s
     probe = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "fleetwatch-topic-probe", "log_level": 0}
     )
     try:
-        topics = admin.list_topics(timeout=10).topics
+        while True:
+            topics = admin.list_topics(timeout=10).topics
+            missing = [n for n in names if n not in topics or not topics[n].partitions]
+            if not missing:
+                break
+            if time.monotonic() >= deadline:
+                raise StackError(
+                    f"topics not in the cluster metadata after {timeout_s:.0f}s: {', '.join(missing)}"
+                )
+            time.sleep(0.1)
         pending = [TopicPartition(n, p) for n in names for p in topics[n].partitions]
         while pending:
             tp = pending[0]
