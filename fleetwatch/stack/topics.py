@@ -61,7 +61,7 @@ def _wait_until_usable(
                 break
             if time.monotonic() >= deadline:
                 raise StackError(
-                    f"topics not in the cluster metadata after {timeout_s:.0f}s: {', '.join(missing)}"
+                    f"topics missing from the metadata after {timeout_s:.0f}s: {missing}"
                 )
             time.sleep(0.1)
         pending = [TopicPartition(n, p) for n in names for p in topics[n].partitions]
