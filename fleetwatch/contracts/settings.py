@@ -48,6 +48,11 @@ class MqttSettings(_Part):
     username: str | None = None
     password: str | None = None
     keepalive_s: int = Field(30, ge=5)
+    password_file: Path | None = None
+    """Local broker: a mosquitto_passwd file; when set, anonymous clients are refused."""
+    acl_file: Path | None = None
+    """Local broker: an ACL file (see deploy/mosquitto/acl.example: devices write only as
+    themselves, ``{root}/%u/...``)."""
 
     @field_validator("root")
     @classmethod

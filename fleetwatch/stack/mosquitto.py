@@ -34,15 +34,22 @@ class MosquittoBroker:
     def render_config(self) -> str:
         # Queues are sized so that a slow gateway loses nothing a device sent at QoS 1;
         # persistence keeps the gateway's persistent session across a broker restart.
+        m = self.settings.mqtt
+        auth = ["allow_anonymous true"]
+        if m.password_file is not None:
+            auth = ["allow_anonymous false", f"password_file {m.password_file.resolve()}"]
+        if m.acl_file is not None:
+            auth.append(f"acl_file {m.acl_file.resolve()}")
         return "\n".join(
             [
-                f"listener {self.settings.mqtt.port} 127.0.0.1",
-                "allow_anonymous true",
+                f"listener {m.port} 127.0.0.1",
+                *auth,
                 f"user {getpass.getuser()}",
                 "persistence true",
                 f"persistence_location {self.dir}/",
                 "autosave_interval 10",
-                "log_dest stdout",
+                # its own log file: stdout is block-buffered when not a terminal
+                f"log_dest file {self.proc.log_file}",
                 "log_type error",
                 "log_type warning",
                 "log_type notice",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import getpass
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,36 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.stack.mosquitto import mosquitto_binary
-from tests.integration.conftest import free_port
 from tests.integration.mqtt_watch import Watcher
+from tests.integration.secure_broker import secure_broker
 from tests.polling import wait_until
 
 DEVICES = {"sec-0000": "first-secret", "sec-0001": "second-secret"}
 
 
 @pytest.fixture
-def secure_broker(tmp_path: Path) -> Iterator[int]:
-    binary, passwd = mosquitto_binary(), shutil.which("mosquitto_passwd")
-    if binary is None or passwd is None:
-        pytest.skip("mosquitto and mosquitto_passwd are needed")
-    accounts = {**DEVICES, "watcher": "watch-secret"}
-    password_file = tmp_path / "passwd"
-    password_file.write_text("".join(f"{u}:{p}\n" for u, p in accounts.items()))
-    subprocess.run([passwd, "-U", str(password_file)], check=True)
-    port = free_port()
-    conf = tmp_path / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous false\npassword_file {password_file}\n"
-        f"user {getpass.getuser()}\nlog_dest file {tmp_path / 'broker.log'}\n"
-    )
-    with (tmp_path / "mosquitto.log").open("wb") as log:
-        proc = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
-    try:
+def broker(tmp_path: Path) -> Iterator[int]:
+    with secure_broker(tmp_path, {**DEVICES, "watcher": "watch-secret"}) as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def sim(port: int, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,10 +52,8 @@ def sim(port: int, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_each_device_authenticates_with_its_own_credentials(
-    secure_broker: int, tmp_path: Path
-) -> None:
-    port = secure_broker
+def test_each_device_authenticates_with_its_own_credentials(broker: int, tmp_path: Path) -> None:
+    port = broker
     watcher = wait_until(
         lambda: _connect(port), 10, "the broker to accept the watcher's credentials"
     )
@@ -99,20 +76,20 @@ def test_each_device_authenticates_with_its_own_credentials(
         watcher.close()
 
 
-def test_wrong_or_missing_credentials_are_refused(secure_broker: int, tmp_path: Path) -> None:
-    wait_until(lambda: _connect(secure_broker), 10, "the broker to start")
+def test_wrong_or_missing_credentials_are_refused(broker: int, tmp_path: Path) -> None:
+    wait_until(lambda: _connect(broker), 10, "the broker to start")
     creds = tmp_path / "devices.txt"
     creds.write_text("sec-0000:first-secret\nsec-0001:wrong\n")
-    wrong = sim(secure_broker, tmp_path, "--credentials", str(creds))
+    wrong = sim(broker, tmp_path, "--credentials", str(creds))
     assert wrong.returncode == 1
     assert "refused 'sec-0001'" in wrong.stderr
-    anonymous = sim(secure_broker, tmp_path)
+    anonymous = sim(broker, tmp_path)
     assert anonymous.returncode == 1
     assert "refused" in anonymous.stderr
 
 
 def _log(tmp_path: Path) -> str:
-    path = tmp_path / "broker.log"
+    path = tmp_path / "run" / "logs" / "mosquitto.log"  # the stack's broker logs logins
     return path.read_text() if path.exists() else ""
 
 

@@ -40,8 +40,8 @@ def test_a_port_in_use_is_detected() -> None:
         assert port_in_use("127.0.0.1", sock.getsockname()[1])
 
 
-@pytest.mark.skipif(mosquitto_binary() is None, reason="mosquitto is installed by make setup")
 def test_a_busy_port_gives_a_one_line_reason_and_the_log(tmp_path: Path) -> None:
+    assert mosquitto_binary() is not None, "make setup installs mosquitto"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
@@ -53,3 +53,12 @@ def test_a_busy_port_gives_a_one_line_reason_and_the_log(tmp_path: Path) -> None
     assert f"port {port} is already in use" in message
     assert "\n" not in message
     assert str(tmp_path / "logs" / "mosquitto.log") in message
+
+
+def test_credentials_and_an_acl_make_the_broker_refuse_anonymous_clients(tmp_path: Path) -> None:
+    mqtt = MqttSettings(password_file=tmp_path / "passwd", acl_file=tmp_path / "acl")
+    config = MosquittoBroker(Settings(run_dir=tmp_path, mqtt=mqtt)).render_config().splitlines()
+    assert "allow_anonymous false" in config
+    assert f"password_file {tmp_path / 'passwd'}" in config
+    assert f"acl_file {tmp_path / 'acl'}" in config
+    assert "allow_anonymous true" in MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
