@@ -58,8 +58,11 @@ def experiment_id(client: MlflowClient, settings: Settings) -> str:
 
 @contextmanager
 def mlflow_errors(what: str) -> Iterator[None]:
-    """Turn MLflow's exceptions into :class:`TrackingError` with what was being done."""
+    """Turn MLflow's exceptions (and the OS errors of a local store) into
+    :class:`TrackingError` with what was being done."""
     try:
         yield
     except MlflowException as exc:
         raise TrackingError(f"{what}: {exc.message}") from exc
+    except OSError as exc:
+        raise TrackingError(f"{what}: {exc}") from exc
