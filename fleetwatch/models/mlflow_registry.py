@@ -22,7 +22,7 @@ import logging
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -219,10 +219,17 @@ class ModelRegistry:
                     return sorted(out)
 
     def versions(self, name: str) -> list[VersionInfo]:
-        self._aliases(name)  # a clear error for an unknown model
+        """Every version of a model, oldest first, with its aliases (a version search does not
+        return them in every store, so they come from the model)."""
+        aliases = self._aliases(name)
         with mlflow_errors(f"cannot list the versions of {name}"):
             found = self.client.search_model_versions(f"name = '{name}'")
-        return sorted((VersionInfo.of(mv) for mv in found), key=lambda v: v.version)
+        out = []
+        for mv in found:
+            info = VersionInfo.of(mv)
+            own = tuple(sorted(a for a, v in aliases.items() if v == info.version))
+            out.append(replace(info, aliases=own))
+        return sorted(out, key=lambda v: v.version)
 
     def version(
         self, name: str, version: int | None = None, alias: str | None = None

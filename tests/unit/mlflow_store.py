@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
@@ -36,7 +35,7 @@ def fleet_params(devices: int = 3) -> dict[str, dict[str, object]]:
     """Fitted PCA parameters of a few devices with different levels."""
     return {
         f"dev-{i}": PcaDetector(halflife_hours=None)
-        .learn(device_readings(seed=10 + i, offset=float(np.sin(i)) * 3.0))
+        .learn(device_readings(seed=10 + i, offset=0.3 * (i - 1)))
         .to_params()
         for i in range(devices)
     }
