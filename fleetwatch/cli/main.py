@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import demo, sim, stack, stages
+from fleetwatch.cli import demo, models, sim, stack, stages
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -13,6 +13,7 @@ app = typer.Typer(
 )
 app.add_typer(stack.app, name="stack")
 app.add_typer(sim.app, name="sim")
+app.add_typer(models.app, name="models")
 app.command()(stages.gateway)
 app.command()(stages.score)
 app.command()(stages.api)

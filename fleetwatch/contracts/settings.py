@@ -8,6 +8,7 @@ directory. Library code takes the object (or a part of it) as an argument.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -136,6 +137,26 @@ class GatewaySettings(_Part):
     workers: int = Field(1, ge=1, le=64)
 
 
+class MlflowSettings(_Part):
+    """Where training runs are tracked and fleet models registered."""
+
+    tracking_uri: str | None = None
+    """An MLflow tracking server (``http://…``) or store URI. Default: a local SQLite store at
+    ``{run_dir}/mlflow/mlflow.db`` (tracking and registry) with artifacts under
+    ``{run_dir}/mlflow/artifacts``."""
+    experiment: str = "fleetwatch-training"
+    """The experiment every training run is logged in."""
+    model_prefix: str = "fleetwatch"
+    """Registered fleet models are named ``{model_prefix}-{scope}``."""
+
+    @field_validator("model_prefix")
+    @classmethod
+    def _prefix_is_a_plain_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
+            raise ValueError("mlflow.model_prefix must be letters, digits, '_', '.', '-'")
+        return value
+
+
 class Settings(BaseSettings):
     """Everything a fleetwatch process needs to know. Frozen after it is built."""
 
@@ -159,6 +180,7 @@ class Settings(BaseSettings):
     score: ScoreSettings = ScoreSettings()
     api: ApiSettings = ApiSettings()
     gateway: GatewaySettings = GatewaySettings()
+    mlflow: MlflowSettings = MlflowSettings()
 
     @property
     def run_path(self) -> Path:
@@ -179,3 +201,19 @@ class Settings(BaseSettings):
     @property
     def database_url(self) -> str:
         return self.api.database_url or f"sqlite:///{self.run_path / 'api.db'}"
+
+    @property
+    def mlflow_local(self) -> bool:
+        """Whether MLflow is the embedded store in the run directory (no tracking URI set)."""
+        return self.mlflow.tracking_uri is None
+
+    @property
+    def mlflow_tracking_uri(self) -> str:
+        if self.mlflow.tracking_uri is not None:
+            return self.mlflow.tracking_uri
+        return f"sqlite:///{self.run_path / 'mlflow' / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        """Where the embedded store keeps artifacts (a server decides for itself)."""
+        return self.run_path / "mlflow" / "artifacts"

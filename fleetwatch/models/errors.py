@@ -17,3 +17,23 @@ class UnknownDetector(ParamsError):
 
 class BatchError(ModelError):
     """A batch of readings that does not have the columns or types a detector needs."""
+
+
+class FleetModelError(ModelError):
+    """Device parameters that cannot be pooled into one fleet model (kinds or settings differ)."""
+
+
+class TrackingError(ModelError):
+    """MLflow could not be reached or refused a request."""
+
+
+class RegistryError(TrackingError):
+    """A registry request that cannot be served: unknown model, version or alias."""
+
+
+class UnknownModel(RegistryError):
+    """No registered model of that name."""
+
+
+class UnknownVersion(RegistryError):
+    """The model has no such version, or no version under that alias."""

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fleetwatch.contracts.settings import MqttSettings, Settings
+from fleetwatch.contracts.settings import MlflowSettings, MqttSettings, Settings
 from fleetwatch.contracts.topics import topic_specs
 
 
@@ -38,3 +38,23 @@ def test_tables_are_compacted_and_logs_are_not() -> None:
     assert specs["device.state"].config["cleanup.policy"] == "compact"
     assert "cleanup.policy" not in specs["telemetry.raw"].config
     assert len(specs) == 9
+
+
+def test_mlflow_defaults_to_a_store_in_the_run_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FLEETWATCH_RUN_DIR", str(tmp_path))
+    settings = Settings()
+    assert settings.mlflow_local
+    assert settings.mlflow_tracking_uri == f"sqlite:///{tmp_path.resolve()}/mlflow/mlflow.db"
+    assert settings.mlflow_artifacts == tmp_path.resolve() / "mlflow" / "artifacts"
+    monkeypatch.setenv("FLEETWATCH_MLFLOW__TRACKING_URI", "http://mlflow:5000")
+    served = Settings()
+    assert not served.mlflow_local
+    assert served.mlflow_tracking_uri == "http://mlflow:5000"
+
+
+@pytest.mark.parametrize("prefix", ["", "a/b", "-x", "fleet watch"])
+def test_a_model_prefix_that_is_no_plain_name_is_refused(prefix: str) -> None:
+    with pytest.raises(ValidationError, match=r"mlflow\.model_prefix"):
+        MlflowSettings(model_prefix=prefix)

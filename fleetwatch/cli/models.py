@@ -1,0 +1,141 @@
+"""`fleetwatch models list | show | promote | rollback`: fleet models in the MLflow registry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.contracts.errors import FleetwatchError
+
+if TYPE_CHECKING:
+    from fleetwatch.models.mlflow_registry import AliasMove, ModelRegistry
+
+app = typer.Typer(
+    help="Fleet models in the MLflow registry: champion and challenger.", no_args_is_help=True
+)
+console = Console()
+
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        help="an MLflow server or store URI (default: settings mlflow.tracking_uri, "
+        "else the SQLite store in the run directory)",
+    ),
+]
+Name = Annotated[str, typer.Argument(help="registered model name, e.g. fleetwatch-hvac")]
+
+
+def _registry(tracking_uri: str | None) -> ModelRegistry:
+    # imported here: mlflow takes a second to import, which no other subcommand should pay
+    from fleetwatch.models.mlflow_registry import ModelRegistry
+    from fleetwatch.models.mlflow_store import with_tracking_uri
+
+    try:
+        return ModelRegistry(with_tracking_uri(load_settings(), tracking_uri))
+    except FleetwatchError as exc:
+        fail(str(exc))
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@app.command("list")
+def list_models(tracking_uri: TrackingUri = None) -> None:
+    """Registered fleet models, their versions and aliases."""
+    registry = _registry(tracking_uri)
+    try:
+        versions = [v for name in registry.names() for v in registry.versions(name)]
+    except FleetwatchError as exc:
+        fail(str(exc))
+    if not versions:
+        console.print("no registered models")
+        return
+    table = Table()
+    for column in ("model", "version", "aliases", "created", "devices", "run"):
+        table.add_column(column, overflow="fold")
+    for v in versions:
+        table.add_row(
+            v.name,
+            str(v.version),
+            ", ".join(v.aliases) or "-",
+            _when(v.created_ms),
+            v.tags.get("fleetwatch.devices", "-"),
+            v.run_id or "-",
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    name: Name,
+    version: Annotated[int | None, typer.Option(min=1, help="version number")] = None,
+    alias: Annotated[str | None, typer.Option(help="e.g. champion, challenger")] = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """One version (default: the champion, else the newest): details, metrics, its run."""
+    if version is not None and alias is not None:
+        fail("give --version or --alias, not both")
+    registry = _registry(tracking_uri)
+    try:
+        info = registry.version(name, version, alias)
+        run = registry.run(info.run_id) if info.run_id else None
+    except FleetwatchError as exc:
+        fail(str(exc))
+    table = Table(show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    table.add_row("model", info.name)
+    table.add_row("version", str(info.version))
+    table.add_row("aliases", ", ".join(info.aliases) or "-")
+    table.add_row("created", _when(info.created_ms))
+    table.add_row("description", info.description or "-")
+    table.add_row("source", info.source)
+    for key, value in sorted(info.tags.items()):
+        table.add_row(f"tag {key}", value)
+    if run is not None:
+        table.add_row("run", f"{run.name or '-'} ({run.run_id}, {run.status})")
+        for key, value in sorted(run.params.items()):
+            table.add_row(f"param {key}", value)
+        for key, number in sorted(run.metrics.items()):
+            table.add_row(f"metric {key}", f"{number:.6g}")
+    console.print(table)
+
+
+@app.command()
+def promote(
+    name: Name,
+    version: Annotated[
+        int | None, typer.Option(min=1, help="version to promote (default: the challenger)")
+    ] = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Make a version the champion; the champion it replaces becomes previous-champion."""
+    registry = _registry(tracking_uri)
+    try:
+        move = registry.promote(name, version)
+    except FleetwatchError as exc:
+        fail(str(exc))
+    _print_move(move)
+
+
+@app.command()
+def rollback(name: Name, tracking_uri: TrackingUri = None) -> None:
+    """Move the champion back to the previous champion."""
+    registry = _registry(tracking_uri)
+    try:
+        move = registry.rollback(name)
+    except FleetwatchError as exc:
+        fail(str(exc))
+    _print_move(move)
+
+
+def _print_move(move: AliasMove) -> None:
+    was = f"was {move.replaced}" if move.replaced is not None else "there was none"
+    console.print(f"{move.name}: champion is version {move.champion} ({was})", highlight=False)

@@ -1,0 +1,99 @@
+"""Fleet-scope multivariate model: many devices' PCA moments pooled into one.
+
+A :class:`~fleetwatch.models.multivariate.PcaDetector` keeps a decayed weight ``W``, a
+weighted sum of ``y = x - shift`` and the scatter ``Σ w y yᵀ``, each decayed to its own
+reference time ``ref_ms``. Pooling the devices of one kind (one scope) is exact, not an
+average of models:
+
+1. bring every device to the fleet's reference time (the latest ``ref_ms``), multiplying its
+   moments by ``2^(-(ref - ref_i) / halflife)`` — the weight its rows would have had, had one
+   detector learned them all;
+2. pool the mean, ``M = Σ W_i m_i / Σ W_i``, and the scatter about it as within-device plus
+   between-device parts, ``S = Σ (S_i - W_i m_i m_iᵀ) + Σ W_i (m_i - M)(m_i - M)ᵀ`` (in
+   shifted coordinates, which is the same algebra).
+
+The result equals the moments of one detector that learned every device's rows (up to float
+rounding), so its PCA is the PCA of the concatenated data. Averaging per-device means or
+correlation matrices instead would drop the between-device spread.
+
+Devices that have learned nothing yet are left out. Devices whose metric sets or
+hyperparameters differ from the rest cannot be pooled and are refused with the device named.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fleetwatch.models.errors import FleetModelError
+from fleetwatch.models.multivariate import FloatArray, PcaDetector
+from fleetwatch.models.profile import HOUR_MS, decay_factor
+
+logger = logging.getLogger(__name__)
+
+
+def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One fleet model's :class:`PcaDetector` parameters from ``{device_id: params}``.
+
+    Raises :class:`FleetModelError` when no device is fitted, or when devices differ in
+    hyperparameters or metric set.
+    """
+    detectors = {device: PcaDetector.from_params(p) for device, p in device_params.items()}
+    fitted = {d: det for d, det in detectors.items() if det.metrics and det.weight > 0}
+    if not fitted:
+        raise FleetModelError(f"none of {len(detectors)} device(s) has fitted PCA parameters")
+    skipped = len(detectors) - len(fitted)
+    if skipped:
+        logger.info("pooling %d device(s); %d not fitted yet, left out", len(fitted), skipped)
+    first_id, first = next(iter(fitted.items()))
+    hyper = first.hyperparameters()
+    metrics = sorted(first.metrics)
+    for device, det in fitted.items():
+        if det.hyperparameters() != hyper:
+            raise FleetModelError(
+                f"device {device!r} has hyperparameters {det.hyperparameters()}, "
+                f"device {first_id!r} {hyper}: they cannot be pooled"
+            )
+        if sorted(det.metrics) != metrics:
+            raise FleetModelError(
+                f"device {device!r} has metrics {sorted(det.metrics)}, "
+                f"device {first_id!r} {metrics}: they cannot be pooled"
+            )
+    halflife_ms = None if first.halflife_hours is None else first.halflife_hours * HOUR_MS
+    ref_ms = max(det.ref_ms for det in fitted.values() if det.ref_ms is not None)
+
+    weights, means, scatters = [], [], []
+    for det in fitted.values():
+        order = [det.metrics.index(m) for m in metrics]
+        factor = decay_factor(det.ref_ms, ref_ms, halflife_ms)
+        weight = det.weight * factor
+        local_mean = det.sum[order] / det.weight
+        # scatter about the device's own mean (decay scales it like the weight)
+        central = det.scatter[np.ix_(order, order)] / det.weight - np.outer(local_mean, local_mean)
+        weights.append(weight)
+        means.append(det.shift[order] + local_mean)
+        scatters.append(weight * central)
+    w = np.asarray(weights)
+    m: FloatArray = np.asarray(means)
+    total = float(w.sum())
+    pooled_mean: FloatArray = (w @ m) / total
+    dev = m - pooled_mean
+    scatter = np.sum(scatters, axis=0) + (dev * w[:, None]).T @ dev
+
+    fleet = PcaDetector(**hyper)
+    fleet.metrics = metrics
+    fleet.shift = pooled_mean
+    fleet.weight = total
+    fleet.sum = w @ dev
+    fleet.scatter = scatter
+    fleet.count = sum(det.count for det in fitted.values())
+    fleet.ref_ms = ref_ms
+    fleet.version = 1
+    froms = [det.trained_from_ms for det in fitted.values() if det.trained_from_ms is not None]
+    tos = [det.trained_to_ms for det in fitted.values() if det.trained_to_ms is not None]
+    fleet.trained_from_ms = min(froms) if froms else None
+    fleet.trained_to_ms = max(tos) if tos else None
+    return fleet.to_params()

@@ -1,0 +1,97 @@
+"""Pooling device PCA moments into a fleet model equals fitting the concatenated data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.decomposition import PCA
+
+from fleetwatch.models.errors import FleetModelError
+from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.multivariate import PcaDetector
+from tests.unit import signals
+from tests.unit.mlflow_store import device_readings
+
+OFFSETS = (-4.0, 0.5, 6.0)
+LENGTHS = (signals.DAY, 2 * signals.DAY, 3 * signals.DAY + 17)
+
+
+def _devices(halflife_hours: float | None) -> dict[str, pd.DataFrame]:
+    """Devices with different levels and lengths; device i's event times are moved by i ms so
+    that the concatenation keeps every device's rows apart."""
+    out = {}
+    for i, (offset, n) in enumerate(zip(OFFSETS, LENGTHS, strict=True)):
+        frame = device_readings(seed=20 + i, offset=offset, n=n)
+        frame["event_ms"] += i
+        out[f"dev-{i}"] = frame
+    return out
+
+
+def _pooled(frames: dict[str, pd.DataFrame], halflife_hours: float | None) -> PcaDetector:
+    params = {
+        device: PcaDetector(components=1, halflife_hours=halflife_hours).learn(f).to_params()
+        for device, f in frames.items()
+    }
+    return PcaDetector.from_params(pool_pca(params))
+
+
+def test_the_pooled_pca_is_the_pca_of_the_concatenated_readings() -> None:
+    frames = _devices(halflife_hours=None)
+    fleet = _pooled(frames, halflife_hours=None)
+    model = fleet.model()
+    assert model is not None
+    wide = pd.concat(
+        [f.pivot(index="event_ms", columns="metric", values="value") for f in frames.values()]
+    )[fleet.metrics].to_numpy()
+    np.testing.assert_allclose(model.mean, wide.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(model.std, wide.std(axis=0), rtol=1e-9)
+    z = (wide - wide.mean(axis=0)) / wide.std(axis=0)
+    reference = PCA(n_components=1).fit(z)
+    np.testing.assert_allclose(np.abs(reference.components_ @ model.axes), [[1.0]], atol=1e-9)
+    # the levels differ between devices, so the fleet spread is more than any device's own
+    own = [PcaDetector(halflife_hours=None).learn(f).model() for f in frames.values()]
+    assert all(m is not None and (model.std > m.std).all() for m in own)
+    assert fleet.count == sum(LENGTHS)
+
+
+def test_decayed_moments_pool_to_those_of_one_detector_that_learned_every_device() -> None:
+    frames = _devices(halflife_hours=24.0)
+    fleet = _pooled(frames, halflife_hours=24.0)
+    together = PcaDetector(components=1, halflife_hours=24.0).learn(
+        pd.concat(frames.values(), ignore_index=True)
+    )
+    fm, tm = fleet.model(), together.model()
+    assert fm is not None
+    assert tm is not None
+    assert fleet.weight == pytest.approx(together.weight, rel=1e-12)
+    np.testing.assert_allclose(fm.mean, tm.mean, rtol=1e-10)
+    np.testing.assert_allclose(fm.std, tm.std, rtol=1e-8)
+    np.testing.assert_allclose(np.abs(fm.axes.T @ tm.axes), [[1.0]], atol=1e-10)
+    probe = signals.after_training("decoupled")
+    np.testing.assert_allclose(fleet.score(probe).score, together.score(probe).score, atol=1e-9)
+    assert fleet.trained_from_ms == 0
+    assert fleet.trained_to_ms == max(int(f.event_ms.max()) for f in frames.values())
+
+
+def test_devices_that_learned_nothing_are_left_out() -> None:
+    frames = _devices(halflife_hours=None)
+    params = {d: PcaDetector(halflife_hours=None).learn(f).to_params() for d, f in frames.items()}
+    params["new"] = PcaDetector(halflife_hours=None).to_params()
+    assert pool_pca(params)["state"]["count"] == sum(LENGTHS)
+
+
+def test_nothing_fitted_is_refused() -> None:
+    with pytest.raises(FleetModelError, match="none of 1 device"):
+        pool_pca({"new": PcaDetector().to_params()})
+
+
+def test_devices_with_other_metrics_or_settings_are_refused_by_name() -> None:
+    base = PcaDetector(halflife_hours=None).learn(device_readings(1, 0.0)).to_params()
+    other = signals.wide(300, seed=2).rename(columns={"humidity": "pressure"})
+    odd = PcaDetector(halflife_hours=None).learn(signals.long(other)).to_params()
+    with pytest.raises(FleetModelError, match="'odd' has metrics"):
+        pool_pca({"a": base, "odd": odd})
+    slow = PcaDetector(halflife_hours=48.0).learn(device_readings(3, 0.0)).to_params()
+    with pytest.raises(FleetModelError, match="'slow' has hyperparameters"):
+        pool_pca({"a": base, "slow": slow})

@@ -1,0 +1,170 @@
+"""Fleet models in a real MLflow registry (SQLite in a temporary directory): register,
+promote, roll back, load the champion's parameters and the pyfunc model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.models.errors import RegistryError, UnknownModel, UnknownVersion
+from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.mlflow_registry import (
+    CHALLENGER,
+    CHAMPION,
+    PREVIOUS_CHAMPION,
+    TAG_ROLLED_BACK,
+    ModelRegistry,
+    champion_params,
+    model_name,
+)
+from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.tracking import MlflowTrainingObserver
+from tests.unit import signals
+from tests.unit.mlflow_store import fleet_params, local_settings
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """One store for the module (creating its schema is the slow part); tests use their own
+    scopes."""
+    return local_settings(tmp_path_factory.mktemp("mlflow"))
+
+
+@pytest.fixture(scope="module")
+def params() -> dict[str, Any]:
+    return pool_pca(fleet_params())
+
+
+@pytest.fixture(scope="module")
+def registry(settings: Settings) -> ModelRegistry:
+    return ModelRegistry(settings)
+
+
+def _aliases(registry: ModelRegistry, name: str) -> dict[str, int]:
+    return {a: v.version for v in registry.versions(name) for a in v.aliases}
+
+
+def test_a_registered_version_is_the_challenger(
+    registry: ModelRegistry, params: dict[str, Any]
+) -> None:
+    first = registry.register("reg", params, devices=3)
+    assert first.name == "fleetwatch-reg"
+    assert (first.version, first.aliases) == (1, (CHALLENGER,))
+    assert first.tags["fleetwatch.devices"] == "3"
+    assert first.tags["fleetwatch.trained_to_ms"] == str(params["trained_to_ms"])
+    assert first.run_id is not None
+    run = registry.run(first.run_id)
+    assert run.status == "FINISHED"
+    assert run.params["scope"] == "reg"
+    second = registry.register("reg", params, devices=3)
+    assert _aliases(registry, second.name) == {CHALLENGER: 2}
+
+
+def test_promote_then_rollback_walks_the_champion_back(
+    registry: ModelRegistry, params: dict[str, Any]
+) -> None:
+    name = model_name(registry.settings, "walk")
+    for _ in range(3):
+        registry.register("walk", params)
+    move = registry.promote(name, 1)
+    assert (move.champion, move.replaced) == (1, None)
+    assert _aliases(registry, name) == {CHAMPION: 1, CHALLENGER: 3}
+    registry.promote(name, 2)
+    assert registry.promote(name).champion == 3  # the challenger by default
+    assert _aliases(registry, name) == {CHAMPION: 3, PREVIOUS_CHAMPION: 2}
+
+    back = registry.rollback(name)
+    assert (back.champion, back.replaced) == (2, 3)
+    assert _aliases(registry, name) == {CHAMPION: 2, PREVIOUS_CHAMPION: 1}
+    assert registry.version(name, 3).tags[TAG_ROLLED_BACK] == "true"
+    registry.rollback(name)
+    assert _aliases(registry, name) == {CHAMPION: 1}
+    with pytest.raises(RegistryError, match="no previous-champion to roll back to"):
+        registry.rollback(name)
+
+
+def test_wrong_names_versions_and_aliases_are_clear_errors(
+    registry: ModelRegistry, params: dict[str, Any]
+) -> None:
+    name = registry.register("errs", params).name
+    with pytest.raises(UnknownModel, match="no registered model 'fleetwatch-nope'"):
+        registry.promote("fleetwatch-nope")
+    with pytest.raises(UnknownVersion, match="has no version 7"):
+        registry.promote(name, 7)
+    with pytest.raises(UnknownVersion, match="has no alias 'gold'"):
+        registry.version(name, alias="gold")
+    registry.promote(name)
+    with pytest.raises(RegistryError, match="already the champion"):
+        registry.promote(name, 1)
+    with pytest.raises(RegistryError, match="has no challenger"):
+        registry.promote(name)
+    with pytest.raises(RegistryError, match="scope 'a/b'"):
+        registry.register("a/b", params)
+
+
+def test_champion_params_round_trip_into_a_detector_that_scores_the_same(
+    registry: ModelRegistry, settings: Settings, params: dict[str, Any]
+) -> None:
+    assert champion_params(settings, "trip") is None  # no such model yet
+    name = registry.register("trip", params).name
+    assert champion_params(settings, "trip") is None  # no champion yet
+    registry.promote(name)
+    loaded = champion_params(settings, "trip")
+    assert loaded == params
+    probe = signals.after_training("spike")
+    expected = PcaDetector.from_params(params).score(probe)
+    assert loaded is not None
+    got = PcaDetector.from_params(loaded).score(probe)
+    np.testing.assert_array_equal(got.score, expected.score)
+    assert expected.alert.any()
+
+
+def test_the_pyfunc_champion_predicts_what_the_detector_scores(
+    registry: ModelRegistry,
+    settings: Settings,
+    params: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = registry.register("pyfunc", params).name
+    registry.promote(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", settings.mlflow_tracking_uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", settings.mlflow_tracking_uri)
+    model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
+    detector = PcaDetector.from_params(params)
+
+    probe = signals.after_training("spike")
+    out = model.predict(probe)
+    np.testing.assert_allclose(out["anomaly_score"], detector.score(probe).score, rtol=1e-12)
+    assert out["alert"].any()
+
+    # two devices with the same event times are scored each on its own
+    other = signals.after_training("decoupled", seed=5)
+    both = pd.concat([probe.assign(device_id="a"), other.assign(device_id="b")])
+    scores = model.predict(both)["anomaly_score"].to_numpy()
+    own = np.concatenate([detector.score(probe).score, detector.score(other).score])
+    np.testing.assert_allclose(scores, own, rtol=1e-12)
+
+
+def test_a_fleet_model_can_be_logged_in_the_training_run(
+    registry: ModelRegistry, settings: Settings, params: dict[str, Any]
+) -> None:
+    observer = MlflowTrainingObserver(settings)
+    observer.on_start({"mode": "test"})
+    version = registry.register("inrun", params, run_id=observer.run_id, devices=3)
+    observer.on_stop()
+    assert version.run_id == observer.run_id
+    assert "fleet-models/inrun" in version.source
+
+
+def test_the_store_can_be_elsewhere(tmp_path: Path) -> None:
+    settings = local_settings(tmp_path)
+    part = settings.mlflow.model_copy(update={"tracking_uri": f"sqlite:///{tmp_path}/other.db"})
+    elsewhere = settings.model_copy(update={"mlflow": part})
+    assert ModelRegistry(elsewhere).names() == []
+    assert (tmp_path / "other.db").is_file()
