@@ -136,6 +136,25 @@ def rollback(name: Name, tracking_uri: TrackingUri = None) -> None:
     _print_move(move)
 
 
+@app.command("register-fleet")
+def register_fleet(tracking_uri: TrackingUri = None) -> None:
+    """Pool the devices' learned PCA moments from model.params into one fleet model per
+    scope (metric set) and register each as a new challenger version."""
+    from fleetwatch.models.mlflow_store import with_tracking_uri
+    from fleetwatch.streaming.fleet_models import register_fleet_models
+
+    try:
+        registered = register_fleet_models(with_tracking_uri(load_settings(), tracking_uri))
+    except (FleetwatchError, TimeoutError) as exc:
+        fail(str(exc))
+    if not registered:
+        fail(
+            "model.params holds no device with learned PCA moments yet; run `fleetwatch train` first"
+        )
+    for scope, version in registered.items():
+        console.print(f"{scope}: registered version {version} as challenger")
+
+
 def _print_move(move: AliasMove) -> None:
     was = f"was {move.replaced}" if move.replaced is not None else "there was none"
     console.print(f"{move.name}: champion is version {move.champion} ({was})", highlight=False)
