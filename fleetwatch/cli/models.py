@@ -148,9 +148,7 @@ def register_fleet(tracking_uri: TrackingUri = None) -> None:
     except (FleetwatchError, TimeoutError) as exc:
         fail(str(exc))
     if not registered:
-        fail(
-            "model.params holds no device with learned PCA moments yet; run `fleetwatch train` first"
-        )
+        fail("model.params has no device with learned PCA moments yet; run `fleetwatch train`")
     for scope, version in registered.items():
         console.print(f"{scope}: registered version {version} as challenger")
 
