@@ -15,6 +15,7 @@ app.add_typer(stack.app, name="stack")
 app.add_typer(sim.app, name="sim")
 app.command()(stages.gateway)
 app.command()(stages.score)
+app.command()(stages.train)
 app.command()(stages.api)
 app.command()(demo.demo)
 
