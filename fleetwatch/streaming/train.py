@@ -218,13 +218,33 @@ def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
+class StopRequested(TrainError):
+    """Raised into a micro-batch that starts after the stop began: it writes nothing and is
+    not committed, so the next run learns it."""
+
+
 class BatchPublisher:
-    """The ``foreachBatch`` function: write the batch's updates, then tell the observer."""
+    """The ``foreachBatch`` function: write the batch's updates, then tell the observer.
+
+    A clean stop (:meth:`close`) waits for a batch being written, and refuses the batches that
+    start after it, so the query never stops between a write and its commit (which would
+    re-publish that batch's versions on restart)."""
 
     def __init__(self, settings: Settings, observer: TrainingObserver) -> None:
         self.bootstrap = settings.kafka.bootstrap_servers
         self.topic = settings.topics.model_params
         self.observer = observer
+        self.last_batch: int | None = None
+        """The id of the last batch handled (written or empty)."""
+        self.refused = False
+        self._lock = threading.Lock()
+        self._closing = False
+
+    def close(self) -> int | None:
+        """Refuse new batches; returns the last batch handled, once it is done."""
+        with self._lock:
+            self._closing = True
+            return self.last_batch
 
     def write(self, records: DataFrame) -> None:
         """Write ``key, value`` rows to ``model.params`` (a batch Kafka write)."""
@@ -236,6 +256,14 @@ class BatchPublisher:
         )
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
+        with self._lock:
+            if self._closing:
+                self.refused = True
+                raise StopRequested(f"batch {batch_id} refused: the trainer is stopping")
+            self._publish(updates, batch_id)
+            self.last_batch = batch_id
+
+    def _publish(self, updates: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         updates.persist()
@@ -311,12 +339,43 @@ def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) 
     }
 
 
+@dataclass(frozen=True)
+class Training:
+    query: StreamingQuery
+    publisher: BatchPublisher
+    checkpoint: Path
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop after the last batch handled is committed (or the query ended by itself)."""
+        last = self.publisher.close()
+        commit = None if last is None else self.checkpoint / "commits" / str(last)
+        deadline = time.monotonic() + timeout_s
+        while (
+            commit is not None
+            and not commit.exists()
+            and self.query.isActive
+            and time.monotonic() < deadline
+        ):
+            self.query.awaitTermination(1)
+        if commit is not None and not commit.exists() and self.query.isActive:
+            logger.warning("batch %d not committed after %.0fs; stopping anyway", last, timeout_s)
+        if self.query.isActive:
+            self.query.stop()
+
+    def failure(self) -> str | None:
+        """Why the query failed, unless it ended because the stop refused a batch."""
+        error = self.query.exception()
+        if error is None or self.publisher.refused:
+            return None
+        return str(error)
+
+
 def start(
     spark: SparkSession,
     settings: Settings,
     observer: TrainingObserver,
     backfill: Backfill | None = None,
-) -> StreamingQuery:
+) -> Training:
     checkpoint = (
         versioned(settings.checkpoint_root, JOB, PLAN_VERSION)
         if backfill is None
@@ -326,9 +385,10 @@ def start(
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)
     updates = updates_frame(readings, published_params(spark, settings))
+    publisher = BatchPublisher(settings, observer)
     writer = (
         updates.writeStream.queryName(f"fleetwatch-{JOB}")
-        .foreachBatch(BatchPublisher(settings, observer))
+        .foreachBatch(publisher)
         .option("checkpointLocation", str(checkpoint))
     )
     writer = (
@@ -344,7 +404,7 @@ def start(
         settings.topics.model_params,
         checkpoint,
     )
-    return query
+    return Training(query, publisher, checkpoint)
 
 
 def run(
@@ -354,20 +414,21 @@ def run(
     backfill: Backfill | None = None,
 ) -> None:
     """Live: run until ``stop`` is set. Backfill: run until the range is learned (or ``stop``).
-    Either way the query stops cleanly: the current batch completes and is committed."""
+    Either way the query stops cleanly: a batch being written completes and is committed, and
+    one that had not started writing is left for the next run."""
     from fleetwatch.streaming.session import build_session
 
     spark = build_session(settings, f"fleetwatch-{JOB}")
     try:
-        query = start(spark, settings, observer, backfill)
+        training = start(spark, settings, observer, backfill)
         try:
-            while query.isActive and not stop.is_set():
-                query.awaitTermination(1)
-            if query.isActive:
-                logger.info("stopping the training query")
-                query.stop()
-            if query.exception() is not None:
-                raise TrainError(f"training query failed: {query.exception()}")
+            while training.query.isActive and not stop.is_set():
+                training.query.awaitTermination(1)
+            if training.query.isActive:
+                logger.info("stopping the training query after its current batch")
+                training.stop()
+            if (failure := training.failure()) is not None:
+                raise TrainError(f"training query failed: {failure}")
         finally:
             try:
                 observer.on_stop()

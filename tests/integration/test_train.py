@@ -113,8 +113,12 @@ def test_training_publishes_versioned_parameters_and_resumes_after_sigterm(
 
     # a restart resumes from the checkpoint: new readings only, no version published twice
     produce(isolated, rounds(2))
-    isolated.start("train-again", "train", env=env)
+    again = isolated.start("train-again", "train", env=env)
     wait_until(lambda: learned_up_to(2), 180, "every device to learn the third round")
+    # stopped right after publishing, the batch that published is committed: not re-published
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=60) == 0
+    assert committed_offsets(checkpoint, raw) == isolated.end_offsets(raw)
     for d, records in published().items():
         versions = [r["version"] for r in records]
         assert versions == list(range(1, len(versions) + 1)), (d, versions)
