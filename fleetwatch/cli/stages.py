@@ -70,7 +70,9 @@ def train(
     ] = None,
     files: Annotated[
         Path | None,
-        typer.Option("--files", exists=True, help="backfill: JSON lines of telemetry records"),
+        typer.Option(
+            "--files", exists=True, help="backfill: a file or folder of telemetry JSON lines"
+        ),
     ] = None,
 ) -> None:
     """Spark Structured Streaming: telemetry.raw → per-device parameters → model.params.

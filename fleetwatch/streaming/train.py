@@ -87,7 +87,7 @@ class TrainError(FleetwatchError):
 @dataclass(frozen=True)
 class Backfill:
     """A bounded run: readings with ``from_ms <= event_ms < to_ms`` (either end open), from the
-    log, or from ``files`` (JSON lines of telemetry records) when given."""
+    log, or from ``files`` (a file or a folder of JSON lines of telemetry records) when given."""
 
     from_ms: int | None = None
     to_ms: int | None = None
@@ -300,7 +300,11 @@ def _live_offsets(settings: Settings) -> str:
 def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -> DataFrame:
     """Raw records with a ``value`` column: Kafka (live or from a timestamp) or files."""
     if backfill is not None and backfill.files is not None:
-        return spark.readStream.text(str(backfill.files))
+        files = backfill.files
+        if files.is_dir():
+            return spark.readStream.text(str(files))
+        # Spark's file source reads folders: one file is its folder filtered to its name
+        return spark.readStream.option("pathGlobFilter", files.name).text(str(files.parent))
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)

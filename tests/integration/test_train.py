@@ -8,6 +8,7 @@ import json
 import signal
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from fleetwatch.contracts.telemetry import TelemetryRecord, encode
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.train import JOB, PLAN_VERSION
 from fleetwatch.streaming.training import learn_device
-from tests.integration.conftest import Isolated
+from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 
 DEVICES, PER_ROUND = 3, 30
@@ -146,3 +147,30 @@ def read_to_end(isolated: Isolated, topic: str) -> list[tuple[bytes | None, byte
     finally:
         consumer.close()
     return out
+
+
+def test_a_backfill_learns_its_range_then_files_continue_the_versions(
+    isolated: Isolated, tmp_path: Path
+) -> None:
+    device = f"dev{isolated.tag}"
+    env = {**isolated.env, "FLEETWATCH_TRAIN__TRACKING": "false"}
+    produce(isolated, [reading(device, s) for s in range(60)])
+    lo, hi = START_MS + 10 * MINUTE_MS, START_MS + 40 * MINUTE_MS
+
+    def iso(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+    ranged = fleetwatch("train", "--from", iso(lo), "--to", iso(hi), env=env, timeout=300)
+    assert ranged.returncode == 0, ranged.stderr
+    (first,) = [json.loads(v) for _, v in read_to_end(isolated, isolated.topics.model_params)]
+    assert (first["version"], first["trained_from_ms"]) == (1, lo)
+    assert first["trained_to_ms"] == hi - MINUTE_MS
+
+    # files of telemetry records, same plan: seeded from model.params, so version 2 follows
+    later = [reading(device, s) for s in range(100, 130)]
+    (tmp_path / "later.jsonl").write_text("".join(encode(r).decode() + "\n" for r in later))
+    files = fleetwatch("train", "--files", str(tmp_path / "later.jsonl"), env=env, timeout=300)
+    assert files.returncode == 0, files.stderr
+    records = [json.loads(v) for _, v in read_to_end(isolated, isolated.topics.model_params)]
+    assert [r["version"] for r in records] == [1, 2]
+    assert (records[1]["trained_from_ms"], records[1]["trained_to_ms"]) == (lo, later[-1].event_ms)
