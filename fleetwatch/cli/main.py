@@ -16,6 +16,7 @@ app.add_typer(sim.app, name="sim")
 app.add_typer(models.app, name="models")
 app.command()(stages.gateway)
 app.command()(stages.score)
+app.command()(stages.train)
 app.command()(stages.api)
 app.command()(demo.demo)
 

@@ -1,4 +1,4 @@
-"""The long-running stages: `fleetwatch gateway | score | api`."""
+"""The long-running stages: `fleetwatch gateway | score | train | api`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import contextlib
 import logging
 import signal
 from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from uvicorn import server as uvicorn_server
@@ -55,6 +58,54 @@ def score() -> None:
         scoring.run(settings, stop)
     except FleetwatchError as exc:
         fail(str(exc))
+
+
+def train(
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="backfill: first event time (ISO 8601 with a zone, e.g. …Z)"),
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option("--to", help="backfill: event times before this one")
+    ] = None,
+    files: Annotated[
+        Path | None,
+        typer.Option(
+            "--files", exists=True, help="backfill: a file or folder of telemetry JSON lines"
+        ),
+    ] = None,
+) -> None:
+    """Spark Structured Streaming: telemetry.raw → per-device parameters → model.params.
+
+    Live until SIGTERM; with --from/--to or --files, learns that range with the same plan, exits.
+    """
+    from fleetwatch.streaming import train as training
+    from fleetwatch.streaming.observer import default_observer
+
+    settings = load_settings()
+    backfill = None
+    if from_ or to or files:
+        backfill = training.Backfill(_epoch_ms(from_), _epoch_ms(to), files)
+        lo, hi = backfill.from_ms, backfill.to_ms
+        if lo is not None and hi is not None and lo >= hi:
+            fail("--from must be before --to")
+    stop = stop_event()
+    try:
+        training.run(settings, stop, default_observer(settings), backfill)
+    except FleetwatchError as exc:
+        fail(str(exc))
+
+
+def _epoch_ms(iso: str | None) -> int | None:
+    if iso is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        fail(f"not an ISO 8601 time: {iso!r}")
+    if moment.tzinfo is None:
+        fail(f"give {iso!r} a time zone, e.g. 2025-01-01T00:00:00Z or ...+00:00")
+    return int(moment.timestamp() * 1000)
 
 
 def api(

@@ -116,6 +116,18 @@ class ScoreSettings(_Part):
     """Event-time watermark delay within which a repeated (device_id, seq) is dropped."""
 
 
+class TrainSettings(_Part):
+    """The online trainer (``fleetwatch train``). Readings are de-duplicated like the scorer's,
+    with ``score.dedup_window``."""
+
+    trigger_interval: str = "30 seconds"
+    """How often a micro-batch of new readings is learned (and changed parameters published)."""
+    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    """Upper bound of Kafka records read per micro-batch (``None``: everything available)."""
+    tracking: bool = True
+    """Report runs to the tracking observer (MLflow) when it is installed."""
+
+
 class ApiSettings(_Part):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -178,6 +190,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     spark: SparkSettings = SparkSettings()
     score: ScoreSettings = ScoreSettings()
+    train: TrainSettings = TrainSettings()
     api: ApiSettings = ApiSettings()
     gateway: GatewaySettings = GatewaySettings()
     mlflow: MlflowSettings = MlflowSettings()

@@ -1,0 +1,75 @@
+"""The trainer's hook point: what a run-tracking backend (MLflow) is told about training.
+
+The trainer calls :meth:`TrainingObserver.on_start` once with the run's configuration, then
+:meth:`~TrainingObserver.on_batch` after each micro-batch that published parameters to
+``model.params`` (batches that changed nothing, such as Spark's no-data batches, are not
+reported), and :meth:`~TrainingObserver.on_stop` when the run ends (clean stop, end of a
+backfill, or failure). An observer that raises in ``on_batch`` or ``on_stop`` is logged and
+training goes on: tracking is not allowed to stop the parameters from flowing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from fleetwatch.contracts.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+TRACKING_MODULE = "fleetwatch.models.tracking"
+TRACKING_CLASS = "MlflowTrainingObserver"
+
+
+@runtime_checkable
+class TrainingObserver(Protocol):
+    def on_start(self, config: Mapping[str, Any]) -> None:
+        """The run begins; ``config`` is JSON-able (mode, topics, range, detector, trigger…)."""
+
+    def on_batch(
+        self,
+        batch_id: int,
+        devices_updated: int,
+        trained_from_ms: int,
+        trained_to_ms: int,
+    ) -> None:
+        """Micro-batch ``batch_id`` published new parameters for ``devices_updated`` (≥ 1)
+        devices, learned from readings with event times in ``[trained_from_ms, trained_to_ms]``
+        (epoch milliseconds)."""
+
+    def on_stop(self) -> None:
+        """The run has ended; flush and close."""
+
+
+class NoopObserver:
+    """Tracks nothing."""
+
+    def on_start(self, config: Mapping[str, Any]) -> None:
+        return None
+
+    def on_batch(
+        self,
+        batch_id: int,
+        devices_updated: int,
+        trained_from_ms: int,
+        trained_to_ms: int,
+    ) -> None:
+        return None
+
+    def on_stop(self) -> None:
+        return None
+
+
+def default_observer(settings: Settings) -> TrainingObserver:
+    """The MLflow observer when tracking is on and its module is installed, else a no-op."""
+    if not settings.train.tracking:
+        return NoopObserver()
+    if importlib.util.find_spec(TRACKING_MODULE) is None:
+        logger.info("no %s module: training runs are not tracked", TRACKING_MODULE)
+        return NoopObserver()
+    observer_class = getattr(importlib.import_module(TRACKING_MODULE), TRACKING_CLASS)
+    observer: TrainingObserver = observer_class(settings)
+    return observer

@@ -1,0 +1,442 @@
+"""The trainer: ``telemetry.raw`` → each device's detector learns the new readings →
+changed parameters on the compacted ``model.params`` topic.
+
+Thin Spark glue around :func:`fleetwatch.streaming.training.learn_device`:
+
+- readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
+  (:func:`fleetwatch.streaming.score.readings_frame`, ``score.dedup_window``), exploded to one
+  row per metric and grouped by device into ``transformWithStateInPandas`` (time mode "None");
+- per device, a ``ValueState`` holds the detector's parameters (JSON) in the RocksDB state
+  store. Each micro-batch is learned on top of them (never refitted from history) and a row is
+  emitted only when they changed; ``version`` goes up by one per batch learned;
+- the rows are written to ``model.params`` (key = device id, value
+  :func:`~fleetwatch.streaming.training.publication`) inside ``foreachBatch``, which also tells
+  the :class:`~fleetwatch.streaming.observer.TrainingObserver` what the batch did.
+
+Restarts. The query is checkpointed under ``train-v{PLAN_VERSION}``: offsets and state resume
+together, so a restart neither skips readings nor learns them twice, and publishes no old
+version again. (A batch that was written but not committed when the process died is recomputed
+from the same state and input on restart: it re-publishes the same versions with the same
+parameters, which the compacted topic and every reader keyed by version absorb.) On a fresh
+checkpoint — first start, a new plan version, a backfill — the state is seeded from the latest
+parameters already on ``model.params``, so versions keep increasing per key.
+
+Anomalies are kept out of the baseline. The policy is the detectors' own gate (see
+:mod:`fleetwatch.models.base`): :func:`learn_device` calls ``learn`` with ``exclude=None``, and
+a fitted detector then leaves out of its statistics every row that it scores as an alert with
+its parameters *before* the batch. Those are the parameters the scorer holds for that batch
+(it follows ``model.params``), so the rows left out are the rows the scorer flags, without a
+stream-stream join of ``alerts`` back into the trainer (which would wait for the scorer, and
+couple a stopped scorer to a stalled trainer). The detectors still advance their memory
+through excluded rows (CUSUM sums, flat-line windows), so a long fault keeps alerting instead
+of becoming the new normal. Two consequences, by design: readings learned before a device is
+warmed up are all learned (there is no baseline to flag against yet), and a genuine, permanent
+change of level keeps alerting until the device's parameters are reset.
+
+Backfill is the same plan: ``trigger(availableNow=True)`` over a range of the log (Kafka
+``startingTimestamp`` for the start, since the record timestamp is the event time, and a filter
+on event time for both ends) or over files of telemetry records, in its own checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from confluent_kafka.admin import AdminClient
+
+from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.models import params
+from fleetwatch.models.errors import ModelError
+from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
+from fleetwatch.streaming.observer import TrainingObserver
+from fleetwatch.streaming.score import readings_frame
+from fleetwatch.streaming.training import learn_device, params_of, publication
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+logger = logging.getLogger(__name__)
+
+PLAN_VERSION = 1
+"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
+
+JOB = "train"
+UPDATE_SCHEMA = (
+    "device_id STRING, version BIGINT, batch_from_ms BIGINT, batch_to_ms BIGINT, value STRING"
+)
+"""What the per-device processor emits for a device whose parameters changed: the record value
+for ``model.params`` and the event-time range of the readings it learned in this batch."""
+SEED_SCHEMA = "device_id STRING, value STRING"
+
+
+class TrainError(FleetwatchError):
+    """The training query failed or was configured with something it cannot run."""
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A bounded run: readings with ``from_ms <= event_ms < to_ms`` (either end open), from the
+    log, or from ``files`` (a file or a folder of JSON lines of telemetry records) when given."""
+
+    from_ms: int | None = None
+    to_ms: int | None = None
+    files: Path | None = None
+
+    def checkpoint(self, root: Path) -> Path:
+        """Its own checkpoint: the same backfill resumes where it stopped, others start fresh."""
+        what = f"{self.from_ms}-{self.to_ms}-{self.files.resolve() if self.files else ''}"
+        digest = hashlib.sha256(what.encode()).hexdigest()[:12]
+        return versioned(root, f"{JOB}-backfill-{digest}", PLAN_VERSION)
+
+
+def _device_trainer() -> Any:
+    """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    state_schema = StructType([StructField("params", StringType(), False)])
+
+    class DeviceTrainer(StatefulProcessor):
+        """Per device: parameters in a ``ValueState``; learn each batch; emit when changed."""
+
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.params = handle.getValueState("params", state_schema)
+
+        def handleInputRows(
+            self, key: tuple[str], rows: Any, timerValues: TimerValues
+        ) -> Iterator[pd.DataFrame]:
+            frame = pd.concat(list(rows), ignore_index=True)
+            stored = self.params.get()
+            previous = None if stored is None else str(stored[0])
+            updated = learn_device(previous, frame)
+            if updated is None:
+                return
+            self.params.update((updated,))
+            yield _update_row(key[0], updated, frame)
+
+        def handleInitialState(
+            self, key: tuple[str], initialState: Any, timerValues: TimerValues
+        ) -> None:
+            seeded = latest_params(key[0], initialState["value"])
+            if seeded is not None:
+                self.params.update((seeded,))
+
+        def close(self) -> None:
+            return None
+
+    return DeviceTrainer()
+
+
+def latest_params(device_id: str, values: Iterable[str]) -> str | None:
+    """The parameters of the highest version among ``model.params`` record values (records
+    that do not hold detector parameters are logged and skipped)."""
+    best: dict[str, Any] | None = None
+    for value in values:
+        try:
+            candidate = params_of(value)
+            version = int(candidate["version"])
+        except (ModelError, KeyError, TypeError, ValueError) as exc:
+            logger.warning("device %s: skipping a model.params record: %s", device_id, exc)
+            continue
+        if best is None or version > int(best["version"]):
+            best = candidate
+    return None if best is None else params.dumps(best)
+
+
+def _update_row(device_id: str, params_json: str, frame: pd.DataFrame) -> pd.DataFrame:
+    p = params.loads(params_json)
+    return pd.DataFrame(
+        {
+            "device_id": [device_id],
+            "version": [int(p["version"])],
+            "batch_from_ms": [int(frame["event_ms"].min())],
+            "batch_to_ms": [int(frame["event_ms"].max())],
+            "value": [publication(device_id, params_json, time.time_ns() // 1_000_000)],
+        }
+    )
+
+
+def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFrame:
+    """Readings (:func:`readings_frame`) → one row per device whose parameters changed
+    (:data:`UPDATE_SCHEMA`). ``seed`` (:data:`SEED_SCHEMA`, ``model.params`` record values)
+    initialises the state of a fresh checkpoint."""
+    from pyspark.sql import functions as F
+
+    per_metric = readings.select(
+        "device_id", "event_ms", F.explode("metrics").alias("metric", "value")
+    )
+    return per_metric.groupBy("device_id").transformWithStateInPandas(
+        statefulProcessor=_device_trainer(),
+        outputStructType=UPDATE_SCHEMA,
+        outputMode="Append",
+        timeMode="None",
+        initialState=None if seed is None else seed.groupBy("device_id"),
+    )
+
+
+def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if from_ms is not None:
+        readings = readings.where(F.col("event_ms") >= F.lit(from_ms))
+    if to_ms is not None:
+        readings = readings.where(F.col("event_ms") < F.lit(to_ms))
+    return readings
+
+
+def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Every record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
+    from pyspark.sql import functions as F
+
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .option("subscribe", settings.topics.model_params)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+        .where(F.col("key").isNotNull() & F.col("value").isNotNull())
+        .select(
+            F.col("key").cast("string").alias("device_id"),
+            F.col("value").cast("string").alias("value"),
+        )
+    )
+
+
+class StopRequested(TrainError):
+    """Raised into a micro-batch that starts after the stop began: it writes nothing and is
+    not committed, so the next run learns it."""
+
+
+class BatchPublisher:
+    """The ``foreachBatch`` function: write the batch's updates, then tell the observer.
+
+    A clean stop (:meth:`close`) waits for a batch being written, and refuses the batches that
+    start after it, so the query never stops between a write and its commit (which would
+    re-publish that batch's versions on restart)."""
+
+    def __init__(self, settings: Settings, observer: TrainingObserver) -> None:
+        self.bootstrap = settings.kafka.bootstrap_servers
+        self.topic = settings.topics.model_params
+        self.observer = observer
+        self.last_batch: int | None = None
+        """The id of the last batch handled (written or empty)."""
+        self.refused = False
+        self._lock = threading.Lock()
+        self._closing = False
+
+    def close(self) -> int | None:
+        """Refuse new batches; returns the last batch handled, once it is done."""
+        with self._lock:
+            self._closing = True
+            return self.last_batch
+
+    def write(self, records: DataFrame) -> None:
+        """Write ``key, value`` rows to ``model.params`` (a batch Kafka write)."""
+        (
+            records.write.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("topic", self.topic)
+            .save()
+        )
+
+    def __call__(self, updates: DataFrame, batch_id: int) -> None:
+        with self._lock:
+            if self._closing:
+                self.refused = True
+                raise StopRequested(f"batch {batch_id} refused: the trainer is stopping")
+            self._publish(updates, batch_id)
+            self.last_batch = batch_id
+
+    def _publish(self, updates: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        updates.persist()
+        try:
+            summary = updates.agg(
+                F.count("*").alias("n"),
+                F.min("batch_from_ms").alias("lo"),
+                F.max("batch_to_ms").alias("hi"),
+            ).first()
+            if summary is None or not summary["n"]:
+                return
+            self.write(updates.select(F.col("device_id").alias("key"), "value"))
+        finally:
+            updates.unpersist()
+        n, lo, hi = int(summary["n"]), int(summary["lo"]), int(summary["hi"])
+        logger.info("batch %d: parameters of %d devices published to %s", batch_id, n, self.topic)
+        try:
+            self.observer.on_batch(batch_id, n, lo, hi)
+        except Exception:
+            logger.exception("the training observer failed on batch %d; training goes on", batch_id)
+
+
+def _live_offsets(settings: Settings) -> str:
+    """Earliest for a first run; after a plan change, where the previous plan stopped."""
+    topic = settings.topics.telemetry_raw
+    offsets = previous_offsets(settings.checkpoint_root, JOB, PLAN_VERSION, topic)
+    if not offsets:
+        return "earliest"
+    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    return starting_offsets(topic, offsets, partitions)
+
+
+def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -> DataFrame:
+    """Raw records with a ``value`` column: Kafka (live or from a timestamp) or files."""
+    if backfill is not None and backfill.files is not None:
+        files = backfill.files
+        if files.is_dir():
+            return spark.readStream.text(str(files))
+        # Spark's file source reads folders: one file is its folder filtered to its name
+        return spark.readStream.option("pathGlobFilter", files.name).text(str(files.parent))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .option("subscribe", settings.topics.telemetry_raw)
+        .option("failOnDataLoss", "false")
+    )
+    if settings.train.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", settings.train.max_offsets_per_trigger)
+    if backfill is None:
+        reader = reader.option("startingOffsets", _live_offsets(settings))
+    elif backfill.from_ms is not None:
+        reader = reader.option("startingTimestamp", str(backfill.from_ms)).option(
+            "startingOffsetsByTimestampStrategy", "latest"
+        )
+    else:
+        reader = reader.option("startingOffsets", "earliest")
+    return reader.load()
+
+
+def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) -> dict[str, Any]:
+    """What the observer is told at start (JSON-able)."""
+    mode = "live" if backfill is None else ("files" if backfill.files else "backfill")
+    return {
+        "mode": mode,
+        "plan_version": PLAN_VERSION,
+        "source": str(backfill.files)
+        if backfill and backfill.files
+        else settings.topics.telemetry_raw,
+        "params_topic": settings.topics.model_params,
+        "from_ms": backfill.from_ms if backfill else None,
+        "to_ms": backfill.to_ms if backfill else None,
+        "trigger_interval": None if backfill else settings.train.trigger_interval,
+        "dedup_window": settings.score.dedup_window,
+        "detector": {"kind": default_detector().kind, "hyper": default_detector().hyper_json()},
+        "checkpoint": str(checkpoint),
+    }
+
+
+@dataclass(frozen=True)
+class Training:
+    query: StreamingQuery
+    publisher: BatchPublisher
+    checkpoint: Path
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop after the last batch handled is committed (or the query ended by itself)."""
+        last = self.publisher.close()
+        commit = None if last is None else self.checkpoint / "commits" / str(last)
+        deadline = time.monotonic() + timeout_s
+        while (
+            commit is not None
+            and not commit.exists()
+            and self.query.isActive
+            and time.monotonic() < deadline
+        ):
+            self.query.awaitTermination(1)
+        if commit is not None and not commit.exists() and self.query.isActive:
+            logger.warning("batch %d not committed after %.0fs; stopping anyway", last, timeout_s)
+        if self.query.isActive:
+            self.query.stop()
+
+    def failure(self) -> str | None:
+        """Why the query failed, unless it ended because the stop refused a batch."""
+        error = self.query.exception()
+        if error is None or self.publisher.refused:
+            return None
+        return str(error)
+
+
+def start(
+    spark: SparkSession,
+    settings: Settings,
+    observer: TrainingObserver,
+    backfill: Backfill | None = None,
+) -> Training:
+    checkpoint = (
+        versioned(settings.checkpoint_root, JOB, PLAN_VERSION)
+        if backfill is None
+        else backfill.checkpoint(settings.checkpoint_root)
+    )
+    readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
+    if backfill is not None:
+        readings = within(readings, backfill.from_ms, backfill.to_ms)
+    updates = updates_frame(readings, published_params(spark, settings))
+    publisher = BatchPublisher(settings, observer)
+    writer = (
+        updates.writeStream.queryName(f"fleetwatch-{JOB}")
+        .foreachBatch(publisher)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    writer = (
+        writer.trigger(processingTime=settings.train.trigger_interval)
+        if backfill is None
+        else writer.trigger(availableNow=True)
+    )
+    observer.on_start(run_config(settings, backfill, checkpoint))
+    query = writer.start()
+    logger.info(
+        "training %s -> %s (checkpoint %s)",
+        run_config(settings, backfill, checkpoint)["source"],
+        settings.topics.model_params,
+        checkpoint,
+    )
+    return Training(query, publisher, checkpoint)
+
+
+def run(
+    settings: Settings,
+    stop: threading.Event,
+    observer: TrainingObserver,
+    backfill: Backfill | None = None,
+) -> None:
+    """Live: run until ``stop`` is set. Backfill: run until the range is learned (or ``stop``).
+    Either way the query stops cleanly: a batch being written completes and is committed, and
+    one that had not started writing is left for the next run."""
+    from fleetwatch.streaming.session import build_session
+
+    spark = build_session(settings, f"fleetwatch-{JOB}")
+    try:
+        training = start(spark, settings, observer, backfill)
+        try:
+            while training.query.isActive and not stop.is_set():
+                training.query.awaitTermination(1)
+            if training.query.isActive:
+                logger.info("stopping the training query after its current batch")
+                training.stop()
+            if (failure := training.failure()) is not None:
+                raise TrainError(f"training query failed: {failure}")
+        finally:
+            try:
+                observer.on_stop()
+            except Exception:
+                logger.exception("the training observer failed to stop")
+    finally:
+        spark.stop()

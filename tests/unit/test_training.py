@@ -1,0 +1,136 @@
+"""The trainer's per-device step, called directly: versions, no-change, round trip, the record
+format, and the anomaly policy (a long level shift does not become the new normal)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models import params
+from fleetwatch.models.errors import ParamsError
+from fleetwatch.models.registry import default_detector, load_params
+from fleetwatch.streaming.train import latest_params
+from fleetwatch.streaming.training import learn_device, params_of, publication
+
+INTERVAL_MS = 5 * 60_000
+PER_DAY = 288
+
+
+def readings(start: int, n: int, shift: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """Long-form readings every 5 minutes: a daily temperature cycle and a humidity that
+    follows it, plus noise; ``shift`` moves both levels."""
+    rng = np.random.default_rng([seed, start])
+    i = np.arange(start, start + n)
+    daily = np.sin(2 * np.pi * i / PER_DAY)
+    t = np.repeat(i.astype(np.int64) * INTERVAL_MS, 2)
+    values = np.empty(2 * n)
+    values[0::2] = 21.0 + 2.0 * daily + shift + rng.normal(0.0, 0.3, n)
+    values[1::2] = 50.0 - 3.0 * daily + shift + rng.normal(0.0, 0.5, n)
+    metric = np.tile(np.array(["temperature", "humidity"], dtype=object), n)
+    return pd.DataFrame({"event_ms": t, "metric": metric, "value": values})
+
+
+def train(previous: str | None, start: int, n: int, batch: int, shift: float = 0.0) -> str:
+    """Learn ``n`` readings from ``start`` in mini-batches of ``batch``, as the job would."""
+    current = previous
+    for lo in range(start, start + n, batch):
+        updated = learn_device(current, readings(lo, min(batch, start + n - lo), shift))
+        assert updated is not None
+        current = updated
+    assert current is not None
+    return current
+
+
+def test_a_new_device_starts_from_the_default_detector_at_version_one() -> None:
+    first = learn_device(None, readings(0, 12))
+    assert first is not None
+    p = json.loads(first)
+    assert (p["kind"], p["version"]) == (default_detector().kind, 1)
+    assert (p["trained_from_ms"], p["trained_to_ms"]) == (0, 11 * INTERVAL_MS)
+
+
+def test_versions_increase_by_one_per_batch_and_the_range_widens() -> None:
+    one = learn_device(None, readings(0, 12))
+    two = learn_device(one, readings(12, 12))
+    assert one is not None
+    assert two is not None
+    p = json.loads(two)
+    assert p["version"] == 2
+    assert (p["trained_from_ms"], p["trained_to_ms"]) == (0, 23 * INTERVAL_MS)
+
+
+def test_an_empty_batch_changes_nothing() -> None:
+    one = learn_device(None, readings(0, 12))
+    assert learn_device(one, readings(0, 0)) is None
+    assert learn_device(None, readings(0, 0)) is None
+
+
+def test_parameters_round_trip_and_learning_is_incremental() -> None:
+    """Batch by batch through JSON equals one detector learning the same batches in memory."""
+    via_json = train(None, 0, 3 * PER_DAY, 24)
+    detector = default_detector()
+    for lo in range(0, 3 * PER_DAY, 24):
+        detector.learn(readings(lo, 24))
+    assert via_json == params.dumps(detector.to_params())
+    assert params.dumps(load_params(json.loads(via_json)).to_params()) == via_json
+
+
+def test_a_long_level_shift_does_not_become_the_new_normal() -> None:
+    """Two normal days, then a whole day shifted by +8: the trainer keeps the shifted readings
+    out of the baseline (the detector's own pre-batch alerts), so they still alert at the end
+    and the expected level has not moved to the fault."""
+    warm = train(None, 0, 2 * PER_DAY, 12)
+    faulty = train(warm, 2 * PER_DAY, PER_DAY, 12, shift=8.0)
+    after = load_params(json.loads(faulty))
+    assert json.loads(faulty)["version"] == json.loads(warm)["version"] + PER_DAY // 12
+
+    probe = readings(3 * PER_DAY, 24, shift=8.0)
+    scores = after.score(probe)
+    assert scores.alert.mean() > 0.9
+    temperature = np.asarray(probe["metric"] == "temperature")
+    expected = np.asarray(scores.expected, dtype=float)[temperature]
+    assert np.all(np.abs(expected - np.asarray(probe["value"])[temperature]) > 5.0)
+
+    normal = after.score(readings(3 * PER_DAY, 24, seed=7))
+    assert normal.alert.mean() < 0.1
+
+    # the control: the same day learned without the gate has become normal
+    ungated = load_params(json.loads(warm))
+    for lo in range(2 * PER_DAY, 3 * PER_DAY, 12):
+        batch = readings(lo, 12, shift=8.0)
+        ungated.learn(batch, exclude=np.zeros(len(batch), dtype=bool))
+    assert ungated.score(probe).alert.mean() < 0.5
+
+
+def test_the_record_lifts_the_header_out_of_the_parameters() -> None:
+    p = learn_device(None, readings(0, 12))
+    assert p is not None
+    record = json.loads(publication("d7", p, 123))
+    assert set(record) == {
+        "device_id",
+        "kind",
+        "schema",
+        "version",
+        "trained_from_ms",
+        "trained_to_ms",
+        "params",
+        "published_ms",
+    }
+    assert (record["device_id"], record["version"], record["published_ms"]) == ("d7", 1, 123)
+    assert record["params"] == json.loads(p)
+    assert params_of(publication("d7", p, 123)) == json.loads(p)
+
+
+def test_the_seed_is_the_highest_version_and_foreign_records_are_skipped() -> None:
+    one = learn_device(None, readings(0, 12))
+    two = learn_device(one, readings(12, 12))
+    assert one is not None
+    assert two is not None
+    values = [publication("d", two, 2), "{broken", json.dumps({"x": 1}), publication("d", one, 3)]
+    assert latest_params("d", values) == two
+    assert latest_params("d", ["{}"]) is None
+    with pytest.raises(ParamsError):
+        params_of(json.dumps({"params": 3}))
