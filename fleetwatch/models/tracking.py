@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -41,41 +41,6 @@ logger = logging.getLogger(__name__)
 
 _MAX_PARAMS_PER_REQUEST = 100
 _MAX_PARAM_CHARS = 6000
-
-
-class TrainingObserver(Protocol):
-    """What the trainer reports, and when."""
-
-    def on_start(self, config: Mapping[str, Any]) -> None: ...
-
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None: ...
-
-    def on_stop(self) -> None: ...
-
-
-class NullTrainingObserver:
-    """Reports nowhere (tracking switched off, and the tests of the trainer)."""
-
-    def on_start(self, config: Mapping[str, Any]) -> None:
-        pass
-
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
-        pass
-
-    def on_stop(self) -> None:
-        pass
 
 
 class MlflowTrainingObserver:

@@ -10,8 +10,6 @@ training goes on: tracking is not allowed to stop the parameters from flowing.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -19,9 +17,6 @@ from typing import Any, Protocol, runtime_checkable
 from fleetwatch.contracts.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-TRACKING_MODULE = "fleetwatch.models.tracking"
-TRACKING_CLASS = "MlflowTrainingObserver"
 
 
 @runtime_checkable
@@ -33,8 +28,8 @@ class TrainingObserver(Protocol):
         self,
         batch_id: int,
         devices_updated: int,
-        trained_from_ms: int,
-        trained_to_ms: int,
+        trained_from_ms: int | None,
+        trained_to_ms: int | None,
     ) -> None:
         """Micro-batch ``batch_id`` published new parameters for ``devices_updated`` (≥ 1)
         devices, learned from readings with event times in ``[trained_from_ms, trained_to_ms]``
@@ -54,8 +49,8 @@ class NoopObserver:
         self,
         batch_id: int,
         devices_updated: int,
-        trained_from_ms: int,
-        trained_to_ms: int,
+        trained_from_ms: int | None,
+        trained_to_ms: int | None,
     ) -> None:
         return None
 
@@ -64,12 +59,9 @@ class NoopObserver:
 
 
 def default_observer(settings: Settings) -> TrainingObserver:
-    """The MLflow observer when tracking is on and its module is installed, else a no-op."""
+    """The MLflow observer (:mod:`fleetwatch.models.tracking`) unless tracking is off."""
     if not settings.train.tracking:
         return NoopObserver()
-    if importlib.util.find_spec(TRACKING_MODULE) is None:
-        logger.info("no %s module: training runs are not tracked", TRACKING_MODULE)
-        return NoopObserver()
-    observer_class = getattr(importlib.import_module(TRACKING_MODULE), TRACKING_CLASS)
-    observer: TrainingObserver = observer_class(settings)
-    return observer
+    from fleetwatch.models.tracking import MlflowTrainingObserver  # mlflow: a second to import
+
+    return MlflowTrainingObserver(settings)

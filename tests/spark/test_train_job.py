@@ -47,9 +47,9 @@ def records(device: str, seqs: range, seed: int = 0) -> list[dict[str, Any]]:
 
 class Recorder(NoopObserver):
     def __init__(self) -> None:
-        self.batches: list[tuple[int, int, int, int]] = []
+        self.batches: list[tuple[int, int, int | None, int | None]] = []
 
-    def on_batch(self, batch_id: int, devices_updated: int, lo: int, hi: int) -> None:
+    def on_batch(self, batch_id: int, devices_updated: int, lo: int | None, hi: int | None) -> None:
         self.batches.append((batch_id, devices_updated, lo, hi))
 
 

@@ -10,12 +10,8 @@ from mlflow import MlflowClient
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.errors import TrackingError
-from fleetwatch.models.tracking import (
-    MlflowTrainingObserver,
-    NullTrainingObserver,
-    TrainingObserver,
-    evaluation_metrics,
-)
+from fleetwatch.models.tracking import MlflowTrainingObserver, evaluation_metrics
+from fleetwatch.streaming.observer import NoopObserver, TrainingObserver
 from tests.unit.mlflow_store import local_settings
 
 CONFIG = {"trigger": "5 seconds", "spark": {"master": "local[2]"}, "detectors": ["pca"]}
@@ -115,8 +111,10 @@ def test_an_unreachable_store_fails_at_the_start(tmp_path: Path) -> None:
         MlflowTrainingObserver(broken).on_start(CONFIG)
 
 
-def test_the_null_observer_and_the_mlflow_one_follow_the_protocol(settings: Settings) -> None:
-    observers: list[TrainingObserver] = [NullTrainingObserver(), MlflowTrainingObserver(settings)]
+def test_the_noop_observer_and_the_mlflow_one_follow_the_trainers_protocol(
+    settings: Settings,
+) -> None:
+    observers: list[TrainingObserver] = [NoopObserver(), MlflowTrainingObserver(settings)]
     for observer in observers:
         observer.on_start({"a": 1})
         observer.on_batch(0, 1, 0, 1)
