@@ -16,6 +16,7 @@ from uvicorn import server as uvicorn_server
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.signals import stop_event
 from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.contracts.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +91,21 @@ def train(
         if lo is not None and hi is not None and lo >= hi:
             fail("--from must be before --to")
     stop = stop_event()
+    observer = default_observer(settings)
     try:
-        training.run(settings, stop, default_observer(settings), backfill)
+        training.run(settings, stop, observer, backfill)
+        if backfill is not None and settings.train.tracking and not stop.is_set():
+            _register_fleet_models(settings, getattr(observer, "run_id", None))
     except FleetwatchError as exc:
         fail(str(exc))
+
+
+def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
+    """After a backfill: the fleet models of what it learned, as challengers in the registry."""
+    from fleetwatch.streaming.fleet_models import register_fleet_models
+
+    for scope, version in register_fleet_models(settings, run_id=run_id).items():
+        logger.info("fleet model for %s: version %d registered as challenger", scope, version)
 
 
 def _epoch_ms(iso: str | None) -> int | None:

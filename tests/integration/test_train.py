@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import TelemetryRecord, encode
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.train import JOB, PLAN_VERSION
@@ -174,3 +175,42 @@ def test_a_backfill_learns_its_range_then_files_continue_the_versions(
     records = [json.loads(v) for _, v in read_to_end(isolated, isolated.topics.model_params)]
     assert [r["version"] for r in records] == [1, 2]
     assert (records[1]["trained_from_ms"], records[1]["trained_to_ms"]) == (lo, later[-1].event_ms)
+
+
+def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflow(
+    isolated: Isolated, tmp_path: Path
+) -> None:
+    from fleetwatch.models.mlflow_registry import ModelRegistry, champion_params
+    from fleetwatch.models.mlflow_store import client_for, experiment_id
+
+    devices = [f"m{isolated.tag}-{i}" for i in range(3)]
+    produce(isolated, [reading(d, s) for d in devices for s in range(60)])
+    env = {**isolated.env, "FLEETWATCH_TRAIN__TRACKING": "true"}
+    result = fleetwatch(
+        "train",
+        "--from",
+        datetime.fromtimestamp(START_MS / 1000, UTC).isoformat(),
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+
+    settings = Settings(run_dir=tmp_path)  # the isolated run dir holds the MLflow store
+    client = client_for(settings)
+    runs = client.search_runs([experiment_id(client, settings)])
+    assert len(runs) == 1
+    assert runs[0].data.params["mode"] == "backfill"
+    assert runs[0].data.metrics["devices_updated"] >= 1
+
+    registry = ModelRegistry(settings)
+    name = "fleetwatch-humidity_temperature"
+    assert name in registry.names()
+    (version,) = registry.versions(name)
+    assert version.aliases == ("challenger",)
+    assert version.run_id == runs[0].info.run_id
+
+    promoted = fleetwatch("models", "promote", name, env=env)
+    assert promoted.returncode == 0, promoted.stderr
+    params = champion_params(settings, "humidity_temperature")
+    assert params is not None
+    assert params["kind"] == "pca"
