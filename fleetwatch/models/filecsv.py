@@ -73,6 +73,8 @@ def detect_csv(
     detector: FileDetector | None = None
     rows = alerts = 0
     for piece in _pieces(source, piece_rows):
+        if piece.empty:
+            continue
         if detector is None:
             columns = choose_columns(piece, timestamp, device, values)
             detector = FileDetector(columns, chunk_rows)
