@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import demo, models, sim, stack, stages
+from fleetwatch.cli import demo, detect, models, sim, stack, stages
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -19,6 +19,7 @@ app.command()(stages.score)
 app.command()(stages.train)
 app.command()(stages.api)
 app.command()(demo.demo)
+app.command()(detect.detect)
 
 if __name__ == "__main__":
     app()

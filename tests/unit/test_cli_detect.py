@@ -1,0 +1,107 @@
+"""`fleetwatch detect` end to end on CSV files in a temporary directory."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner, Result
+
+from fleetwatch.cli import detect as detect_cli
+from fleetwatch.cli.main import app
+from fleetwatch.models.filemode import OUTPUT_COLUMNS, detect_frame
+from tests.unit.recordings import recording
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Invoke:
+    monkeypatch.setenv("FLEETWATCH_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(detect_cli.console, "width", 200)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["detect", *[str(a) for a in args]])
+
+
+def test_detect_scores_every_row_and_reports(run: Invoke, tmp_path: Path) -> None:
+    source, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    frame = recording(rows=3000, devices=("a", "b", "c"), spike=("b", 800))
+    frame.to_csv(source, index=False)
+    result = run(source, "--out", out)
+    assert result.exit_code == 0, result.output
+    scored = pd.read_csv(out, keep_default_na=False)
+    assert list(scored.columns) == [*frame.columns, *OUTPUT_COLUMNS]
+    assert len(scored) == len(frame)
+    assert scored["device_id"].tolist() == frame["device_id"].tolist()
+    assert scored.loc[frame.index[frame["device_id"] == "b"][800], "alert"]
+    for text in ("timestamp (iso)", "device_id", "temp, hum", "3,000", "rows/s"):
+        assert text in result.output
+    alerts = int(scored["alert"].sum())
+    assert re.search(rf"alerts +│ {alerts:,} \(", result.output)
+
+
+def test_the_input_text_is_written_back_unchanged(run: Invoke, tmp_path: Path) -> None:
+    source, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    source.write_text(
+        "ts,value,label\n1767225600,1.10,x\n1767225660,n/a,y\n1767225720,0007,\nbad,2,z\n"
+    )
+    result = run(source, "--out", out)
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert lines[0] == "ts,value,label,anomaly_score,alert,alert_metric,reason"
+    assert lines[1].startswith("1767225600,1.10,x,")
+    assert lines[3].startswith("1767225720,0007,,")
+    assert lines[4].endswith("timestamp 'bad' could not be read")
+    assert "unreadable timestamps" in result.output
+    assert "ts (s)" in result.output
+
+
+def test_pieces_keep_each_devices_detector(run: Invoke, tmp_path: Path) -> None:
+    """Pieces of 1,500 rows hold 500 rows per device, ten whole chunks of 50: the same
+    chunks as one frame, so the same scores."""
+    source, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    frame = recording(rows=4500, devices=("a", "b", "c"), spike=("c", 1200))
+    frame.to_csv(source, index=False)
+    result = run(source, "--out", out, "--piece-rows", 1500)
+    assert result.exit_code == 0, result.output
+    scored = pd.read_csv(out, keep_default_na=False)
+    whole = detect_frame(frame, "timestamp", "device_id", ["temp", "hum"])
+    np.testing.assert_allclose(scored["anomaly_score"], whole["anomaly_score"], atol=1e-6)
+    assert scored["alert"].tolist() == whole["alert"].tolist()
+
+
+def test_named_columns(run: Invoke, tmp_path: Path) -> None:
+    source, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    frame = recording(rows=400, devices=("a", "b"))
+    frame.rename(columns={"timestamp": "when", "device_id": "unit"}).to_csv(source, index=False)
+    result = run(source, "--out", out, "--timestamp", "when", "--device", "unit", "--values", "hum")
+    assert result.exit_code == 0, result.output
+    assert "unit" in result.output
+    assert "│ hum " in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "message"),
+    [
+        (None, (), "no such file"),
+        ("timestamp,v\n2026-01-01T00:00:00,1\n", ("--values", "w"), "unknown value column 'w'"),
+        ("timestamp,v\n2026-01-01T00:00:00,x\n", (), "no numeric value columns"),
+        ("label,v\nx,1\n", (), "no timestamp column"),
+        ("timestamp,v\n", (), "has a header but no rows"),
+        ("", (), "cannot read"),
+    ],
+)
+def test_errors_are_one_line(
+    run: Invoke, tmp_path: Path, content: str | None, args: tuple[str, ...], message: str
+) -> None:
+    source = tmp_path / "in.csv"
+    if content is not None:
+        source.write_text(content)
+    result = run(source, "--out", tmp_path / "out.csv", *args)
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output
