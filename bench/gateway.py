@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,30 +28,18 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+from common import private_stack_settings, rss_mb  # bench/common.py
 from confluent_kafka import Consumer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 
 BURST, DEVICES, BACKLOG = 60_000, 1_000, 100_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def payloads(settings: Settings, n: int, offset: int = 0) -> list[tuple[str, bytes]]:
@@ -167,14 +154,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
-        port = free_port()
-        settings = Settings(
-            run_dir=Path(tmp),
-            kafka=KafkaSettings(
-                port=port, controller_port=free_port(), bootstrap_servers=f"127.0.0.1:{port}"
-            ),
-            mqtt=MqttSettings(port=free_port()),
-        )
+        settings = private_stack_settings(Path(tmp))
         env = dict(os.environ)
         env.update(
             {

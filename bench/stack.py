@@ -9,42 +9,22 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
+from common import private_stack_settings, rss_mb  # bench/common.py
+
 from fleetwatch.stack.manager import Stack
 
 REST_S = 20.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as run_dir:
-        port = free_port()
-        settings = Settings(
-            run_dir=Path(run_dir),
-            kafka=KafkaSettings(
-                port=port, controller_port=free_port(), bootstrap_servers=f"127.0.0.1:{port}"
-            ),
-            mqtt=MqttSettings(port=free_port()),
-        )
+        settings = private_stack_settings(Path(run_dir))
         stack = Stack(settings)
         try:
             cold = stack.up()
