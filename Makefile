@@ -72,7 +72,7 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .
 
 bench: setup
-	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+	@set -e; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b; done
 
 stack-up: setup
 	$(VENV)/bin/fleetwatch stack up

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
-from common import private_stack_settings, rss_mb  # bench/common.py
+from _common import private_stack_settings, rss_mb  # bench/_common.py
 from confluent_kafka import Consumer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import private_stack_settings, rss_mb  # bench/common.py
+from _common import private_stack_settings, rss_mb  # bench/_common.py
 
 from fleetwatch.stack.manager import Stack
 
