@@ -15,9 +15,9 @@ at sending = the Kafka timestamp). ``fleetwatch train`` runs as a subprocess on 
 
 Freshness, per device-batch (one ``model.params`` record of a steady-phase reading): the
 record's Kafka timestamp - the Kafka timestamp of the newest reading it covers
-(``trained_to_ms``). Throughput: steady-phase readings covered by parameters published by the
-end of the steady phase, divided by its length. Peak RSS: the trainer's process tree (CLI +
-JVM + Python workers), sampled every second from /proc.
+(``trained_to_ms``). Throughput: steady-phase readings covered by published parameters, divided
+by the time from the start of the steady phase to the last of those publications. Peak RSS:
+the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc.
 
     python bench/train.py [--devices 10000] [--rate 20000] [--duration 180]
 
@@ -334,15 +334,13 @@ def main() -> None:
             fresh = [
                 (ts - to_ms) / 1e3 for _, ts, to_ms in records if steady_from <= to_ms <= steady_to
             ]
-            by_end: dict[str, int] = {}
             final: dict[str, int] = {}
-            for d, ts, to_ms in records:
+            for d, _, to_ms in records:
                 final[d] = max(final.get(d, 0), to_ms)
-                if ts <= steady_to:
-                    by_end[d] = max(by_end.get(d, 0), to_ms)
-            covered = fleet.covered(by_end, first_round)
-            uncovered = produced - fleet.covered(final, first_round)
-            throughput = covered / ((steady_to - steady_from) / 1e3)
+            learned = fleet.covered(final, first_round)
+            uncovered = produced - learned
+            done_ms = max((ts for _, ts, to_ms in records if to_ms >= steady_from), default=0)
+            throughput = learned / max((done_ms - steady_from) / 1e3, 1e-3)
             print(f"trainer: {throughput:,.0f} readings/s, exit {code}")
             if code != 0:
                 print((run_dir / "train.log").read_text()[-4000:], file=sys.stderr)
