@@ -1,121 +1,369 @@
-"""Training throughput of the trainer's Spark plan on local Spark (file source, availableNow).
+"""Parameter freshness and training throughput of the live trainer, on the real local stack.
 
-``--devices`` devices send ``--readings`` readings each (temperature and humidity), written as
-``--files`` files of telemetry records; the trainer's plan (de-dup → explode →
-transformWithStateInPandas → memory sink) learns them one file per micro-batch. The baseline in
-the same run is the scorer's plan (de-dup → explode → mapInArrow) over the same files.
+``--devices`` simulated devices send readings (temperature and humidity) straight to an
+isolated ``telemetry.raw`` (own topics, own run dir; the shared stack is left as it is) at
+``--rate`` readings/s in rounds (one reading per device per round; event time = the wall clock
+at sending = the Kafka timestamp). ``fleetwatch train`` runs as a subprocess on those topics.
 
-    python bench/train.py [--devices 1000] [--readings 60] [--files 3]
+1. Warm-up: one round, then wait until every device has parameters (the JVM start and the first
+   batch are not measured).
+2. Steady phase, ``--duration`` seconds at ``--rate``; then up to ``--drain`` seconds for the
+   trainer to catch up.
+3. SIGTERM to the trainer (expect exit 0).
+4. Baseline, in the same run: the scorer's plan (de-dup → explode → ``mapInArrow``) over the
+   same ``telemetry.raw`` on local Spark (``availableNow``).
 
-Last line: {"devices", "readings", "batches", "throughput_rps", "batch_ms_median",
-"batch_ms_max", "baseline_throughput_rps", "baseline_batch_ms_median"}
+Freshness, per device-batch (one ``model.params`` record of a steady-phase reading): the
+record's Kafka timestamp - the Kafka timestamp of the newest reading it covers
+(``trained_to_ms``). Throughput: steady-phase readings covered by published parameters, divided
+by the time from the start of the steady phase to the last of those publications. Peak RSS:
+the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc.
+
+    python bench/train.py [--devices 10000] [--rate 20000] [--duration 180]
+
+Last line: {"freshness_p50_s", "freshness_p95_s", "throughput_rps", "devices", "peak_rss_mb",
+"rate_rps", "steady_readings", "uncovered_readings", "device_batches", "trainer_exit",
+"baseline_throughput_rps"}
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from confluent_kafka import Consumer, Producer
 
-from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.score import alerts_frame, readings_frame
-from fleetwatch.streaming.session import build_session
-from fleetwatch.streaming.train import updates_frame
+from fleetwatch.contracts.settings import Settings, TopicSettings
+from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
+from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.stack.topics import delete_topics, ensure_topics
 
-INTERVAL_MS = 60_000
-START_MS = 1_763_750_000_000
-
-
-def write_files(folder: Path, devices: int, readings: int, files: int) -> int:
-    rng = np.random.default_rng(0)
-    per_file = readings // files
-    for f in range(files):
-        lines = []
-        for d in range(devices):
-            for seq in range(f * per_file, (f + 1) * per_file):
-                event_ms = START_MS + seq * INTERVAL_MS
-                metrics = {
-                    "temperature": round(21.0 + float(rng.normal(0, 0.3)), 3),
-                    "humidity": round(50.0 + float(rng.normal(0, 0.5)), 3),
-                }
-                record = {"device_id": f"dev-{d:05d}", "seq": seq, "event_ms": event_ms}
-                record |= {"received_ms": event_ms + 5, "metrics": metrics}
-                lines.append(json.dumps(record))
-        (folder / f"part-{f:03d}.txt").write_text("\n".join(lines) + "\n")
-    return devices * per_file * files
+TEMPLATE = (
+    '{{"v":{v},"device_id":"{d}","seq":{s},"event_ms":{t},"device_event_ms":{t},'
+    '"device_sent_ms":{t},"received_ms":{t},"clock_offset_ms":0,'
+    '"metrics":{{"temperature":{a:.3f},"humidity":{b:.3f}}}}}'
+)
 
 
-def run_plan(spark: Any, source: Path, work: Path, plan: str) -> tuple[float, list[int]]:
-    """Wall time of the whole run and the duration of each micro-batch that had data."""
-    raw = spark.readStream.option("maxFilesPerTrigger", 1).text(str(source))
-    readings = readings_frame(raw, "10 minutes")
-    if plan == "train":
-        out = updates_frame(readings)
-    else:
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in task.read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += _children(p)
+    return found
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process in MiB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss_mb(pid: int) -> float:
+    return sum(rss_mb(p) for p in tree(pid))
+
+
+class PeakRss:
+    """Samples the tree's total RSS every ``interval_s`` in a thread; :attr:`peak_mb`."""
+
+    def __init__(self, pid: int, interval_s: float = 1.0) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, tree_rss_mb(self.pid))
+            self._stop.wait(self.interval_s)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Fleet:
+    """Sends rounds of readings; remembers each round's event times per device."""
+
+    def __init__(self, bootstrap: str, topic: str, devices: int) -> None:
+        self.topic = topic
+        self.ids = [f"dev-{d:05d}" for d in range(devices)]
+        self.phase = np.arange(devices, dtype=np.float64)
+        self.rng = np.random.default_rng(0)
+        self.rounds: list[np.ndarray] = []
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+
+    def send_round(self) -> None:
+        seq = len(self.rounds)
+        n = len(self.ids)
+        daily = np.sin(2 * np.pi * seq / 2880 + self.phase)
+        factor = self.rng.normal(0.0, 1.0, n)
+        temp = 21.0 + 2.0 * daily + 0.8 * factor + self.rng.normal(0.0, 0.3, n)
+        hum = 50.0 - 3.0 * daily - 2.0 * factor + self.rng.normal(0.0, 0.5, n)
+        times = np.empty(n, np.int64)
+        for lo in range(0, n, 500):  # the clock read once per 500 readings
+            t = now_ms()
+            times[lo : lo + 500] = t
+            for i in range(lo, min(lo + 500, n)):
+                device = self.ids[i]
+                value = TEMPLATE.format(v=SCHEMA_VERSION, d=device, s=seq, t=t, a=temp[i], b=hum[i])
+                self.producer.produce(self.topic, value, device, timestamp=t)
+        self.producer.poll(0)
+        self.rounds.append(times)
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+    def covered(self, trained_to: dict[str, int], first_round: int) -> int:
+        """Readings of rounds ``first_round..`` at or before each device's ``trained_to_ms``."""
+        times = np.stack(self.rounds[first_round:])  # (rounds, devices)
+        upto = np.array([trained_to.get(d, -1) for d in self.ids], dtype=np.int64)
+        return int((times <= upto[None, :]).sum())
+
+
+class ParamsWatch:
+    """Reads ``model.params`` in a thread: (device, record timestamp ms, trained_to_ms)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.records: list[tuple[str, int, int]] = []
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-train-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        marker = b',"trained_to_ms":'
+        while not self._stop.is_set():
+            for msg in self.consumer.consume(1000, timeout=0.5):
+                value, key = msg.value(), msg.key()
+                if msg.error() is not None or not value or not key:
+                    continue
+                at = value.rindex(marker) + len(marker)  # the header's, after "params"
+                to_ms = int(value[at : value.index(b",", at)])
+                self.records.append((key.decode(), msg.timestamp()[1], to_ms))
+
+    def devices(self) -> int:
+        return len({r[0] for r in list(self.records)})
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.consumer.close()
+
+
+def isolated_env(settings: Settings, run_dir: Path) -> tuple[TopicSettings, dict[str, str]]:
+    tag = uuid.uuid4().hex[:8]
+    names = TopicSettings().model_dump()
+    topics = TopicSettings(**{name: f"{value}.b{tag}" for name, value in names.items()})
+    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
+    env = dict(os.environ)
+    env.update({f"FLEETWATCH_TOPICS__{n.upper()}": v for n, v in topics.model_dump().items()})
+    env["FLEETWATCH_RUN_DIR"] = str(run_dir)
+    env["FLEETWATCH_TRAIN__TRACKING"] = "false"
+    return topics, env
+
+
+def wait_for(condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None:
+            raise SystemExit(f"the trainer exited {proc.returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(1.0)
+
+
+def steady(fleet: Fleet, rate: float, duration: float) -> None:
+    """Rounds at ``rate`` readings/s for ``duration`` seconds."""
+    period = len(fleet.ids) / rate
+    began = time.monotonic()
+    k = 0
+    while time.monotonic() - began < duration:
+        fleet.send_round()
+        k += 1
+        time.sleep(max(0.0, began + k * period - time.monotonic()))
+    fleet.flush()
+
+
+def baseline_rps(settings: Settings, topic: str, run_dir: Path) -> float:
+    """The scorer's plan over the whole topic (availableNow, memory sink): readings/s."""
+    from fleetwatch.models.baseline import FixedBaseline
+    from fleetwatch.streaming.score import alerts_frame, readings_frame
+    from fleetwatch.streaming.session import build_session
+
+    spark = build_session(settings, "fleetwatch-bench-train-baseline")
+    try:
+        raw = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        readings = readings_frame(raw, settings.score.dedup_window)
         out = alerts_frame(readings, FixedBaseline(bands={"temperature": (21.0, 8.0)}))
-    name = f"{plan}_{uuid.uuid4().hex[:8]}"
-    began = time.perf_counter()
-    query = (
-        out.writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(work / name))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    wall = time.perf_counter() - began
-    if query.exception() is not None:
-        raise SystemExit(f"{plan} failed: {query.exception()}")
-    durations = [
-        int(p["durationMs"]["triggerExecution"])
-        for p in query.recentProgress
-        if p["numInputRows"] > 0
-    ]
-    return wall, durations
+        began = time.perf_counter()
+        query = (
+            out.writeStream.format("memory")
+            .queryName(f"baseline_{uuid.uuid4().hex[:8]}")
+            .option("checkpointLocation", str(run_dir / "baseline"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        wall = time.perf_counter() - began
+        rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
+    finally:
+        spark.stop()
+    return rows / wall
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 2) if values else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, default=1000)
-    parser.add_argument("--readings", type=int, default=60, help="per device")
-    parser.add_argument("--files", type=int, default=3, help="= micro-batches")
+    parser.add_argument("--devices", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=20_000.0, help="readings/s offered")
+    parser.add_argument("--duration", type=float, default=180.0, help="steady phase, s")
+    parser.add_argument("--drain", type=float, default=60.0, help="catch-up allowed, s")
+    parser.add_argument("--trigger", default="10 seconds")
+    parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
-    spark = build_session(Settings(), "fleetwatch-bench-train")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            source = work / "in"
-            source.mkdir()
-            total = write_files(source, args.devices, args.readings, args.files)
-            print(f"{args.devices} devices, {total} readings in {args.files} files")
-            base_wall, base_batches = run_plan(spark, source, work, "score")
-            print(f"baseline (scorer plan): {total / base_wall:,.0f} readings/s, {base_batches} ms")
-            wall, batches = run_plan(spark, source, work, "train")
-            print(f"trainer:                {total / wall:,.0f} readings/s, {batches} ms")
-    finally:
-        spark.stop()
-    print(
-        json.dumps(
-            {
-                "devices": args.devices,
-                "readings": total,
-                "batches": len(batches),
-                "throughput_rps": round(total / wall),
-                "batch_ms_median": statistics.median(batches),
-                "batch_ms_max": max(batches),
-                "baseline_throughput_rps": round(total / base_wall),
-                "baseline_batch_ms_median": statistics.median(base_batches),
-            }
-        )
-    )
+    settings = Settings()
+    bootstrap = settings.kafka.bootstrap_servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the topics below
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-train-") as tmp:
+        run_dir = Path(tmp)
+        topics, env = isolated_env(settings, run_dir)
+        env["FLEETWATCH_TRAIN__TRIGGER_INTERVAL"] = args.trigger
+        fleet = Fleet(bootstrap, topics.telemetry_raw, args.devices)
+        watch = ParamsWatch(bootstrap, topics.model_params)
+        try:
+            fleet.send_round()
+            fleet.flush()
+            sample = TEMPLATE.format(v=SCHEMA_VERSION, d="dev-0", s=0, t=1, a=1.0, b=2.0)
+            TelemetryRecord.model_validate_json(sample)
+            with (run_dir / "train.log").open("wb") as log:
+                trainer = subprocess.Popen(
+                    [sys.executable, "-m", "fleetwatch.cli.main", "train"],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            with PeakRss(trainer.pid) as rss:
+                wait_for(lambda: watch.devices() >= args.devices, 600, "warm-up", trainer)
+                print(f"warm: {args.devices} devices have parameters", flush=True)
+                first_round = len(fleet.rounds)
+                steady_from = now_ms()
+                steady(fleet, args.rate, args.duration)
+                steady_to = now_ms()
+                produced = (len(fleet.rounds) - first_round) * args.devices
+                print(f"steady: {produced} readings in {(steady_to - steady_from) / 1e3:.0f} s")
+                last = {d: int(t) for d, t in zip(fleet.ids, fleet.rounds[-1], strict=True)}
+
+                def caught_up() -> bool:
+                    latest: dict[str, int] = {}
+                    for d, _, to_ms in list(watch.records):
+                        latest[d] = max(latest.get(d, 0), to_ms)
+                    return all(latest.get(d, 0) >= t for d, t in last.items())
+
+                deadline = time.monotonic() + args.drain
+                while time.monotonic() < deadline and not caught_up():
+                    time.sleep(1.0)
+                trainer.send_signal(signal.SIGTERM)
+                try:
+                    code: int | None = trainer.wait(timeout=180)
+                except subprocess.TimeoutExpired:
+                    code = None
+                    trainer.kill()
+            watch.close()
+            records = list(watch.records)
+            fresh = [
+                (ts - to_ms) / 1e3 for _, ts, to_ms in records if steady_from <= to_ms <= steady_to
+            ]
+            final: dict[str, int] = {}
+            for d, _, to_ms in records:
+                final[d] = max(final.get(d, 0), to_ms)
+            learned = fleet.covered(final, first_round)
+            uncovered = produced - learned
+            done_ms = max((ts for _, ts, to_ms in records if to_ms >= steady_from), default=0)
+            throughput = learned / max((done_ms - steady_from) / 1e3, 1e-3)
+            print(f"trainer: {throughput:,.0f} readings/s, exit {code}")
+            if code != 0:
+                print((run_dir / "train.log").read_text()[-4000:], file=sys.stderr)
+            base = (
+                None if args.no_baseline else baseline_rps(settings, topics.telemetry_raw, run_dir)
+            )
+        finally:
+            watch._stop.set()
+            delete_topics(bootstrap, topics.model_dump().values())
+    figures = {
+        "freshness_p50_s": percentile(fresh, 50),
+        "freshness_p95_s": percentile(fresh, 95),
+        "throughput_rps": round(throughput),
+        "devices": args.devices,
+        "peak_rss_mb": round(rss.peak_mb),
+        "rate_rps": args.rate,
+        "steady_readings": produced,
+        "uncovered_readings": uncovered,
+        "device_batches": len(fresh),
+        "trainer_exit": code,
+        "baseline_throughput_rps": None if base is None else round(base),
+    }
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

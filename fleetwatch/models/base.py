@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from functools import cache
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -64,8 +65,7 @@ class Detector(ABC):
 
     def hyperparameters(self) -> dict[str, Any]:
         """The constructor arguments, read back from the attributes of the same names."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {name: getattr(self, name) for name in names}
+        return {name: getattr(self, name) for name in _hyper_names(type(self))}
 
     def hyper_json(self) -> dict[str, Any]:
         """:meth:`hyperparameters` in JSON form (the same unless a subclass nests detectors)."""
@@ -150,15 +150,26 @@ class Detector(ABC):
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_header(params, cls.kind, cls.schema)
         detector = cls.from_hyper(params["hyper"])
-        try:
-            detector._load_state(params["state"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ParamsError(f"bad {cls.kind} state: {exc}") from exc
-        detector.version = int(params["version"])
-        lo, hi = params["trained_from_ms"], params["trained_to_ms"]
-        detector.trained_from_ms = None if lo is None else int(lo)
-        detector.trained_to_ms = None if hi is None else int(hi)
+        detector._restore(params)
         return detector
+
+    def _restore(self, params: Mapping[str, Any]) -> None:
+        """Load the state and header of parameters already checked to be of this kind and
+        of these hyperparameters."""
+        try:
+            self._load_state(params["state"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ParamsError(f"bad {self.kind} state: {exc}") from exc
+        self.version = int(params["version"])
+        lo, hi = params["trained_from_ms"], params["trained_to_ms"]
+        self.trained_from_ms = None if lo is None else int(lo)
+        self.trained_to_ms = None if hi is None else int(hi)
+
+
+@cache
+def _hyper_names(cls: type[Detector]) -> tuple[str, ...]:
+    """The constructor's argument names (read once per class: ``inspect`` is slow)."""
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 def detector_class(kind: str) -> type[Detector]:

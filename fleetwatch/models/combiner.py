@@ -31,6 +31,7 @@ from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.params import check_header
 from fleetwatch.models.scores import Scores
 from fleetwatch.models.seasonal import SeasonalBaseline
 
@@ -90,6 +91,14 @@ class CombinedDetector(Detector):
         members = list(state["members"])
         if len(members) != len(self.detectors):
             raise ParamsError(f"{len(members)} member parameters for {len(self.detectors)} members")
-        self.detectors = [
-            type(d).from_params(p) for d, p in zip(self.detectors, members, strict=True)
-        ]
+        self.detectors = [_member(d, p) for d, p in zip(self.detectors, members, strict=True)]
+
+
+def _member(built: Detector, params: Mapping[str, Any]) -> Detector:
+    """A member from its parameters, reusing the one built from the combined hyperparameters
+    when the parameters have the same (the usual case: no second construction)."""
+    if not isinstance(params, Mapping) or params.get("hyper") != built.hyper_json():
+        return type(built).from_params(params)
+    check_header(params, built.kind, built.schema)
+    built._restore(params)
+    return built

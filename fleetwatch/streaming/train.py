@@ -60,7 +60,7 @@ from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
-from fleetwatch.streaming.training import learn_device, params_of, publication
+from fleetwatch.streaming.training import Update, learn_update, params_of, publication
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -120,14 +120,15 @@ def _device_trainer() -> Any:
         def handleInputRows(
             self, key: tuple[str], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            frame = pd.concat(list(rows), ignore_index=True)
+            chunks = list(rows)
+            frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             stored = self.params.get()
             previous = None if stored is None else str(stored[0])
-            updated = learn_device(previous, frame)
-            if updated is None:
+            update = learn_update(previous, frame)
+            if update is None:
                 return
-            self.params.update((updated,))
-            yield _update_row(key[0], updated, frame)
+            self.params.update((update.params_json,))
+            yield _update_row(key[0], update, frame)
 
         def handleInitialState(
             self, key: tuple[str], initialState: Any, timerValues: TimerValues
@@ -158,15 +159,16 @@ def latest_params(device_id: str, values: Iterable[str]) -> str | None:
     return None if best is None else params.dumps(best)
 
 
-def _update_row(device_id: str, params_json: str, frame: pd.DataFrame) -> pd.DataFrame:
-    p = params.loads(params_json)
+def _update_row(device_id: str, update: Update, frame: pd.DataFrame) -> pd.DataFrame:
+    event_ms = frame["event_ms"].to_numpy()
+    published_ms = time.time_ns() // 1_000_000
     return pd.DataFrame(
         {
             "device_id": [device_id],
-            "version": [int(p["version"])],
-            "batch_from_ms": [int(frame["event_ms"].min())],
-            "batch_to_ms": [int(frame["event_ms"].max())],
-            "value": [publication(device_id, params_json, time.time_ns() // 1_000_000)],
+            "version": [int(update.header["version"])],
+            "batch_from_ms": [int(event_ms.min())],
+            "batch_to_ms": [int(event_ms.max())],
+            "value": [publication(device_id, update.params_json, published_ms, update.header)],
         }
     )
 

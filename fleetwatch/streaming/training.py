@@ -8,7 +8,8 @@ form they have in the job's state store and, wrapped by :func:`publication`, on 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -20,6 +21,17 @@ FRAME_COLUMNS = ("event_ms", "metric", "value")
 """What :func:`learn_device` reads of a frame (long form, one row per reading and metric)."""
 
 
+HEADER = ("kind", "schema", "version", "trained_from_ms", "trained_to_ms")
+"""The parameter fields a ``model.params`` record repeats at its top level."""
+
+
+class Update(NamedTuple):
+    """New parameters as canonical JSON, and their header (:data:`HEADER`) as values."""
+
+    params_json: str
+    header: dict[str, Any]
+
+
 def learn_device(previous: str | None, frame: pd.DataFrame) -> str | None:
     """Learn one mini-batch of one device's readings incrementally.
 
@@ -29,32 +41,47 @@ def learn_device(previous: str | None, frame: pd.DataFrame) -> str | None:
     learned; anomalies are kept out of the statistics by the detector's own gate (``exclude``
     left to ``None``; see :mod:`fleetwatch.streaming.train`).
     """
+    update = learn_update(previous, frame)
+    return None if update is None else update.params_json
+
+
+def learn_update(previous: str | None, frame: pd.DataFrame) -> Update | None:
+    """:func:`learn_device` with the header of the new parameters, so that publishing them
+    (:func:`publication`) does not parse them again."""
     if frame.empty:
         return None
     detector = default_detector() if previous is None else load_params(params.loads(previous))
-    detector.learn(frame.loc[:, list(FRAME_COLUMNS)])
-    updated = params.dumps(detector.to_params())
-    return None if updated == previous else updated
+    detector.learn(frame)  # reads only FRAME_COLUMNS
+    new = detector.to_params()
+    updated = params.dumps(new)
+    if updated == previous:
+        return None
+    return Update(updated, {name: new[name] for name in HEADER})
 
 
-def publication(device_id: str, params_json: str, published_ms: int) -> str:
+def publication(
+    device_id: str, params_json: str, published_ms: int, header: Mapping[str, Any] | None = None
+) -> str:
     """The value of a ``model.params`` record: the parameters with their header lifted out.
 
     ``{"device_id", "kind", "schema", "version", "trained_from_ms", "trained_to_ms",
     "params": <to_params()>, "published_ms"}``; the record key is ``device_id``.
+
+    With ``header`` (the :data:`HEADER` fields of ``params_json``, which must then be canonical
+    text from :func:`params.dumps`), the parameters are embedded as they are, not parsed and
+    written again; the bytes are the same.
     """
-    p = params.loads(params_json)
-    record: dict[str, Any] = {
-        "device_id": device_id,
-        "kind": p["kind"],
-        "schema": p["schema"],
-        "version": p["version"],
-        "trained_from_ms": p["trained_from_ms"],
-        "trained_to_ms": p["trained_to_ms"],
-        "params": p,
-        "published_ms": published_ms,
-    }
-    return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    if header is None:
+        p = params.loads(params_json)
+        record: dict[str, Any] = {name: p[name] for name in HEADER}
+        record |= {"device_id": device_id, "params": p, "published_ms": published_ms}
+        return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    fields = {name: header[name] for name in HEADER}
+    fields |= {"device_id": device_id, "published_ms": published_ms}
+    head = json.dumps(fields, sort_keys=True, allow_nan=False, separators=(",", ":"))
+    # "params" sorts between "kind" and "published_ms"
+    cut = head.rindex(',"published_ms":')
+    return f'{head[:cut]},"params":{params_json}{head[cut:]}'
 
 
 def params_of(record_value: str | bytes) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from fleetwatch.models import params
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import default_detector, load_params
 from fleetwatch.streaming.train import latest_params
-from fleetwatch.streaming.training import learn_device, params_of, publication
+from fleetwatch.streaming.training import learn_device, learn_update, params_of, publication
 
 INTERVAL_MS = 5 * 60_000
 PER_DAY = 288
@@ -134,3 +134,13 @@ def test_the_seed_is_the_highest_version_and_foreign_records_are_skipped() -> No
     assert latest_params("d", ["{}"]) is None
     with pytest.raises(ParamsError):
         params_of(json.dumps({"params": 3}))
+
+
+def test_publishing_with_the_header_gives_the_same_bytes() -> None:
+    one = learn_update(None, readings(0, 12))
+    assert one is not None
+    two = learn_update(one.params_json, readings(12, 12))
+    assert two is not None
+    for update in (one, two):
+        fast = publication('d"7,"published_ms":1', update.params_json, 123, update.header)
+        assert fast == publication('d"7,"published_ms":1', update.params_json, 123)
