@@ -17,16 +17,23 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from confluent_kafka.admin import AdminClient
 
+from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
 from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
+from fleetwatch.streaming.session import wait_for_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
+
+
+class ScoringError(FleetwatchError):
+    """The scoring query failed (the message carries Spark's reason)."""
+
 
 PLAN_VERSION = 2
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
@@ -133,11 +140,12 @@ def run(settings: Settings, stop: threading.Event) -> None:
     try:
         query = start(spark, settings, detector)
         while query.isActive and not stop.is_set():
-            query.awaitTermination(1)
+            if wait_for_query(query, 1):
+                break
         if query.isActive:
             logger.info("stopping the scoring query")
             query.stop()
         if query.exception() is not None:
-            raise RuntimeError(f"scoring query failed: {query.exception()}")
+            raise ScoringError(f"scoring query failed: {query.exception()}")
     finally:
         spark.stop()

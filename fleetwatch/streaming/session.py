@@ -12,6 +12,7 @@ from fleetwatch.contracts.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +58,15 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     session.sparkContext.setLogLevel("WARN")
     logger.info("spark session %s on %s", app_name, session.sparkContext.master)
     return session
+
+
+def wait_for_query(query: StreamingQuery, timeout_s: int) -> bool:
+    """Wait up to ``timeout_s`` for the query to end; True if it has ended. A query that ends
+    with an error ends too: the caller reads ``query.exception()`` to tell why, instead of
+    the error escaping from here mid-shutdown."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        return bool(query.awaitTermination(timeout_s))
+    except StreamingQueryException:
+        return True

@@ -60,6 +60,7 @@ from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
+from fleetwatch.streaming.session import wait_for_query
 from fleetwatch.streaming.training import Update, learn_update, params_of, publication
 
 if TYPE_CHECKING:
@@ -362,7 +363,8 @@ class Training:
             and self.query.isActive
             and time.monotonic() < deadline
         ):
-            self.query.awaitTermination(1)
+            if wait_for_query(self.query, 1):
+                break  # ended; failure() tells a refused batch from a real failure
         if commit is not None and not commit.exists() and self.query.isActive:
             logger.warning("batch %d not committed after %.0fs; stopping anyway", last, timeout_s)
         if self.query.isActive:
@@ -429,7 +431,8 @@ def run(
         training = start(spark, settings, observer, backfill)
         try:
             while training.query.isActive and not stop.is_set():
-                training.query.awaitTermination(1)
+                if wait_for_query(training.query, 1):
+                    break
             if training.query.isActive:
                 logger.info("stopping the training query after its current batch")
                 training.stop()
