@@ -11,7 +11,7 @@ from rich.console import Console
 from fleetwatch.contracts.logs import configure_logging
 from fleetwatch.contracts.settings import Settings
 
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True)  # an error stays on one line
 
 
 def load_settings() -> Settings:

@@ -20,7 +20,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import ManagedProcess
 
-console = Console()
+console = Console(soft_wrap=True)  # one alert per line
 
 
 def _stage_argv(*args: str) -> list[str]:
