@@ -58,11 +58,12 @@ class Outcome:
     rejected: list[DeadLetter] = field(default_factory=list)
 
 
-def device_from_topic(topic: str, root: str) -> str:
-    prefix = root + "/"
-    if not topic.startswith(prefix) or not topic.endswith("/telemetry"):
-        raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/telemetry")
-    device_id = topic[len(prefix) : -len("/telemetry")]
+def device_from_topic(topic: str, root: str, channel: str = "telemetry") -> str:
+    """The device id of ``{root}/{device_id}/{channel}``, or a rejection saying why not."""
+    prefix, suffix = root + "/", "/" + channel
+    if not topic.startswith(prefix) or not topic.endswith(suffix):
+        raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/{channel}")
+    device_id = topic[len(prefix) : -len(suffix)]
     if not _DEVICE_ID.match(device_id):
         raise PayloadRejected(
             f"device id {device_id!r} in topic {topic!r} is not a valid device id"

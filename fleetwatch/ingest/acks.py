@@ -6,29 +6,15 @@ import json
 
 from fleetwatch.contracts.commands import parse_ack
 from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.ingest.accept import Accepted, DeadLetter, Outcome, dead_letter
+from fleetwatch.ingest.accept import Accepted, DeadLetter, Outcome, dead_letter, device_from_topic
 from fleetwatch.ingest.errors import PayloadRejected
-
-_SUFFIX = "/acks"
-
-
-def device_from_ack_topic(topic: str, root: str) -> str:
-    prefix = root + "/"
-    if not topic.startswith(prefix) or not topic.endswith(_SUFFIX):
-        raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/acks")
-    device_id = topic[len(prefix) : -len(_SUFFIX)]
-    if not device_id or "/" in device_id:
-        raise PayloadRejected(
-            f"device id {device_id!r} in topic {topic!r} is not a valid device id"
-        )
-    return device_id
 
 
 def handle_ack(topic: str, payload: bytes | bytearray, received_ms: int, root: str) -> Outcome:
     """A valid ack becomes a record keyed by device id, stamped with the gateway receive time."""
     outcome = Outcome()
     try:
-        device_id = device_from_ack_topic(topic, root)
+        device_id = device_from_topic(topic, root, channel="acks")
         ack = parse_ack(payload)
     except (PayloadRejected, PayloadError) as exc:
         dl: DeadLetter = dead_letter(topic, payload, received_ms, f"command ack: {exc}", root)

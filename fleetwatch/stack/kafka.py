@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.stack.processes import ManagedProcess, port_in_use, tail, wait_for
+from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +138,4 @@ class KafkaBroker:
         return True
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
-        def up_or_dead() -> bool:
-            return not self.proc.running() or self.ready()
-
-        if not wait_for(up_or_dead, timeout_s, 0.25) or not self.proc.running():
-            last = next((ln for ln in reversed(tail(self.proc.log_file)) if ln.strip()), "")
-            raise self.proc.fail(f"broker did not become ready: {last or 'no output'}")
+        self.proc.wait_ready(self.ready, timeout_s, 0.25)

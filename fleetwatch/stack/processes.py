@@ -116,6 +116,17 @@ class ManagedProcess:
         self.pid_file.unlink(missing_ok=True)
         return True
 
+    def wait_ready(self, probe: Callable[[], bool], timeout_s: float, interval_s: float) -> None:
+        """Wait until ``probe`` answers; a process that dies or never answers is a one-line
+        error with its last log line and the log's path."""
+
+        def up_or_dead() -> bool:
+            return not self.running() or probe()
+
+        if not wait_for(up_or_dead, timeout_s, interval_s) or not self.running():
+            last = next((ln for ln in reversed(tail(self.log_file)) if ln.strip()), "")
+            raise self.fail(f"broker did not become ready: {last or 'no output'}")
+
     def fail(self, reason: str) -> StackError:
         return StackError(f"{self.name}: {reason} (log: {self.log_file})")
 

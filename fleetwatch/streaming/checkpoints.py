@@ -14,6 +14,8 @@ import logging
 import re
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 logger = logging.getLogger(__name__)
 
 
@@ -60,3 +62,14 @@ def previous_offsets(root: Path, job: str, version: int, topic: str) -> dict[int
 def starting_offsets(topic: str, offsets: dict[int, int], partitions: list[int]) -> str:
     """Spark's ``startingOffsets`` JSON; partitions the old query never saw start earliest (-2)."""
     return json.dumps({topic: {str(p): offsets.get(p, -2) for p in sorted(partitions)}})
+
+
+def resume_offsets(root: Path, job: str, version: int, topic: str, bootstrap: str) -> str:
+    """``startingOffsets`` for a query's first start: earliest, or after a plan change where the
+    previous plan stopped (partitions it never saw start earliest)."""
+    offsets = previous_offsets(root, job, version, topic)
+    if not offsets:
+        return "earliest"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    return starting_offsets(topic, offsets, partitions)

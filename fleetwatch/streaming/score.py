@@ -15,12 +15,11 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
+from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
 from fleetwatch.streaming.session import wait_for_query
 
@@ -84,17 +83,6 @@ def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
     return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
-def _starting_offsets(settings: Settings) -> str:
-    """Earliest for a first run; after a plan change, where the previous plan stopped."""
-    topic = settings.topics.telemetry_raw
-    offsets = previous_offsets(settings.checkpoint_root, "score", PLAN_VERSION, topic)
-    if not offsets:
-        return "earliest"
-    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
-    partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
-    return starting_offsets(topic, offsets, partitions)
-
-
 def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:
     from pyspark.sql import functions as F
 
@@ -103,7 +91,16 @@ def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> S
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka)
         .option("subscribe", settings.topics.telemetry_raw)
-        .option("startingOffsets", _starting_offsets(settings))
+        .option(
+            "startingOffsets",
+            resume_offsets(
+                settings.checkpoint_root,
+                "score",
+                PLAN_VERSION,
+                settings.topics.telemetry_raw,
+                kafka,
+            ),
+        )
         .option("failOnDataLoss", "false")
         .load()
     )

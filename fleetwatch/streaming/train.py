@@ -50,14 +50,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.checkpoints import previous_offsets, starting_offsets, versioned
+from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
 from fleetwatch.streaming.session import wait_for_query
@@ -289,17 +288,6 @@ class BatchPublisher:
             logger.exception("the training observer failed on batch %d; training goes on", batch_id)
 
 
-def _live_offsets(settings: Settings) -> str:
-    """Earliest for a first run; after a plan change, where the previous plan stopped."""
-    topic = settings.topics.telemetry_raw
-    offsets = previous_offsets(settings.checkpoint_root, JOB, PLAN_VERSION, topic)
-    if not offsets:
-        return "earliest"
-    admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
-    partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
-    return starting_offsets(topic, offsets, partitions)
-
-
 def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -> DataFrame:
     """Raw records with a ``value`` column: Kafka (live or from a timestamp) or files."""
     if backfill is not None and backfill.files is not None:
@@ -317,7 +305,16 @@ def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -
     if settings.train.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.train.max_offsets_per_trigger)
     if backfill is None:
-        reader = reader.option("startingOffsets", _live_offsets(settings))
+        reader = reader.option(
+            "startingOffsets",
+            resume_offsets(
+                settings.checkpoint_root,
+                JOB,
+                PLAN_VERSION,
+                settings.topics.telemetry_raw,
+                settings.kafka.bootstrap_servers,
+            ),
+        )
     elif backfill.from_ms is not None:
         reader = reader.option("startingTimestamp", str(backfill.from_ms)).option(
             "startingOffsetsByTimestampStrategy", "latest"
