@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,6 +39,15 @@ class KafkaSettings(_Part):
     partitions: int = Field(4, ge=1)
     """Partitions of each topic the stack creates."""
     replication_factor: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _listeners_differ(self) -> KafkaSettings:
+        if self.port == self.controller_port:
+            raise ValueError(
+                f"kafka.port and kafka.controller_port are both {self.port}; "
+                "the broker needs two different ports"
+            )
+        return self
 
 
 class MqttSettings(_Part):

@@ -89,21 +89,20 @@ class KafkaBroker:
     def _format_storage(self) -> None:
         if (self.dir / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         argv = self._java(
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
-            "-t",
-            cluster_id,
-            "-c",
-            str(self.config_file),
+            f"--cluster-id={new_cluster_id()}",
+            f"--config={self.config_file}",
         )
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             self.proc.log_file.parent.mkdir(parents=True, exist_ok=True)
             self.proc.log_file.write_text(result.stdout + result.stderr)
-            raise self.proc.fail("formatting the KRaft storage failed")
+            raise self.proc.fail(
+                f"formatting the KRaft storage failed: {_cause(result.stderr + result.stdout)}"
+            )
 
     def start(self) -> bool:
         """Start unless already running; returns whether it was started now."""
@@ -139,3 +138,23 @@ class KafkaBroker:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         self.proc.wait_ready(self.ready, timeout_s, 0.25)
+
+
+def _cause(output: str) -> str:
+    """The tool's own reason: its usage error or the message of its exception."""
+    for line in (line.strip() for line in output.splitlines()):
+        if line.startswith("kafka-storage: error:"):
+            return line.removeprefix("kafka-storage: error:").strip()
+        if line.startswith("Exception in thread"):
+            return line.split(":", 1)[1].strip()
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's form (URL-safe base64 of 16 bytes, no padding), never
+    starting with ``-``, which the storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
