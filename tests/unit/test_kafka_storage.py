@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from fleetwatch.contracts.settings import KafkaSettings
-from fleetwatch.stack import kafka
 from fleetwatch.stack.kafka import _cause, new_cluster_id
 
 
@@ -18,7 +17,7 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     plain = uuid.UUID(bytes=b"\x01" * 16)
     assert base64.urlsafe_b64encode(dash_first.bytes).startswith(b"-")
     draws = iter([dash_first, plain])
-    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(draws))
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
     cluster_id = new_cluster_id()
     assert not cluster_id.startswith("-")
     assert base64.urlsafe_b64decode(cluster_id + "==") == plain.bytes
