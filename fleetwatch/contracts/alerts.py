@@ -1,7 +1,15 @@
 """Alert events on the ``alerts`` topic (key = device id).
 
-``alert_id`` is deterministic — the same reading scored by the same detector and parameter
-version always yields the same id — so a redelivered or replayed alert is harmless downstream.
+An alert is an *episode*: one device, one metric, one detector kind, from the event time it
+opened. Its life is a sequence of events with the same ``alert_id``::
+
+    open → update* → resolve          (a normal episode)
+    open → update* → withdraw         (late data showed it was never an anomaly)
+
+``alert_id`` is deterministic — a hash of device, metric, kind and the event time the episode
+started — so a restart or a replay re-emits the same ids, never a second alert for the same
+episode. ``event_id`` (``alert_id`` + ``revision``) identifies one event of an episode, for
+consumers that de-duplicate events rather than episodes.
 """
 
 from __future__ import annotations
@@ -11,7 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-AlertStatus = Literal["open", "update", "resolve"]
+AlertStatus = Literal["open", "update", "resolve", "withdraw"]
+Severity = Literal["info", "warning", "critical"]
 
 
 class Alert(BaseModel):
@@ -22,9 +31,13 @@ class Alert(BaseModel):
     metric: str
     status: AlertStatus = "open"
     detector: str
+    """The detector kind that raised it (``seasonal``, ``change``, ``flatline``, …)."""
     params_version: int
+    """The version of the device's parameters the score was computed with."""
     seq: int
+    """The device sequence number of the reading that caused this event."""
     event_ms: int
+    """Event time of the reading that caused this event."""
     received_ms: int
     detected_ms: int
     value: float
@@ -32,8 +45,21 @@ class Alert(BaseModel):
     band: float
     score: float
     reason: str
+    severity: Severity = "warning"
+    start_ms: int | None = None
+    """Event time the episode started (the first anomalous reading)."""
+    end_ms: int | None = None
+    """Event time the episode ended; set on ``resolve`` and ``withdraw``."""
+    revision: int = 0
+    """0 for ``open``, then +1 for each later event of the same episode."""
+    event_id: str = ""
 
 
-def alert_id(device_id: str, seq: int, metric: str, detector: str, params_version: int) -> str:
-    key = f"{device_id}\x1f{seq}\x1f{metric}\x1f{detector}\x1f{params_version}"
+def alert_id(device_id: str, metric: str, detector: str, start_ms: int) -> str:
+    """The id of the episode of ``detector`` on ``device_id``/``metric`` from ``start_ms``."""
+    key = f"{device_id}\x1f{metric}\x1f{detector}\x1f{start_ms}"
     return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
+def event_id(alert: str, revision: int) -> str:
+    return f"{alert}.{revision}"

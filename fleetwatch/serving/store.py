@@ -62,7 +62,10 @@ class AlertStore:
                 ).all()
             )
             new = [a for a in unique.values() if a.alert_id not in known]
-            session.add_all(AlertRow(**a.model_dump(), stored_ms=stored_ms) for a in new)
+            columns = set(AlertRow.__table__.columns.keys())
+            session.add_all(
+                AlertRow(**a.model_dump(include=columns), stored_ms=stored_ms) for a in new
+            )
         return len(new)
 
     def alerts(

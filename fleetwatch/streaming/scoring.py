@@ -48,8 +48,8 @@ def score_readings(readings: pd.DataFrame, detector: FixedBaseline, now_ms: int)
     hits["params_version"] = detector.version
     hits["detected_ms"] = now_ms
     hits["alert_id"] = [
-        alert_id(d, int(s), m, detector.kind, detector.version)
-        for d, s, m in zip(hits["device_id"], hits["seq"], hits["metric"], strict=True)
+        alert_id(d, m, detector.kind, int(t))
+        for d, t, m in zip(hits["device_id"], hits["event_ms"], hits["metric"], strict=True)
     ]
     hits["reason"] = [
         f"{m}={v:.6g} outside {e:.6g}±{b:.6g}"

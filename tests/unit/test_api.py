@@ -12,7 +12,7 @@ from fleetwatch.serving.store import AlertStore
 
 def make_alert(device_id: str, seq: int, event_ms: int) -> Alert:
     return Alert(
-        alert_id=alert_id(device_id, seq, "temperature", "fixed-baseline", 0),
+        alert_id=alert_id(device_id, "temperature", "fixed-baseline", event_ms),
         device_id=device_id,
         metric="temperature",
         detector="fixed-baseline",

@@ -1,0 +1,57 @@
+"""Per-device records the scorer publishes (key = device id on both topics).
+
+``device.state`` (compacted): the latest state of each device.
+``device.sessions`` (compacted, key = device id): a device's activity sessions in event time;
+a session ends after a gap with no readings (``score.session_gap_s``) or at a reboot (the
+device's sequence number going back). The record of an open session is re-published as it
+grows; the closing record has ``end_reason`` set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+DeviceStatus = Literal["ok", "alerting", "silent"]
+SessionEnd = Literal["gap", "reboot"]
+
+
+class DeviceState(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    device_id: str
+    kind: str
+    status: DeviceStatus
+    last_seen_ms: int
+    """Event time of the latest reading (clock-corrected by the gateway)."""
+    last_received_ms: int
+    last_seq: int
+    last_values: dict[str, float]
+    open_alerts: list[str]
+    """``alert_id`` of every open episode."""
+    params_version: int
+    clock_offset_ms: int
+    session_id: str | None = None
+    updated_ms: int
+
+
+class DeviceSession(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    session_id: str
+    device_id: str
+    start_ms: int
+    end_ms: int
+    """Event time of the latest reading in the session (the last one, once it ended)."""
+    readings: int
+    first_seq: int
+    last_seq: int
+    end_reason: SessionEnd | None = None
+    """``None`` while the session is open."""
+
+
+def session_id(device_id: str, start_ms: int) -> str:
+    key = f"{device_id}\x1f{start_ms}"
+    return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
