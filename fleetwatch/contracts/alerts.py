@@ -40,9 +40,10 @@ class Alert(BaseModel):
     """Event time of the reading that caused this event."""
     received_ms: int
     detected_ms: int
-    value: float
-    expected: float
-    band: float
+    value: float | None
+    """The reading's value (``None`` on a resolve caused by the device going silent)."""
+    expected: float | None
+    band: float | None
     score: float
     reason: str
     severity: Severity = "warning"

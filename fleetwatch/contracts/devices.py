@@ -22,7 +22,6 @@ class DeviceState(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     device_id: str
-    kind: str
     status: DeviceStatus
     last_seen_ms: int
     """Event time of the latest reading (clock-corrected by the gateway)."""
@@ -33,6 +32,7 @@ class DeviceState(BaseModel):
     """``alert_id`` of every open episode."""
     params_version: int
     clock_offset_ms: int
+    firmware: str | None = None
     session_id: str | None = None
     updated_ms: int
 

@@ -116,13 +116,30 @@ class SparkSettings(_Part):
 
 
 class ScoreSettings(_Part):
-    """The fixed baseline of the first scorer: a reading is anomalous when
-    ``|value - center| > tolerance`` for a metric named here."""
+    """The scorer (``fleetwatch score``): event time, alert lifecycle and sessions."""
 
     baseline: dict[str, tuple[float, float]] = {"temperature": (21.0, 8.0)}
-    """metric -> (center, tolerance)."""
+    """metric -> (center, tolerance): how a device is scored before it has learned parameters
+    on ``model.params`` (a reading is anomalous when ``|value - center| > tolerance``)."""
     dedup_window: str = "30 minutes"
-    """Event-time watermark delay within which a repeated (device_id, seq) is dropped."""
+    """The trainer's de-duplication watermark: a repeated (device_id, seq) within it is dropped."""
+    allowed_lateness: str = "2 minutes"
+    """The scorer's watermark delay: a reading older than the latest event time seen minus this
+    is late — written to ``telemetry.late`` and counted, not scored. Within it, out-of-order
+    readings are scored and may correct alerts; repeats of a reading are dropped."""
+    session_gap_s: int = Field(300, ge=1)
+    """A device's activity session ends after this many seconds of event time without a
+    reading (or at a reboot)."""
+    clear_readings: int = Field(3, ge=1)
+    """An open alert resolves after this many consecutive calm readings (hysteresis: a reading
+    is calm only when clearly below the alert level)."""
+    min_readings: int = Field(1, ge=1)
+    """Anomalous readings in a row before an alert opens (1: at the first)."""
+    trigger_interval: str = "0 seconds"
+    """Micro-batch trigger of the scorer (``0 seconds``: the next batch starts as soon as the
+    previous one ends — lowest latency)."""
+    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    """Upper bound of Kafka records per micro-batch (``None``: everything available)."""
 
 
 class TrainSettings(_Part):

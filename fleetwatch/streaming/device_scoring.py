@@ -1,0 +1,507 @@
+"""One device's micro-batch in the scorer, pure: its state, new parameters and readings in;
+new state and output records out. The Spark job (:mod:`fleetwatch.streaming.score`) is glue
+around :func:`process` and :func:`expire`; the tests call them directly.
+
+Per batch, for one device:
+
+1. the newest ``model.params`` record in the batch (if any) replaces the parameters — the
+   stream-table join: from the next reading on, scores use it and carry its version;
+2. readings are de-duplicated by ``(seq, device_event_ms)`` against those seen within the
+   allowed lateness (the raw log is at-least-once);
+3. readings older than the watermark are *late*: written to ``telemetry.late`` with the
+   watermark they missed, counted, not scored;
+4. the rest are scored with the device's detector (learned parameters; before any, the fixed
+   baseline of ``score.baseline``), each detector kind of the combined detector on its own, and
+   fed in event-time order to the alert lifecycle (:mod:`episodes`). Readings older than the
+   newest already seen (out of order, within the lateness) are scored on their own and may
+   correct an alert;
+5. sessions: a gap of ``session_gap_s`` in event time or a reboot (the sequence number going
+   back while the device clock goes forward) ends one; the session record is re-published as
+   it grows;
+6. the device's state record (last seen, last values, status, open alerts, parameter version,
+   clock offset) is published when anything changed.
+
+A device that falls silent is found by an event-time timer at ``last seen + session gap``
+(:func:`expire`): its session ends, its open alerts resolve and its status becomes ``silent``.
+
+Scoring memory that spans batches (the CUSUM sums, the flat-line windows) is the trainer's,
+as of the parameter version; the time of the previous reading — which the dropout test
+measures the gap from — is the scorer's own, so a stale parameter version cannot fake a gap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fleetwatch.contracts.devices import session_id
+from fleetwatch.models.base import Detector
+from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.combiner import CombinedDetector
+from fleetwatch.models.errors import ModelError
+from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.params import loads
+from fleetwatch.models.registry import load_params
+from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Lifecycle, Observation
+from fleetwatch.streaming.training import params_of
+
+ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
+"""Which output topic a record is for (the job maps them to the configured topic names)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    session_gap_ms: int
+    min_readings: int
+    clear_readings: int
+    baseline: FixedBaseline
+
+
+@dataclass
+class Output:
+    records: list[tuple[str, str]] = field(default_factory=list)
+    """(role, JSON value): role is one of ALERTS, STATE, SESSIONS, LATE; key = device id."""
+    late: int = 0
+    duplicates: int = 0
+    scored: int = 0
+
+    def add(self, role: str, value: dict[str, Any]) -> None:
+        self.records.append((role, json.dumps(value, separators=(",", ":"), allow_nan=False)))
+
+
+class DetectorCache:
+    """Parsed detectors by device, so a batch does not re-read 10 KB of JSON per device. The
+    state store holds the parameters; this only saves parsing them (a miss re-reads them)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[int, Detector]] = OrderedDict()
+
+    def get(self, device_id: str, version: int) -> Detector | None:
+        item = self._items.get(device_id)
+        if item is None or item[0] != version:
+            return None
+        self._items.move_to_end(device_id)
+        return item[1]
+
+    def put(self, device_id: str, version: int, detector: Detector) -> None:
+        self._items[device_id] = (version, detector)
+        self._items.move_to_end(device_id)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+CACHE = DetectorCache()
+
+
+def new_state() -> dict[str, Any]:
+    return {
+        "v": 0,  # parameter version in use (0: the fixed baseline)
+        "seen": [],  # [[seq, device_event_ms, event_ms], ...] within the lateness
+        "max_seq": None,
+        "last_dev": None,  # device clock of the newest reading
+        "last_ms": None,  # event time of the newest reading
+        "last_seq": None,
+        "last_rx": None,
+        "vals": {},
+        "offset": 0,
+        "fw": None,
+        "session": None,
+        "episodes": [],
+        "timer": None,
+        "status": "ok",
+    }
+
+
+def best_params(values: list[str]) -> tuple[int, str] | None:
+    """The newest parameters among ``model.params`` record values (bad records skipped)."""
+    best: tuple[int, str] | None = None
+    for value in values:
+        try:
+            inner = params_of(value)
+            version = int(inner["version"])
+        except (ModelError, KeyError, TypeError, ValueError):
+            continue
+        if best is None or version > best[0]:
+            best = (version, json.dumps(inner, separators=(",", ":")))
+    return best
+
+
+def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
+    if version <= 0 or params_json is None:
+        return None
+    cached = CACHE.get(device_id, version)
+    if cached is not None:
+        return cached
+    try:
+        detector = load_params(loads(params_json))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+    CACHE.put(device_id, version, detector)
+    return detector
+
+
+def process(
+    device_id: str,
+    state: dict[str, Any] | None,
+    params_json: str | None,
+    readings: pd.DataFrame,
+    watermark_ms: int,
+    now_ms: int,
+    policy: Policy,
+) -> tuple[dict[str, Any], Output]:
+    """One micro-batch of one device. ``readings``: one row per (reading, metric) with columns
+    ``seq, event_ms, device_event_ms, device_sent_ms, received_ms, clock_offset_ms, firmware,
+    status, metric, value``. ``params_json`` is the device's current parameters (after any
+    update in this batch) and ``state["v"]`` their version."""
+    st = new_state() if state is None else state
+    out = Output()
+    if readings.empty:
+        return st, out
+    frame = readings.sort_values(["event_ms", "seq", "metric"], kind="stable")
+    repeated = frame.duplicated(["seq", "device_event_ms", "metric"])
+    if repeated.any():
+        out.duplicates += len(frame.loc[repeated, ["seq", "device_event_ms"]].drop_duplicates())
+        frame = frame.loc[~repeated]
+    seen = {(int(s), int(d)) for s, d, _ in st["seen"]}
+    ident = list(zip(frame["seq"].tolist(), frame["device_event_ms"].tolist(), strict=True))
+    event_ms = frame["event_ms"].tolist()
+    rows_of: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(ident):
+        rows_of.setdefault(key, []).append(i)
+    keep_rows: list[int] = []
+    late_rows: list[int] = []
+    for key, rows in rows_of.items():
+        if key in seen:
+            out.duplicates += 1
+        elif int(event_ms[rows[0]]) < watermark_ms:
+            late_rows.extend(rows)
+        else:
+            keep_rows.extend(rows)
+    if late_rows:
+        _write_late(device_id, frame.iloc[sorted(late_rows)], watermark_ms, out)
+    if not keep_rows:
+        return st, out
+    fresh = frame.iloc[sorted(keep_rows)]
+    last_ms = st["last_ms"]
+    in_order = fresh if last_ms is None else fresh[fresh["event_ms"].to_numpy() >= last_ms]
+    older = fresh.iloc[0:0] if last_ms is None else fresh[fresh["event_ms"].to_numpy() < last_ms]
+
+    lifecycle = Lifecycle(
+        device_id,
+        int(st["v"]),
+        now_ms,
+        policy.min_readings,
+        policy.clear_readings,
+        Lifecycle.load(st["episodes"]),
+    )
+    detector = detector_for(device_id, int(st["v"]), params_json)
+    if not older.empty:
+        for seq, ev, rx in (
+            older[["seq", "event_ms", "received_ms"]].drop_duplicates().itertuples(index=False)
+        ):
+            lifecycle.late_reading(int(seq), int(ev), int(rx))
+        for obs in observations(older, detector, policy.baseline, None, set()):
+            lifecycle.observe_late(obs)
+    if not in_order.empty:
+        _sessions(device_id, st, in_order, policy, out)
+        active = set(lifecycle.episodes)
+        for obs in observations(in_order, detector, policy.baseline, last_ms, active):
+            lifecycle.observe(obs)
+        _advance(st, in_order)
+    out.scored = len(fresh)
+    for event in lifecycle.events:
+        out.add(ALERTS, event)
+    st["episodes"] = lifecycle.dump()
+    st["seen"] = [[s, d, e] for s, d, e in _seen_rows(st["seen"], fresh) if e >= watermark_ms]
+    st["status"] = "alerting" if lifecycle.open_ids else "ok"
+    out.add(STATE, state_record(device_id, st, lifecycle.open_ids, now_ms))
+    return st, out
+
+
+def expire(
+    device_id: str, state: dict[str, Any], watermark_ms: int, now_ms: int, policy: Policy
+) -> tuple[dict[str, Any], Output, int | None]:
+    """The device's timer fired (the watermark passed ``last seen + session gap``). Returns the
+    new state, the output and the next timer to register (``None``: none)."""
+    out = Output()
+    st = state
+    st["timer"] = None
+    last_ms = st["last_ms"]
+    if last_ms is None:
+        return st, out, None
+    due = int(last_ms) + policy.session_gap_ms
+    if due > watermark_ms:
+        st["timer"] = due
+        return st, out, due
+    if st["session"] is not None:
+        session = dict(st["session"], end_reason="gap")
+        out.add(SESSIONS, session)
+        st["session"] = None
+    lifecycle = Lifecycle(
+        device_id,
+        int(st["v"]),
+        now_ms,
+        policy.min_readings,
+        policy.clear_readings,
+        Lifecycle.load(st["episodes"]),
+    )
+    lifecycle.silent(int(last_ms), int(st["last_seq"] or 0), int(st["last_rx"] or 0))
+    for event in lifecycle.events:
+        out.add(ALERTS, event)
+    st["episodes"] = lifecycle.dump()
+    st["status"] = "silent"
+    out.add(STATE, state_record(device_id, st, [], now_ms))
+    return st, out, None
+
+
+def wants_timer(state: dict[str, Any], policy: Policy) -> int | None:
+    """A timer to register after :func:`process` (none while one is pending: it re-arms)."""
+    if state["timer"] is not None or state["last_ms"] is None:
+        return None
+    due = int(state["last_ms"]) + policy.session_gap_ms
+    state["timer"] = due
+    return due
+
+
+def state_record(
+    device_id: str, st: dict[str, Any], open_ids: list[str], now_ms: int
+) -> dict[str, Any]:
+    session = st["session"]
+    return {
+        "device_id": device_id,
+        "status": st["status"],
+        "last_seen_ms": st["last_ms"],
+        "last_received_ms": st["last_rx"],
+        "last_seq": st["last_seq"],
+        "last_values": st["vals"],
+        "open_alerts": open_ids,
+        "params_version": st["v"],
+        "clock_offset_ms": st["offset"],
+        "firmware": st["fw"],
+        "session_id": None if session is None else session["session_id"],
+        "updated_ms": now_ms,
+    }
+
+
+# -- scoring ---------------------------------------------------------------------------------
+
+
+def observations(
+    rows: pd.DataFrame,
+    detector: Detector | None,
+    baseline: FixedBaseline,
+    previous_ms: int | None,
+    active: set[str],
+) -> list[Observation]:
+    """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
+    comes back when it is not calm, or when an episode of its key (``active``) is under way —
+    the only calm rows the lifecycle needs are those that may close an episode."""
+    seq = rows["seq"].to_numpy()
+    event_ms = rows["event_ms"].to_numpy()
+    received = rows["received_ms"].to_numpy()
+    if detector is None:
+        return _baseline_observations(rows, baseline, seq, event_ms, received)
+    members = detector.detectors if isinstance(detector, CombinedDetector) else [detector]
+    frame = rows[["event_ms", "metric", "value"]]
+    dropout_active = f"*\x1f{DROPOUT}" in active
+    found: list[tuple[int, int, Observation]] = []
+    for m_index, member in enumerate(members):
+        if isinstance(member, FlatlineDetector):
+            member.last_ms = previous_ms
+        scores = member.score(frame)
+        wanted = scores.score >= CALM_SCORE
+        if active:
+            keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
+            wanted |= np.fromiter((k in active for k in keys), bool, len(keys))
+        for i in np.flatnonzero(wanted):
+            obs = _observation(scores, int(i), seq, event_ms, received)
+            found.append((obs.event_ms, m_index, obs))
+        if dropout_active and isinstance(member, FlatlineDetector):
+            calm = np.flatnonzero(scores.reason != Reason.DROPOUT)
+            found.extend(
+                (int(event_ms[i]), m_index, _calm_dropout(int(i), seq, event_ms, received))
+                for i in calm
+            )
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [obs for _, _, obs in found]
+
+
+def _calm_dropout(i: int, seq: Any, event_ms: Any, received: Any) -> Observation:
+    nan = float("nan")
+    return Observation(
+        "*", DROPOUT, 0.0, int(seq[i]), int(event_ms[i]), int(received[i]), nan, nan, nan, ""
+    )
+
+
+def _observation(scores: Scores, i: int, seq: Any, event_ms: Any, received: Any) -> Observation:
+    reason = int(scores.reason[i])
+    kind = DROPOUT if reason == Reason.DROPOUT else str(scores.detector[i])
+    score = float(scores.score[i])
+    gap_from = None
+    if kind == DROPOUT:
+        gap_from = int(event_ms[i]) - int(scores.observed[i])
+    return Observation(
+        metric="*" if kind == DROPOUT else str(scores.metric[i]),
+        kind=kind,
+        score=score,
+        seq=int(seq[i]),
+        event_ms=int(event_ms[i]),
+        received_ms=int(received[i]),
+        value=float(scores.observed[i]),
+        expected=float(scores.expected[i]),
+        band=float(scores.band[i]),
+        reason=scores.explain(i) if score >= ALERT_SCORE else "",
+        gap_from_ms=gap_from,
+    )
+
+
+def _baseline_observations(
+    rows: pd.DataFrame, baseline: FixedBaseline, seq: Any, event_ms: Any, received: Any
+) -> list[Observation]:
+    metric = rows["metric"].to_numpy()
+    value = rows["value"].to_numpy()
+    result = baseline.score(metric, value)
+    out = []
+    for i in range(len(rows)):
+        if np.isnan(result.expected[i]):
+            continue
+        anomalous = bool(result.anomalous[i])
+        score = 0.5 + 0.5 * float(result.score[i]) if anomalous else 0.0
+        exp, band, v = float(result.expected[i]), float(result.band[i]), float(value[i])
+        out.append(
+            Observation(
+                metric=str(metric[i]),
+                kind=baseline.kind,
+                score=score,
+                seq=int(seq[i]),
+                event_ms=int(event_ms[i]),
+                received_ms=int(received[i]),
+                value=v,
+                expected=exp,
+                band=band,
+                reason=f"{metric[i]}={v:.6g} outside {exp:.6g}±{band:.6g}" if anomalous else "",
+            )
+        )
+    return out
+
+
+# -- bookkeeping -----------------------------------------------------------------------------
+
+
+def _seen_rows(previous: list[list[int]], fresh: pd.DataFrame) -> list[tuple[int, int, int]]:
+    rows = {(int(s), int(d)): int(e) for s, d, e in previous}
+    for s, d, e in zip(fresh["seq"], fresh["device_event_ms"], fresh["event_ms"], strict=True):
+        rows[(int(s), int(d))] = int(e)
+    return [(s, d, e) for (s, d), e in rows.items()]
+
+
+def _advance(st: dict[str, Any], in_order: pd.DataFrame) -> None:
+    last = in_order.iloc[-1]
+    newest = in_order[in_order["event_ms"] == last["event_ms"]]
+    st["last_ms"] = int(last["event_ms"])
+    st["last_seq"] = int(last["seq"])
+    st["last_dev"] = int(last["device_event_ms"])
+    st["last_rx"] = int(last["received_ms"])
+    st["offset"] = int(last["clock_offset_ms"])
+    firmware = last.get("firmware")
+    st["fw"] = None if firmware is None or firmware != firmware else str(firmware)
+    vals = dict(st["vals"])
+    vals.update(zip(newest["metric"].tolist(), newest["value"].astype(float).tolist(), strict=True))
+    st["vals"] = vals
+    top = int(in_order["seq"].max())
+    st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
+
+
+def _sessions(
+    device_id: str, st: dict[str, Any], in_order: pd.DataFrame, policy: Policy, out: Output
+) -> None:
+    """Walk the in-order readings (one per distinct reading) through the session rules."""
+    readings = in_order.drop_duplicates(["seq", "device_event_ms"])
+    session = st["session"]
+    last_ms, last_dev, max_seq = st["last_ms"], st["last_dev"], st["max_seq"]
+    for seq, event_ms, dev_ms in zip(
+        readings["seq"].tolist(),
+        readings["event_ms"].tolist(),
+        readings["device_event_ms"].tolist(),
+        strict=True,
+    ):
+        reason = None
+        if (
+            session is not None
+            and last_ms is not None
+            and event_ms - last_ms > policy.session_gap_ms
+        ):
+            reason = "gap"
+        elif (
+            session is not None
+            and max_seq is not None
+            and last_dev is not None
+            and seq < max_seq
+            and dev_ms > last_dev
+        ):
+            reason = "reboot"
+        if reason is not None and session is not None:
+            out.add(SESSIONS, dict(session, end_reason=reason))
+            session = None
+            max_seq = None
+        if session is None:
+            session = {
+                "session_id": session_id(device_id, int(event_ms)),
+                "device_id": device_id,
+                "start_ms": int(event_ms),
+                "end_ms": int(event_ms),
+                "readings": 0,
+                "first_seq": int(seq),
+                "last_seq": int(seq),
+                "end_reason": None,
+            }
+        session["end_ms"] = int(event_ms)
+        session["readings"] += 1
+        session["last_seq"] = int(seq)
+        last_ms, last_dev = event_ms, dev_ms
+        max_seq = seq if max_seq is None else max(max_seq, seq)
+    st["session"] = session
+    st["max_seq"] = max_seq
+    out.add(SESSIONS, dict(session))
+
+
+def _write_late(device_id: str, rows: pd.DataFrame, watermark_ms: int, out: Output) -> None:
+    for _, reading in rows.groupby(["seq", "device_event_ms"], sort=True):
+        first = reading.iloc[0]
+        record: dict[str, Any] = {
+            "v": 1,
+            "device_id": device_id,
+            "seq": int(first["seq"]),
+            "event_ms": int(first["event_ms"]),
+            "device_event_ms": int(first["device_event_ms"]),
+            "device_sent_ms": int(first["device_sent_ms"]),
+            "received_ms": int(first["received_ms"]),
+            "clock_offset_ms": int(first["clock_offset_ms"]),
+            "metrics": dict(
+                zip(
+                    reading["metric"].tolist(), reading["value"].astype(float).tolist(), strict=True
+                )
+            ),
+        }
+        for optional in ("firmware", "status"):
+            value = first.get(optional)
+            if value is not None and value == value:
+                record[optional] = str(value)
+        out.late += 1
+        out.add(
+            LATE,
+            {
+                "reason": "behind the watermark",
+                "watermark_ms": watermark_ms,
+                "late_by_ms": watermark_ms - record["event_ms"],
+                "record": record,
+            },
+        )
