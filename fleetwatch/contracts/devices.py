@@ -34,6 +34,11 @@ class DeviceState(BaseModel):
     clock_offset_ms: int
     firmware: str | None = None
     session_id: str | None = None
+    late_readings: int = 0
+    """Readings of this device that arrived behind the watermark so far (on
+    ``telemetry.late``)."""
+    duplicate_readings: int = 0
+    """Repeated readings dropped so far."""
     updated_ms: int
 
 

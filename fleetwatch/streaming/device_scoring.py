@@ -117,6 +117,8 @@ def new_state() -> dict[str, Any]:
         "episodes": [],
         "timer": None,
         "status": "ok",
+        "late": 0,  # readings behind the watermark, so far
+        "dups": 0,  # repeated readings dropped, so far
     }
 
 
@@ -187,7 +189,12 @@ def process(
             keep_rows.extend(rows)
     if late_rows:
         _write_late(device_id, frame.iloc[sorted(late_rows)], watermark_ms, out)
+    st["late"] = int(st.get("late", 0)) + out.late
+    st["dups"] = int(st.get("dups", 0)) + out.duplicates
     if not keep_rows:
+        if out.late or out.duplicates:
+            open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
+            out.add(STATE, state_record(device_id, st, open_ids, now_ms))
         return st, out
     fresh = frame.iloc[sorted(keep_rows)]
     last_ms = st["last_ms"]
@@ -287,6 +294,8 @@ def state_record(
         "clock_offset_ms": st["offset"],
         "firmware": st["fw"],
         "session_id": None if session is None else session["session_id"],
+        "late_readings": int(st.get("late", 0)),
+        "duplicate_readings": int(st.get("dups", 0)),
         "updated_ms": now_ms,
     }
 

@@ -1,8 +1,30 @@
-"""The scorer: ``telemetry.raw`` → score every metric of every reading → ``alerts``.
+"""The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
+``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-Thin Spark glue around :func:`fleetwatch.streaming.scoring.score_readings`. Spark's Kafka
-source and sink, checkpointed: a restart resumes from the last committed micro-batch, and the
-deterministic alert ids make the sink's at-least-once redelivery harmless downstream.
+The plan (PLAN_VERSION 3)::
+
+    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─explode metrics─┐
+                                                                                        union
+    model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
+        └─ groupBy(device_id).transformWithStateInPandas(DeviceScorer, EventTime)
+              └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
+
+The union of the two streams into one stateful operator keyed by device is the stream-table
+join: a device's parameters live in its state (``ValueState`` on the RocksDB store) and a new
+version on ``model.params`` takes effect at the next reading, without a restart; every alert
+carries the version it was scored with. Everything per device — the alert episodes, the
+de-duplication of repeated readings, sessions, the latest state — is in that operator's state,
+checkpointed with the Kafka offsets, so a restart (even after ``kill -9``) resumes from the
+last committed micro-batch with the state of that batch: the ids and revisions it emits again
+are the ones it emitted before. The per-device logic is pure Python in
+:mod:`fleetwatch.streaming.device_scoring`.
+
+The event-time column carrying the watermark is dropped before the operator, so Spark does
+not drop late rows on its own: the operator sees them, writes them to ``telemetry.late`` with
+the watermark they missed, and counts them (the ``late`` observed metric of each batch).
+
+:func:`alerts_frame` is the first, stateless plan (fixed baseline, ``mapInArrow``), kept as the
+reference the benchmarks compare against.
 """
 
 from __future__ import annotations
@@ -20,7 +42,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.scoring import ALERT_COLUMNS, score_batch
+from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import wait_for_query
 
 if TYPE_CHECKING:
@@ -34,7 +56,7 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 
 READING_SCHEMA = (
@@ -83,46 +105,133 @@ def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
     return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
-def start(spark: SparkSession, settings: Settings, detector: FixedBaseline) -> StreamingQuery:
+SCORER_INPUT_SCHEMA = (
+    "device_id STRING, seq BIGINT, event_ms BIGINT, device_event_ms BIGINT, "
+    "device_sent_ms BIGINT, received_ms BIGINT, clock_offset_ms BIGINT, firmware STRING, "
+    "status STRING, metrics MAP<STRING, DOUBLE>"
+)
+OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
+
+
+def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
+    per (reading, metric) with ``src = 'r'``, and one row per parameter record with
+    ``src = 'p'``. Records that are not readings are skipped."""
     from pyspark.sql import functions as F
 
-    kafka = settings.kafka.bootstrap_servers
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka)
-        .option("subscribe", settings.topics.telemetry_raw)
-        .option(
-            "startingOffsets",
-            resume_offsets(
-                settings.checkpoint_root,
-                "score",
-                PLAN_VERSION,
-                settings.topics.telemetry_raw,
-                kafka,
-            ),
+    readings = (
+        raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
+        .where(
+            F.col("r.device_id").isNotNull()
+            & F.col("r.seq").isNotNull()
+            & F.col("r.event_ms").isNotNull()
+            & F.col("r.metrics").isNotNull()
         )
+        .select("r.*")
+        .withColumn("device_event_ms", F.coalesce("device_event_ms", "event_ms"))
+        .withColumn("device_sent_ms", F.coalesce("device_sent_ms", "device_event_ms"))
+        .withColumn("received_ms", F.coalesce("received_ms", "event_ms"))
+        .withColumn("clock_offset_ms", F.coalesce("clock_offset_ms", F.lit(0).cast("bigint")))
+        .withColumn("event_time", F.timestamp_millis("event_ms"))
+        .withWatermark("event_time", lateness)
+        .select(
+            "device_id",
+            F.lit("r").alias("src"),
+            "seq",
+            "event_ms",
+            "device_event_ms",
+            "device_sent_ms",
+            "received_ms",
+            "clock_offset_ms",
+            "firmware",
+            "status",
+            F.explode("metrics").alias("metric", "value"),
+            F.lit(None).cast("string").alias("params"),
+        )
+    )
+    updates = params.select(
+        F.col("key").cast("string").alias("device_id"),
+        F.lit("p").alias("src"),
+        *(F.lit(None).cast("bigint").alias(c) for c in _LONGS),
+        F.lit(None).cast("string").alias("firmware"),
+        F.lit(None).cast("string").alias("status"),
+        F.lit(None).cast("string").alias("metric"),
+        F.lit(None).cast("double").alias("value"),
+        F.col("value").cast("string").alias("params"),
+    ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
+    return readings.unionByName(updates)
+
+
+_LONGS = (
+    "seq",
+    "event_ms",
+    "device_event_ms",
+    "device_sent_ms",
+    "received_ms",
+    "clock_offset_ms",
+)
+
+
+def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
+    """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
+    from fleetwatch.streaming.device_processor import device_scorer
+
+    return inputs.groupBy("device_id").transformWithStateInPandas(
+        statefulProcessor=device_scorer(settings),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+
+
+def _kafka_stream(
+    spark: SparkSession, settings: Settings, topic: str, starting: str, limit: int | None = None
+) -> DataFrame:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting)
         .option("failOnDataLoss", "false")
-        .load()
     )
-    alerts = alerts_frame(readings_frame(raw, settings.score.dedup_window), detector)
-    out = alerts.select(
-        F.col("device_id").alias("key"),
-        F.to_json(F.struct(*ALERT_COLUMNS)).alias("value"),
+    if limit is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(limit))
+    return reader.load()
+
+
+def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
+
+    kafka = settings.kafka.bootstrap_servers
+    topics = settings.topics
+    raw = _kafka_stream(
+        spark,
+        settings,
+        topics.telemetry_raw,
+        resume_offsets(
+            settings.checkpoint_root, "score", PLAN_VERSION, topics.telemetry_raw, kafka
+        ),
+        settings.score.max_offsets_per_trigger,
     )
+    params = _kafka_stream(spark, settings, topics.model_params, "earliest")
+    out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
     checkpoint = versioned(settings.checkpoint_root, "score", PLAN_VERSION)
     query = (
-        out.writeStream.format("kafka")
+        out.select("topic", "key", "value")
+        .writeStream.format("kafka")
         .queryName("fleetwatch-score")
         .option("kafka.bootstrap.servers", kafka)
-        .option("topic", settings.topics.alerts)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=settings.spark.trigger_interval)
+        .trigger(processingTime=settings.score.trigger_interval)
         .start()
     )
     logger.info(
-        "scoring %s -> %s (checkpoint %s)",
-        settings.topics.telemetry_raw,
-        settings.topics.alerts,
+        "scoring %s with %s -> %s, %s, %s, %s (checkpoint %s)",
+        topics.telemetry_raw,
+        topics.model_params,
+        topics.alerts,
+        topics.device_state,
+        topics.device_sessions,
+        topics.telemetry_late,
         checkpoint,
     )
     return query
@@ -132,13 +241,14 @@ def run(settings: Settings, stop: threading.Event) -> None:
     """Run until ``stop`` is set, then stop the query cleanly (the current batch completes)."""
     from fleetwatch.streaming.session import build_session
 
-    detector = FixedBaseline(bands=dict(settings.score.baseline))
     spark = build_session(settings, "fleetwatch-score")
     try:
-        query = start(spark, settings, detector)
+        query = start(spark, settings)
+        last_batch = -1
         while query.isActive and not stop.is_set():
             if wait_for_query(query, 1):
                 break
+            last_batch = _log_progress(query, last_batch)
         if query.isActive:
             logger.info("stopping the scoring query")
             query.stop()
@@ -146,3 +256,13 @@ def run(settings: Settings, stop: threading.Event) -> None:
             raise ScoringError(f"scoring query failed: {query.exception()}")
     finally:
         spark.stop()
+
+
+def _log_progress(query: StreamingQuery, last_batch: int) -> int:
+    progress = query.lastProgress
+    if progress is None or progress.batchId == last_batch:
+        return last_batch
+    logger.debug(
+        "batch %s: %s rows in %s ms", progress.batchId, progress.numInputRows, progress.durationMs
+    )
+    return int(progress.batchId)

@@ -137,6 +137,7 @@ def test_a_reading_behind_the_watermark_goes_to_late_and_is_not_scored() -> None
     assert late[0]["record"]["metrics"] == {"temperature": 90.0}
     assert late[0]["late_by_ms"] == 49_000
     assert of(outs[0], ALERTS) == []
+    assert of(outs[0], STATE)[0]["late_readings"] == 1
 
 
 def test_sessions_end_at_a_gap_and_at_a_reboot() -> None:
