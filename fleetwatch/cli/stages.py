@@ -86,7 +86,7 @@ def train(
     settings = load_settings()
     backfill = None
     if from_ or to or files:
-        backfill = training.Backfill(_epoch_ms(from_), _epoch_ms(to), files)
+        backfill = training.Backfill(epoch_ms(from_), epoch_ms(to), files)
         lo, hi = backfill.from_ms, backfill.to_ms
         if lo is not None and hi is not None and lo >= hi:
             fail("--from must be before --to")
@@ -108,7 +108,7 @@ def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)
 
 
-def _epoch_ms(iso: str | None) -> int | None:
+def epoch_ms(iso: str | None) -> int | None:
     if iso is None:
         return None
     try:
