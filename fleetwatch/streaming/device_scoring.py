@@ -32,7 +32,7 @@ measures the gap from — is the scorer's own, so a stale parameter version cann
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ class Policy:
     min_readings: int
     clear_readings: int
     baseline: FixedBaseline
+    state_every_ms: int = 5_000
 
 
 @dataclass
@@ -104,7 +105,7 @@ CACHE = DetectorCache()
 def new_state() -> dict[str, Any]:
     return {
         "v": 0,  # parameter version in use (0: the fixed baseline)
-        "seen": [],  # [[seq, device_event_ms, event_ms], ...] within the lateness
+        "seen": [],  # [[lo_seq, hi_seq, newest event_ms], ...] seen within the lateness
         "max_seq": None,
         "last_dev": None,  # device clock of the newest reading
         "last_ms": None,  # event time of the newest reading
@@ -167,28 +168,47 @@ def process(
     out = Output()
     if readings.empty:
         return st, out
-    frame = readings.sort_values(["event_ms", "seq", "metric"], kind="stable")
-    repeated = frame.duplicated(["seq", "device_event_ms", "metric"])
-    if repeated.any():
-        out.duplicates += len(frame.loc[repeated, ["seq", "device_event_ms"]].drop_duplicates())
-        frame = frame.loc[~repeated]
-    seen = {(int(s), int(d)) for s, d, _ in st["seen"]}
-    ident = list(zip(frame["seq"].tolist(), frame["device_event_ms"].tolist(), strict=True))
-    event_ms = frame["event_ms"].tolist()
-    rows_of: dict[tuple[int, int], list[int]] = {}
-    for i, key in enumerate(ident):
-        rows_of.setdefault(key, []).append(i)
+    seq_a = readings["seq"].to_numpy()
+    ev_a = readings["event_ms"].to_numpy()
+    order = np.lexsort((seq_a, ev_a))
+    frame = readings if _is_sorted(order) else readings.iloc[order]
+    seqs = frame["seq"].tolist()
+    devs = frame["device_event_ms"].tolist()
+    evs = frame["event_ms"].tolist()
+    metrics = frame["metric"].tolist()
+    ranges: list[list[int]] = st["seen"]
+    last_dev = st["last_dev"]
     keep_rows: list[int] = []
     late_rows: list[int] = []
-    for key, rows in rows_of.items():
-        if key in seen:
-            out.duplicates += 1
-        elif int(event_ms[rows[0]]) < watermark_ms:
-            late_rows.extend(rows)
-        else:
-            keep_rows.extend(rows)
+    verdict: dict[tuple[int, int], str] = {}
+    taken: set[tuple[int, int, str]] = set()
+    for i, (seq, dev, ev, metric) in enumerate(zip(seqs, devs, evs, metrics, strict=True)):
+        key = (seq, dev)
+        if (seq, dev, metric) in taken:
+            continue  # a repeat inside this batch (counted with its reading below)
+        taken.add((seq, dev, metric))
+        kind = verdict.get(key)
+        if kind is None:
+            kind = _classify(ranges, seq, dev, ev, last_dev, watermark_ms)
+            verdict[key] = kind
+            if kind == "dup":
+                out.duplicates += 1
+            elif kind == "keep":
+                if _in_ranges(ranges, seq):  # the same seq after a reboot: a new epoch
+                    ranges = []
+                _add_seq(ranges, seq, ev)
+                last_dev = dev if last_dev is None else max(last_dev, dev)
+        if kind == "keep":
+            keep_rows.append(i)
+        elif kind == "late":
+            late_rows.append(i)
+    if len(taken) < len(seqs):  # repeats inside the batch: copies of a reading beyond the first
+        rows = Counter(zip(seqs, devs, strict=True))
+        distinct = Counter((s, d) for s, d, _ in taken)
+        out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
+    st["seen"] = [r for r in ranges if r[2] >= watermark_ms]
     if late_rows:
-        _write_late(device_id, frame.iloc[sorted(late_rows)], watermark_ms, out)
+        _write_late(device_id, frame.iloc[late_rows], watermark_ms, out)
     st["late"] = int(st.get("late", 0)) + out.late
     st["dups"] = int(st.get("dups", 0)) + out.duplicates
     if not keep_rows:
@@ -196,7 +216,7 @@ def process(
             open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
             out.add(STATE, state_record(device_id, st, open_ids, now_ms))
         return st, out
-    fresh = frame.iloc[sorted(keep_rows)]
+    fresh = frame if len(keep_rows) == len(frame) else frame.iloc[keep_rows]
     last_ms = st["last_ms"]
     in_order = fresh if last_ms is None else fresh[fresh["event_ms"].to_numpy() >= last_ms]
     older = fresh.iloc[0:0] if last_ms is None else fresh[fresh["event_ms"].to_numpy() < last_ms]
@@ -227,10 +247,74 @@ def process(
     for event in lifecycle.events:
         out.add(ALERTS, event)
     st["episodes"] = lifecycle.dump()
-    st["seen"] = [[s, d, e] for s, d, e in _seen_rows(st["seen"], fresh) if e >= watermark_ms]
     st["status"] = "alerting" if lifecycle.open_ids else "ok"
-    out.add(STATE, state_record(device_id, st, lifecycle.open_ids, now_ms))
+    _maybe_state(device_id, st, lifecycle.open_ids, now_ms, policy, out)
     return st, out
+
+
+def _maybe_state(
+    device_id: str,
+    st: dict[str, Any],
+    open_ids: list[str],
+    now_ms: int,
+    policy: Policy,
+    out: Output,
+) -> None:
+    """Publish the state (and the open session) when what it says changed — status, open
+    alerts, parameter version, a new session — or ``state_every_ms`` of event time after the
+    last time: ``device.state`` follows every device closely without a record per reading."""
+    session = st["session"]
+    signature = [
+        st["status"],
+        open_ids,
+        st["v"],
+        None if session is None else session["session_id"],
+    ]
+    last_ms = int(st["last_ms"] or 0)
+    due = st.get("state_at") is None or last_ms - int(st["state_at"]) >= policy.state_every_ms
+    if signature == st.get("state_sig") and not due:
+        return
+    st["state_sig"] = signature
+    st["state_at"] = last_ms
+    out.add(STATE, state_record(device_id, st, open_ids, now_ms))
+    if session is not None:
+        out.add(SESSIONS, dict(session))
+
+
+def _is_sorted(order: Any) -> bool:
+    return bool((np.diff(order) > 0).all()) if len(order) > 1 else True
+
+
+def _classify(
+    ranges: list[list[int]], seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
+) -> str:
+    """``dup`` (seen within the lateness), ``late`` (behind the watermark) or ``keep``."""
+    if _in_ranges(ranges, seq) and (last_dev is None or dev <= last_dev):
+        return "dup"
+    return "late" if ev < watermark else "keep"
+
+
+def _in_ranges(ranges: list[list[int]], seq: int) -> bool:
+    return any(lo <= seq <= hi for lo, hi, _ in ranges)
+
+
+def _add_seq(ranges: list[list[int]], seq: int, ev: int) -> None:
+    """Record ``seq`` in the sorted, disjoint ``[lo, hi, newest event_ms]`` ranges."""
+    for r in ranges:
+        if r[0] - 1 <= seq <= r[1] + 1:
+            r[0], r[1], r[2] = min(r[0], seq), max(r[1], seq), max(r[2], ev)
+            break
+    else:
+        ranges.append([seq, seq, ev])
+    ranges.sort()
+    merged: list[list[int]] = []
+    for r in ranges:
+        if merged and r[0] <= merged[-1][1] + 1:
+            top = merged[-1]
+            top[1], top[2] = max(top[1], r[1]), max(top[2], r[2])
+        else:
+            merged.append(r)
+    ranges[:] = merged
 
 
 def expire(
@@ -405,13 +489,6 @@ def _baseline_observations(
 # -- bookkeeping -----------------------------------------------------------------------------
 
 
-def _seen_rows(previous: list[list[int]], fresh: pd.DataFrame) -> list[tuple[int, int, int]]:
-    rows = {(int(s), int(d)): int(e) for s, d, e in previous}
-    for s, d, e in zip(fresh["seq"], fresh["device_event_ms"], fresh["event_ms"], strict=True):
-        rows[(int(s), int(d))] = int(e)
-    return [(s, d, e) for (s, d), e in rows.items()]
-
-
 def _advance(st: dict[str, Any], in_order: pd.DataFrame) -> None:
     last = in_order.iloc[-1]
     newest = in_order[in_order["event_ms"] == last["event_ms"]]
@@ -477,9 +554,10 @@ def _sessions(
         session["last_seq"] = int(seq)
         last_ms, last_dev = event_ms, dev_ms
         max_seq = seq if max_seq is None else max(max_seq, seq)
+    if st["session"] is None or session["session_id"] != st["session"]["session_id"]:
+        st["state_sig"] = None  # a new session: publish it with the state
     st["session"] = session
     st["max_seq"] = max_seq
-    out.add(SESSIONS, dict(session))
 
 
 def _write_late(device_id: str, rows: pd.DataFrame, watermark_ms: int, out: Output) -> None:

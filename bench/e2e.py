@@ -1,0 +1,336 @@
+"""The whole path under load: simulator → MQTT → gateway → Kafka → scorer → ``alerts``.
+
+1,000 devices publish (QoS 1) with spikes injected every ``SPIKE_EVERY`` readings per device;
+latency = the reading's publish time (the simulator's device clock, the host clock here) to
+the ``open`` alert event arriving at a Kafka consumer. Two phases, 1,000 and 5,000 readings/s;
+the ingest hop alone (publish → ``telemetry.raw``) is the baseline of the same run.
+
+Then the scorer's maximum sustainable throughput: a backlog of ``BACKLOG`` readings of the same
+fleet written straight to a fresh ``telemetry.raw``, scored by a fresh scorer in micro-batches
+of at most ``BATCH`` records; throughput = records committed per second between its first and
+last committed batch (a rate it keeps while its lag shrinks is a rate it sustains).
+
+Peak RSS is of the scorer's whole process tree (Python driver, JVM, Python workers).
+
+Last line: {"p50_ms_1k", "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
+"max_throughput_rps", "peak_rss_mb", ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+
+from bench._common import rss_mb
+from fleetwatch.contracts.settings import Settings, TopicSettings
+from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.simulator.runner import run as run_fleet
+from fleetwatch.simulator.scenario import Scenario
+from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.topics import delete_topics, ensure_topics
+from fleetwatch.streaming.checkpoints import committed_offsets, versioned
+from fleetwatch.streaming.score import PLAN_VERSION
+
+DEVICES, SPIKE_EVERY, BACKLOG, BATCH = 1000, 25, 300_000, 50_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 1) if values else float("nan")
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    total = 0.0
+    for p in tree:
+        with contextlib.suppress(OSError):
+            total += rss_mb(p)
+    return total
+
+
+class Watch(threading.Thread):
+    """Arrival latency of records on a topic: now - a time field of the record."""
+
+    def __init__(self, bootstrap: str, topic: str, field: str, only_open: bool) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "latest",
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.field, self.only_open = field, only_open
+        self.samples: list[tuple[int, float]] = []  # (arrival ms, latency ms)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(1000, timeout=0.2):
+                if msg.error() is not None:
+                    continue
+                arrived = now_ms()
+                value = json.loads(msg.value() or b"{}")
+                if self.only_open and value.get("status") != "open":
+                    continue
+                self.samples.append((arrived, arrived - value[self.field]))
+        self.consumer.close()
+
+    def between(self, lo: int, hi: int) -> list[float]:
+        return [lat for at, lat in self.samples if lo <= at <= hi]
+
+
+def stage(env: dict[str, str], run_dir: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetwatch.cli.main", *args],
+        env=env,
+        stdout=(run_dir / f"{name}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait(probe: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def isolated_env(
+    settings: Settings, tag: str, run_dir: Path
+) -> tuple[TopicSettings, dict[str, str]]:
+    topics = TopicSettings(**{k: f"{v}.b{tag}" for k, v in TopicSettings().model_dump().items()})
+    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
+    env = dict(os.environ)
+    env.update({f"FLEETWATCH_TOPICS__{k.upper()}": v for k, v in topics.model_dump().items()})
+    env.update(
+        {
+            "FLEETWATCH_RUN_DIR": str(run_dir),
+            "FLEETWATCH_MQTT__ROOT": f"b{tag}/devices",
+            "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
+            "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+        }
+    )
+    return topics, env
+
+
+def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
+    topics, env = isolated_env(settings, tag, run_dir)
+    gateway = stage(env, run_dir, "gateway", "gateway")
+    scorer = stage(env, run_dir, "score", "score")
+    bootstrap = settings.kafka.bootstrap_servers
+    ingest = Watch(bootstrap, topics.telemetry_raw, "device_sent_ms", only_open=False)
+    alerts = Watch(bootstrap, topics.alerts, "event_ms", only_open=True)
+    peak = [0.0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak[0] = max(peak[0], tree_rss_mb(scorer.pid))
+            sampling.wait(1.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    out: dict[str, Any] = {}
+    try:
+        checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
+        wait(lambda: (checkpoint / "metadata").exists(), 180, "the scorer")
+        ingest.start()
+        alerts.start()
+        sampler.start()
+        mqtt = settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})
+        for rate in rates:
+            scenario = Scenario(
+                devices=DEVICES,
+                rate=rate,
+                count=int(rate * seconds),
+                seed=11,
+                qos=1,
+                prefix=f"b{tag}",
+                workers=2,
+            ).with_overrides(spike_every=SPIKE_EVERY)
+            lo = now_ms()
+            totals = run_fleet(scenario, mqtt, threading.Event(), run_dir / f"truth-{rate}.jsonl")
+            ends = None
+
+            def caught_up() -> bool:
+                nonlocal ends
+                ends = ends or _ends(bootstrap, topics.telemetry_raw)
+                return committed_offsets(checkpoint, topics.telemetry_raw) == ends
+
+            wait(caught_up, 300, "the scorer to catch up")
+            time.sleep(2)  # the last batch's alerts reach the consumer
+            hi = now_ms()
+            label = f"{int(DEVICES * rate / 1000)}k"
+            lat, base = alerts.between(lo, hi), ingest.between(lo, hi)
+            out[label] = {
+                "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),
+                "readings": totals.sent,
+                "alerts_open": len(lat),
+                "p50_ms": pct(lat, 50),
+                "p95_ms": pct(lat, 95),
+                "p99_ms": pct(lat, 99),
+                "ingest_p50_ms": pct(base, 50),
+                "ingest_p99_ms": pct(base, 99),
+            }
+            print(f"{label}: {out[label]}", flush=True)
+    finally:
+        sampling.set()
+        ingest.stop.set()
+        alerts.stop.set()
+        for p in (gateway, scorer):
+            p.send_signal(signal.SIGTERM)
+        for p in (gateway, scorer):
+            p.wait(120)
+        delete_topics(bootstrap, topics.model_dump().values())
+    out["peak_rss_mb"] = round(peak[0], 1)
+    return out
+
+
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        }
+    finally:
+        consumer.close()
+
+
+def max_throughput(settings: Settings) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-max-"))
+    topics, env = isolated_env(settings, tag, run_dir)
+    env["FLEETWATCH_SCORE__MAX_OFFSETS_PER_TRIGGER"] = str(BATCH)
+    bootstrap = settings.kafka.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    t0 = now_ms() - BACKLOG // DEVICES * 1000
+    rng = np.random.default_rng(5)
+    for i in range(BACKLOG):
+        device, seq = f"m{i % DEVICES}", i // DEVICES
+        event_ms = t0 + seq * 1000
+        value = 21.0 + rng.normal(0, 0.5) + (30.0 if seq % SPIKE_EVERY == 7 else 0.0)
+        record = {
+            "v": 1,
+            "device_id": device,
+            "seq": seq,
+            "event_ms": event_ms,
+            "device_event_ms": event_ms,
+            "device_sent_ms": event_ms,
+            "received_ms": event_ms + 5,
+            "clock_offset_ms": 0,
+            "metrics": {"temperature": value},
+        }
+        producer.produce(topics.telemetry_raw, json.dumps(record).encode(), key=device.encode())
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    scorer = stage(env, run_dir, "score", "score")
+    checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
+    commits = checkpoint / "commits"
+    marks: list[tuple[float, int]] = []
+    peak = 0.0
+    try:
+        ends = _ends(bootstrap, topics.telemetry_raw)
+        total = sum(ends.values())
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            peak = max(peak, tree_rss_mb(scorer.pid))
+            done = committed_offsets(checkpoint, topics.telemetry_raw) if commits.exists() else {}
+            n = sum(done.values()) if done else 0
+            if not marks or n != marks[-1][1]:
+                marks.append((time.monotonic(), n))
+            if n >= total:
+                break
+            time.sleep(0.5)
+    finally:
+        scorer.send_signal(signal.SIGTERM)
+        scorer.wait(120)
+        delete_topics(bootstrap, topics.model_dump().values())
+    first = next((m for m in marks if m[1] > 0), None)
+    last = marks[-1]
+    if first is None or last[0] <= first[0]:
+        return {"max_throughput_rps": float("nan"), "max_peak_rss_mb": round(peak, 1)}
+    rate = (last[1] - first[1]) / (last[0] - first[0])
+    return {
+        "max_throughput_rps": round(rate),
+        "backlog": total,
+        "batches": len(marks) - 1,
+        "max_peak_rss_mb": round(peak, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=60, help="length of each latency phase")
+    parser.add_argument("--skip-max", action="store_true", help="latency phases only")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    settings = Settings()
+    stack = Stack(settings)
+    was_up = all(c.pid for c in stack.status())
+    stack.up()
+    try:
+        phases = latency_phases(settings, args.seconds, [1.0, 5.0])
+        top = {} if args.skip_max else max_throughput(settings)
+    finally:
+        if not was_up:
+            stack.down()
+    print(json.dumps({"phases": phases, "max": top}))
+    print(
+        json.dumps(
+            {
+                "p50_ms_1k": phases["1k"]["p50_ms"],
+                "p99_ms_1k": phases["1k"]["p99_ms"],
+                "p50_ms_5k": phases["5k"]["p50_ms"],
+                "p95_ms_5k": phases["5k"]["p95_ms"],
+                "p99_ms_5k": phases["5k"]["p99_ms"],
+                "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
+                "max_throughput_rps": top.get("max_throughput_rps"),
+                "peak_rss_mb": max(phases["peak_rss_mb"], top.get("max_peak_rss_mb", 0.0)),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
