@@ -1,12 +1,13 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 3)::
+The plan (PLAN_VERSION 4)::
 
     telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─explode metrics─┐
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
-        └─ groupBy(device_id).transformWithStateInPandas(DeviceScorer, EventTime)
+        └─ groupBy(bucket = hash(device_id) mod BUCKETS)
+              .transformWithStateInPandas(BucketScorer, EventTime)
               └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
 The union of the two streams into one stateful operator keyed by device is the stream-table
@@ -56,8 +57,13 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
+
+BUCKETS = 64
+"""Devices are hashed into this many keys of the stateful operator (part of the plan: changing
+it needs a new PLAN_VERSION). More buckets than shuffle partitions x cores keeps the work
+spread; few enough that per-key overhead stays small."""
 
 READING_SCHEMA = (
     "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
@@ -174,9 +180,12 @@ _LONGS = (
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
+    from pyspark.sql import functions as F
+
     from fleetwatch.streaming.device_processor import device_scorer
 
-    return inputs.groupBy("device_id").transformWithStateInPandas(
+    bucketed = inputs.withColumn("bucket", F.pmod(F.xxhash64("device_id"), F.lit(BUCKETS)))
+    return bucketed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=device_scorer(settings),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
