@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import rss_mb  # bench/_common.py
 from confluent_kafka import Consumer, Producer
 
-from bench._common import rss_mb
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.simulator.runner import run as run_fleet
