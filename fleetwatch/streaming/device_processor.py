@@ -42,6 +42,7 @@ from fleetwatch.streaming.device_scoring import (
     process,
     wants_timer,
 )
+from fleetwatch.streaming.rows import Rows, by_device
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -127,9 +128,24 @@ def device_scorer(settings: Settings) -> Any:
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
             records: list[tuple[str, str, str]] = []
-            for device_id, group in frame.groupby("device_id", sort=True):
-                device = str(device_id)
-                state, out = self._device(device, devices.get(device), group, watermark, now_ms)
+            is_params = (frame["src"] == "p").to_numpy()
+            updates: dict[str, list[str]] = {}
+            if is_params.any():
+                for device, value in zip(
+                    frame.loc[is_params, "device_id"], frame.loc[is_params, "params"], strict=True
+                ):
+                    updates.setdefault(str(device), []).append(str(value))
+                frame = frame.loc[~is_params]
+            readings = dict(by_device(frame)) if len(frame) else {}
+            for device in sorted(updates.keys() | readings.keys()):
+                state, out = self._device(
+                    device,
+                    devices.get(device),
+                    updates.get(device, []),
+                    readings.get(device),
+                    watermark,
+                    now_ms,
+                )
                 if state is not None:
                     devices[device] = state
                 records.extend((device, role, value) for role, value in out.records)
@@ -141,19 +157,18 @@ def device_scorer(settings: Settings) -> Any:
             self,
             device_id: str,
             state: dict[str, Any] | None,
-            frame: pd.DataFrame,
+            updates: list[str],
+            rows: Rows | None,
             watermark: int,
             now_ms: int,
         ) -> tuple[dict[str, Any] | None, Output]:
             version = 0 if state is None else int(state["v"])
             params_json: str | None = None
-            is_params = (frame["src"] == "p").to_numpy()
-            if is_params.any():
-                best = best_params(frame.loc[is_params, "params"].tolist())
+            if updates:
+                best = best_params(updates)
                 if best is not None and best[0] > version:
                     version, params_json = best
                     self.params.updateValue((device_id,), (params_json, version))
-                frame = frame.loc[~is_params]
             if params_json is None and version > 0 and CACHE.get(device_id, version) is None:
                 stored = self.params.getValue((device_id,))
                 params_json = None if stored is None else str(stored[0])
@@ -161,9 +176,9 @@ def device_scorer(settings: Settings) -> Any:
                 state["v"] = version
             elif version > 0:
                 state = {**new_state(), "v": version}
-            if frame.empty:
+            if rows is None:
                 return state, Output()
-            state, out = process(device_id, state, params_json, frame, watermark, now_ms, policy)
+            state, out = process(device_id, state, params_json, rows, watermark, now_ms, policy)
             wants_timer(state, policy)
             return state, out
 

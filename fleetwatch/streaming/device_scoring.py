@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.contracts.devices import session_id
@@ -50,6 +51,7 @@ from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Lifecycle, Observation
+from fleetwatch.streaming.rows import Rows
 from fleetwatch.streaming.training import params_of
 
 ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
@@ -155,7 +157,7 @@ def process(
     device_id: str,
     state: dict[str, Any] | None,
     params_json: str | None,
-    readings: pd.DataFrame,
+    readings: pd.DataFrame | Rows,
     watermark_ms: int,
     now_ms: int,
     policy: Policy,
@@ -166,12 +168,11 @@ def process(
     update in this batch) and ``state["v"]`` their version."""
     st = new_state() if state is None else state
     out = Output()
-    if readings.empty:
+    given = Rows.of(readings)
+    if len(given) == 0:
         return st, out
-    seq_a = readings["seq"].to_numpy()
-    ev_a = readings["event_ms"].to_numpy()
-    order = np.lexsort((seq_a, ev_a))
-    frame = readings if _is_sorted(order) else readings.iloc[order]
+    order = np.lexsort((given["seq"], given["event_ms"]))
+    frame = given if _is_sorted(order) else given.take(order)
     seqs = frame["seq"].tolist()
     devs = frame["device_event_ms"].tolist()
     evs = frame["event_ms"].tolist()
@@ -208,7 +209,7 @@ def process(
         out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
     st["seen"] = [r for r in ranges if r[2] >= watermark_ms]
     if late_rows:
-        _write_late(device_id, frame.iloc[late_rows], watermark_ms, out)
+        _write_late(device_id, frame.take(late_rows), watermark_ms, out)
     st["late"] = int(st.get("late", 0)) + out.late
     st["dups"] = int(st.get("dups", 0)) + out.duplicates
     if not keep_rows:
@@ -216,10 +217,13 @@ def process(
             open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
             out.add(STATE, state_record(device_id, st, open_ids, now_ms))
         return st, out
-    fresh = frame if len(keep_rows) == len(frame) else frame.iloc[keep_rows]
+    fresh = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
     last_ms = st["last_ms"]
-    in_order = fresh if last_ms is None else fresh[fresh["event_ms"].to_numpy() >= last_ms]
-    older = fresh.iloc[0:0] if last_ms is None else fresh[fresh["event_ms"].to_numpy() < last_ms]
+    if last_ms is None or int(fresh["event_ms"][0]) >= last_ms:
+        in_order, older = fresh, fresh.take(slice(0, 0))
+    else:
+        in_order = fresh.where(fresh["event_ms"] >= last_ms)
+        older = fresh.where(fresh["event_ms"] < last_ms)
 
     lifecycle = Lifecycle(
         device_id,
@@ -230,14 +234,13 @@ def process(
         Lifecycle.load(st["episodes"]),
     )
     detector = detector_for(device_id, int(st["v"]), params_json)
-    if not older.empty:
-        for seq, ev, rx in (
-            older[["seq", "event_ms", "received_ms"]].drop_duplicates().itertuples(index=False)
-        ):
-            lifecycle.late_reading(int(seq), int(ev), int(rx))
+    if len(older):
+        arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
+        for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
+            lifecycle.late_reading(seq, ev, rx)
         for obs in observations(older, detector, policy.baseline, None, set()):
             lifecycle.observe_late(obs)
-    if not in_order.empty:
+    if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
         active = set(lifecycle.episodes)
         for obs in observations(in_order, detector, policy.baseline, last_ms, active):
@@ -388,7 +391,7 @@ def state_record(
 
 
 def observations(
-    rows: pd.DataFrame,
+    rows: Rows,
     detector: Detector | None,
     baseline: FixedBaseline,
     previous_ms: int | None,
@@ -397,13 +400,11 @@ def observations(
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
     the only calm rows the lifecycle needs are those that may close an episode."""
-    seq = rows["seq"].to_numpy()
-    event_ms = rows["event_ms"].to_numpy()
-    received = rows["received_ms"].to_numpy()
+    seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if detector is None:
-        return _baseline_observations(rows, baseline, seq, event_ms, received)
+        return _baseline_observations(rows, baseline, seq, event_ms, received, active)
     members = detector.detectors if isinstance(detector, CombinedDetector) else [detector]
-    frame = rows[["event_ms", "metric", "value"]]
+    frame = rows.frame()
     dropout_active = f"*\x1f{DROPOUT}" in active
     found: list[tuple[int, int, Observation]] = []
     for m_index, member in enumerate(members):
@@ -411,9 +412,9 @@ def observations(
             member.last_ms = previous_ms
         scores = member.score(frame)
         wanted = scores.score >= CALM_SCORE
-        if active:
+        if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
-            wanted |= np.fromiter((k in active for k in keys), bool, len(keys))
+            wanted = _with_keys(wanted, keys, active)
         for i in np.flatnonzero(wanted):
             obs = _observation(scores, int(i), seq, event_ms, received)
             found.append((obs.event_ms, m_index, obs))
@@ -425,6 +426,15 @@ def observations(
             )
     found.sort(key=lambda t: (t[0], t[1]))
     return [obs for _, _, obs in found]
+
+
+def _with_keys(
+    wanted: npt.NDArray[np.bool_], keys: list[str], active: set[str]
+) -> npt.NDArray[np.bool_]:
+    """Every row of a key that has an episode under way or a row worth looking at: calm rows
+    after an anomaly in the same batch are what closes its episode."""
+    hot = active | {keys[i] for i in np.flatnonzero(wanted)}
+    return np.fromiter((k in hot for k in keys), bool, len(keys))
 
 
 def _calm_dropout(i: int, seq: Any, event_ms: Any, received: Any) -> Observation:
@@ -457,15 +467,21 @@ def _observation(scores: Scores, i: int, seq: Any, event_ms: Any, received: Any)
 
 
 def _baseline_observations(
-    rows: pd.DataFrame, baseline: FixedBaseline, seq: Any, event_ms: Any, received: Any
+    rows: Rows,
+    baseline: FixedBaseline,
+    seq: Any,
+    event_ms: Any,
+    received: Any,
+    active: set[str],
 ) -> list[Observation]:
-    metric = rows["metric"].to_numpy()
-    value = rows["value"].to_numpy()
+    metric, value = rows["metric"], rows["value"]
     result = baseline.score(metric, value)
+    wanted = result.anomalous.copy()
+    if active or wanted.any():
+        keys = [f"{m}\x1f{baseline.kind}" for m in metric]
+        wanted = _with_keys(wanted, keys, active)
     out = []
-    for i in range(len(rows)):
-        if np.isnan(result.expected[i]):
-            continue
+    for i in np.flatnonzero(wanted & ~np.isnan(result.expected)):
         anomalous = bool(result.anomalous[i])
         score = 0.5 + 0.5 * float(result.score[i]) if anomalous else 0.0
         exp, band, v = float(result.expected[i]), float(result.band[i]), float(value[i])
@@ -489,36 +505,41 @@ def _baseline_observations(
 # -- bookkeeping -----------------------------------------------------------------------------
 
 
-def _advance(st: dict[str, Any], in_order: pd.DataFrame) -> None:
-    last = in_order.iloc[-1]
-    newest = in_order[in_order["event_ms"] == last["event_ms"]]
-    st["last_ms"] = int(last["event_ms"])
-    st["last_seq"] = int(last["seq"])
-    st["last_dev"] = int(last["device_event_ms"])
-    st["last_rx"] = int(last["received_ms"])
-    st["offset"] = int(last["clock_offset_ms"])
-    firmware = last.get("firmware")
+def _advance(st: dict[str, Any], in_order: Rows) -> None:
+    event_ms = in_order["event_ms"]
+    last = len(in_order) - 1
+    newest = np.flatnonzero(event_ms == event_ms[last])
+    st["last_ms"] = int(event_ms[last])
+    st["last_seq"] = int(in_order["seq"][last])
+    st["last_dev"] = int(in_order["device_event_ms"][last])
+    st["last_rx"] = int(in_order["received_ms"][last])
+    st["offset"] = int(in_order["clock_offset_ms"][last])
+    firmware = in_order["firmware"][last]
     st["fw"] = None if firmware is None or firmware != firmware else str(firmware)
     vals = dict(st["vals"])
-    vals.update(zip(newest["metric"].tolist(), newest["value"].astype(float).tolist(), strict=True))
+    metrics, values = in_order["metric"][newest], in_order["value"][newest]
+    vals.update((str(m), float(v)) for m, v in zip(metrics, values, strict=True))
     st["vals"] = vals
     top = int(in_order["seq"].max())
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
 
 
 def _sessions(
-    device_id: str, st: dict[str, Any], in_order: pd.DataFrame, policy: Policy, out: Output
+    device_id: str, st: dict[str, Any], in_order: Rows, policy: Policy, out: Output
 ) -> None:
     """Walk the in-order readings (one per distinct reading) through the session rules."""
-    readings = in_order.drop_duplicates(["seq", "device_event_ms"])
     session = st["session"]
     last_ms, last_dev, max_seq = st["last_ms"], st["last_dev"], st["max_seq"]
+    walked: set[tuple[int, int]] = set()
     for seq, event_ms, dev_ms in zip(
-        readings["seq"].tolist(),
-        readings["event_ms"].tolist(),
-        readings["device_event_ms"].tolist(),
+        in_order["seq"].tolist(),
+        in_order["event_ms"].tolist(),
+        in_order["device_event_ms"].tolist(),
         strict=True,
     ):
+        if (seq, dev_ms) in walked:
+            continue
+        walked.add((seq, dev_ms))
         reason = None
         if (
             session is not None
@@ -560,26 +581,27 @@ def _sessions(
     st["max_seq"] = max_seq
 
 
-def _write_late(device_id: str, rows: pd.DataFrame, watermark_ms: int, out: Output) -> None:
-    for _, reading in rows.groupby(["seq", "device_event_ms"], sort=True):
-        first = reading.iloc[0]
+def _write_late(device_id: str, rows: Rows, watermark_ms: int, out: Output) -> None:
+    readings: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(
+        zip(rows["seq"].tolist(), rows["device_event_ms"].tolist(), strict=True)
+    ):
+        readings.setdefault(key, []).append(i)
+    for (seq, dev_ms), index in sorted(readings.items()):
+        first = index[0]
         record: dict[str, Any] = {
             "v": 1,
             "device_id": device_id,
-            "seq": int(first["seq"]),
-            "event_ms": int(first["event_ms"]),
-            "device_event_ms": int(first["device_event_ms"]),
-            "device_sent_ms": int(first["device_sent_ms"]),
-            "received_ms": int(first["received_ms"]),
-            "clock_offset_ms": int(first["clock_offset_ms"]),
-            "metrics": dict(
-                zip(
-                    reading["metric"].tolist(), reading["value"].astype(float).tolist(), strict=True
-                )
-            ),
+            "seq": seq,
+            "event_ms": int(rows["event_ms"][first]),
+            "device_event_ms": dev_ms,
+            "device_sent_ms": int(rows["device_sent_ms"][first]),
+            "received_ms": int(rows["received_ms"][first]),
+            "clock_offset_ms": int(rows["clock_offset_ms"][first]),
+            "metrics": {str(rows["metric"][i]): float(rows["value"][i]) for i in index},
         }
         for optional in ("firmware", "status"):
-            value = first.get(optional)
+            value = rows[optional][first]
             if value is not None and value == value:
                 record[optional] = str(value)
         out.late += 1
