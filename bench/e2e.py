@@ -1,8 +1,11 @@
 """The whole path under load: simulator → MQTT → gateway → Kafka → scorer → ``alerts``.
 
-1,000 devices publish (QoS 1) with spikes injected every ``SPIKE_EVERY`` readings per device;
-latency = the reading's publish time (the simulator's device clock, the host clock here) to
-the ``open`` alert event arriving at a Kafka consumer. Two phases, 1,000 and 5,000 readings/s;
+1,000 simulated devices publish (QoS 1) and make the load; ``PROBES`` probe devices publish
+alongside them over the same MQTT broker at 1 reading/s, a spike (60 against the fixed
+baseline's 21 ± 8) every ``PROBE_SPIKE_EVERY`` readings at a known publish time. Latency = the
+spike's publish time to its ``open`` alert event arriving at a Kafka consumer. (The simulated
+fleet's own devices run at levels of their kind, so the fixed baseline is no ground truth for
+them; the probes are.) Two phases, 1,000 and 5,000 readings/s;
 the ingest hop alone (publish → ``telemetry.raw``) is the baseline of the same run.
 
 Then the scorer's maximum sustainable throughput: a backlog of ``BACKLOG`` readings of the same
@@ -46,6 +49,42 @@ from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.score import PLAN_VERSION
 
 DEVICES, SPIKE_EVERY, BACKLOG, BATCH = 1000, 25, 300_000, 50_000
+PROBES, PROBE_SPIKE_EVERY = 20, 5
+
+
+class Probes(threading.Thread):
+    """Probe devices: 21.0 normally, 60.0 every PROBE_SPIKE_EVERY-th reading; publish times
+    of the spikes by (device, seq)."""
+
+    def __init__(self, settings: Settings, root: str, tag: str) -> None:
+        super().__init__(daemon=True)
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"probe-{tag}")
+        self.client.connect(settings.mqtt.host, settings.mqtt.port)
+        self.client.loop_start()
+        self.root, self.tag = root, tag
+        self.sent: dict[tuple[str, int], int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from fleetwatch.contracts.telemetry import reading_payload
+
+        seq = 0
+        while not self.stop.is_set():
+            for i in range(PROBES):
+                device = f"p{self.tag}-{i}"
+                spike = (seq + i) % PROBE_SPIKE_EVERY == 0
+                at = now_ms()
+                payload = reading_payload(seq, at, at, {"temperature": 60.0 if spike else 21.0})
+                self.client.publish(f"{self.root}/{device}/telemetry", payload, qos=1)
+                if spike:
+                    self.sent[(device, seq)] = at
+            seq += 1
+            self.stop.wait(1.0)
+        self.client.loop_stop()
+        self.client.disconnect()
 
 
 def now_ms() -> int:
@@ -89,12 +128,13 @@ class Watch(threading.Thread):
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "latest",
+                "auto.offset.reset": "earliest",
             }
         )
         self.consumer.subscribe([topic])
         self.field, self.only_open = field, only_open
         self.samples: list[tuple[int, float]] = []  # (arrival ms, latency ms)
+        self.opened: dict[tuple[str, int], int] = {}  # (device, seq) -> arrival ms
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -107,6 +147,8 @@ class Watch(threading.Thread):
                 if self.only_open and value.get("status") != "open":
                     continue
                 self.samples.append((arrived, arrived - value[self.field]))
+                if self.only_open:
+                    self.opened[(value["device_id"], value["seq"])] = arrived
         self.consumer.close()
 
     def between(self, lo: int, hi: int) -> list[float]:
@@ -169,23 +211,26 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
     out: dict[str, Any] = {}
     try:
         checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
-        wait(lambda: (checkpoint / "metadata").exists(), 180, "the scorer")
+        wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
         ingest.start()
         alerts.start()
         sampler.start()
+        probes = Probes(settings, f"b{tag}/devices", tag)
+        probes.start()
         mqtt = settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})
-        for rate in rates:
+        for label, rate, length in [("warmup", 1.0, 15), *((None, r, seconds) for r in rates)]:
             scenario = Scenario(
                 devices=DEVICES,
                 rate=rate,
-                count=int(rate * seconds),
+                count=int(rate * length),
                 seed=11,
                 qos=1,
                 prefix=f"b{tag}",
                 workers=2,
             ).with_overrides(spike_every=SPIKE_EVERY)
             lo = now_ms()
-            totals = run_fleet(scenario, mqtt, threading.Event(), run_dir / f"truth-{rate}.jsonl")
+            truth = run_dir / f"truth-{label or rate}.jsonl"
+            totals = run_fleet(scenario, mqtt, threading.Event(), truth)
             ends = None
 
             def caught_up() -> bool:
@@ -196,12 +241,16 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
             wait(caught_up, 300, "the scorer to catch up")
             time.sleep(2)  # the last batch's alerts reach the consumer
             hi = now_ms()
-            label = f"{int(DEVICES * rate / 1000)}k"
-            lat, base = alerts.between(lo, hi), ingest.between(lo, hi)
+            label = label or f"{int(DEVICES * rate / 1000)}k"
+            base = ingest.between(lo, hi)
+            sent = {k: t for k, t in list(probes.sent.items()) if lo <= t <= hi - 5000}
+            lat = [float(alerts.opened[k] - t) for k, t in sent.items() if k in alerts.opened]
+            missed = len(sent) - len(lat)
             out[label] = {
                 "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),
                 "readings": totals.sent,
-                "alerts_open": len(lat),
+                "probe_spikes": len(sent),
+                "probe_spikes_without_alert": missed,
                 "p50_ms": pct(lat, 50),
                 "p95_ms": pct(lat, 95),
                 "p99_ms": pct(lat, 99),
@@ -211,6 +260,8 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
             print(f"{label}: {out[label]}", flush=True)
     finally:
         sampling.set()
+        if "probes" in locals():
+            probes.stop.set()
         ingest.stop.set()
         alerts.stop.set()
         for p in (gateway, scorer):
