@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import demo, detect, models, sim, stack, stages
+from fleetwatch.cli import api, demo, detect, models, sim, stack, stages
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -14,10 +14,10 @@ app = typer.Typer(
 app.add_typer(stack.app, name="stack")
 app.add_typer(sim.app, name="sim")
 app.add_typer(models.app, name="models")
+app.add_typer(api.app, name="api")
 app.command()(stages.gateway)
 app.command()(stages.score)
 app.command()(stages.train)
-app.command()(stages.api)
 app.command()(demo.demo)
 app.command()(detect.detect)
 
