@@ -100,8 +100,10 @@ def create_app(
             for worker in reversed(running):
                 worker.stop()
             sender.close()
-            kafka.close()
-            db.close()
+            if publisher is None:
+                kafka.close()
+            if store is None:
+                db.close()
 
     app = FastAPI(
         title="fleetwatch", version=__version__, description=DESCRIPTION, lifespan=lifespan

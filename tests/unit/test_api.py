@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -21,9 +22,9 @@ def api(tmp_path: Path) -> Iterator[Api]:
     yield from running_api(tmp_path)
 
 
-def feed(store: Store, now: int = 9, **records: list[object]) -> None:
+def feed(store: Store, now: int = 9, **records: Any) -> None:
     with store.session() as session, session.begin():
-        write(session, Batch(**records), now)  # type: ignore[arg-type]
+        write(session, Batch(**records), now)
 
 
 def state(device_id: str, updated_ms: int, status: str = "ok", kind: str = "probe") -> DeviceState:

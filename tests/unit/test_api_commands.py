@@ -38,7 +38,7 @@ def ack(api: Api, command_id: str, status: str = "ok", detail: str = "") -> None
             session,
             Batch(
                 acks=[CommandAck(command_id=command_id, status=status, detail=detail, device_ms=5)]
-            ),  # type: ignore[arg-type]
+            ),
             now=10,
         )
 
