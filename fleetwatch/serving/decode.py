@@ -10,7 +10,7 @@ from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
 from fleetwatch.contracts.telemetry import TelemetryRecord
-from fleetwatch.serving.store.ingest import ModelRecord
+from fleetwatch.serving.store.ingest import AckRecord, ModelRecord
 
 
 def _object(value: bytes | None) -> dict[str, Any]:
@@ -37,8 +37,15 @@ def decode_session(value: bytes | None) -> DeviceSession:
     return DeviceSession.model_validate(_object(value))
 
 
-def decode_ack(value: bytes | None) -> CommandAck:
-    return CommandAck.model_validate(_object(value))
+def decode_ack(value: bytes | None) -> AckRecord:
+    """The gateway's record: a device's :class:`CommandAck` plus the ``device_id`` of the MQTT
+    topic it came on and the gateway's ``received_ms``."""
+    body = _object(value)
+    device_id = body.pop("device_id", None)
+    body.pop("received_ms", None)
+    if device_id is not None and not isinstance(device_id, str):
+        raise ValueError(f"device_id must be a string, got {device_id!r}")
+    return AckRecord(CommandAck.model_validate(body), device_id)
 
 
 def decode_reading(value: bytes | None) -> TelemetryRecord:

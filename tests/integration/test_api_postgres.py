@@ -23,7 +23,7 @@ from fleetwatch.contracts.telemetry import TelemetryRecord
 from fleetwatch.serving.app import create_app
 from fleetwatch.serving.db import migrate
 from fleetwatch.serving.store import Store
-from fleetwatch.serving.store.ingest import Batch, ModelRecord, prune_readings, write
+from fleetwatch.serving.store.ingest import AckRecord, Batch, ModelRecord, prune_readings, write
 from fleetwatch.serving.tables import AlertEventRow, AlertRow, ReadingRow, SessionRow
 from fleetwatch.serving.webhooks.dispatch import fan_out
 from tests.unit.api_support import Api, FakePublisher, add_keys, make_alert
@@ -171,7 +171,7 @@ def test_commands_and_webhook_outbox_through_the_app(store: Store, tmp_path: Pat
         assert again.status_code == 200
         with store.session() as session, session.begin():
             ack = CommandAck(command_id=sent["command_id"], status="ok", device_ms=3)
-            write(session, Batch(acks=[ack]), 9)
+            write(session, Batch(acks=[AckRecord(ack, "d1")]), 9)
         assert api.get(f"/commands/{sent['command_id']}").json()["status"] == "acked"
         alert = make_alert("d1", 1, 1_000)
         assert fan_out(store, [alert]) == 1

@@ -12,7 +12,7 @@ import pytest
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.serving.control.tracker import CommandTracker
 from fleetwatch.serving.metrics import Metrics
-from fleetwatch.serving.store.ingest import Batch, write
+from fleetwatch.serving.store.ingest import AckRecord, Batch, write
 from tests.unit.api_support import Api, make_alert, running_api
 
 
@@ -32,15 +32,14 @@ def send(api: Api, key: str, scope: str = "operate", **body: Any) -> Any:
     )
 
 
-def ack(api: Api, command_id: str, status: str = "ok", detail: str = "") -> None:
+def ack(
+    api: Api, command_id: str, status: str = "ok", detail: str = "", device: str = "pump-7"
+) -> None:
+    answer = CommandAck.model_validate(
+        {"command_id": command_id, "status": status, "detail": detail, "device_ms": 5}
+    )
     with api.store.session() as session, session.begin():
-        write(
-            session,
-            Batch(
-                acks=[CommandAck(command_id=command_id, status=status, detail=detail, device_ms=5)]
-            ),
-            now=10,
-        )
+        write(session, Batch(acks=[AckRecord(answer, device)]), now=10)
 
 
 def tracker_step(api: Api) -> None:
@@ -68,6 +67,8 @@ def test_a_command_is_published_once_per_idempotency_key(api: Api) -> None:
 def test_the_device_answer_decides_acked_or_failed(api: Api) -> None:
     ok = send(api, "a").json()["command_id"]
     bad = send(api, "b", name="dance").json()["command_id"]
+    ack(api, ok, "failed", "not mine", device="pump-8")  # another device cannot answer it
+    assert api.get(f"/commands/{ok}").json()["status"] == "sent"
     ack(api, ok)
     ack(api, bad, "failed", "unknown command 'dance'")
     assert api.get(f"/commands/{ok}").json()["status"] == "acked"

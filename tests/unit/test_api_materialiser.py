@@ -46,3 +46,12 @@ def test_records_that_break_their_contract_are_skipped_not_fatal() -> None:
     assert batch.alerts == [good]
     assert [(m.device_id, m.version) for m in batch.models] == [("d1", 7)]
     assert len(skipped) == 5
+
+
+def test_an_ack_record_carries_the_device_it_came_from() -> None:
+    body = {"v": 1, "command_id": "c1", "status": "ok", "detail": "", "device_ms": 5}
+    record = {**body, "device_id": "d9", "received_ms": 6}
+    message = FakeMessage(json.dumps(record).encode(), TOPICS.device_command_acks)
+    kinds = {TOPICS.device_command_acks: "acks"}
+    batch = batch_of([message], kinds, lambda topic: None)  # type: ignore[list-item]
+    assert [(a.ack.command_id, a.device_id) for a in batch.acks] == [("c1", "d9")]

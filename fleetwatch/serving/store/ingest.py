@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table, and_, delete, or_, select, update
+from sqlalchemy import Table, and_, delete, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.alerts import Alert, event_id
@@ -46,6 +46,15 @@ class ModelRecord:
     params: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class AckRecord:
+    """A ``device.command-acks`` record: the device's answer and the device it came from
+    (``None`` if the record does not say; then the command id alone decides)."""
+
+    ack: CommandAck
+    device_id: str | None = None
+
+
 @dataclass
 class Batch:
     """One poll's worth of decoded records, by kind."""
@@ -53,7 +62,7 @@ class Batch:
     alerts: list[Alert] = field(default_factory=list)
     states: list[DeviceState] = field(default_factory=list)
     sessions: list[DeviceSession] = field(default_factory=list)
-    acks: list[CommandAck] = field(default_factory=list)
+    acks: list[AckRecord] = field(default_factory=list)
     models: list[ModelRecord] = field(default_factory=list)
     readings: list[TelemetryRecord] = field(default_factory=list)
 
@@ -292,13 +301,16 @@ def prune_readings(session: Session, device_ids: Iterable[str], keep: int) -> in
     return deleted
 
 
-def _write_acks(session: Session, acks: list[CommandAck], now: int) -> list[AckOutcome]:
+def _write_acks(session: Session, acks: list[AckRecord], now: int) -> list[AckOutcome]:
+    """A device answers only its own commands: an ack from another device changes nothing."""
     outcomes: list[AckOutcome] = []
-    for ack in acks:
+    for record in acks:
+        ack = record.ack
         status = "acked" if ack.status == "ok" else "failed"
+        mine = CommandRow.device_id == record.device_id if record.device_id is not None else true()
         answered = session.execute(
             update(CommandRow)
-            .where(CommandRow.command_id == ack.command_id)
+            .where(CommandRow.command_id == ack.command_id, mine)
             .where(CommandRow.status.in_(("pending", "sent")))
             .values(
                 status=status,
@@ -313,7 +325,7 @@ def _write_acks(session: Session, acks: list[CommandAck], now: int) -> list[AckO
             continue
         late = session.execute(
             update(CommandRow)
-            .where(CommandRow.command_id == ack.command_id)
+            .where(CommandRow.command_id == ack.command_id, mine)
             .where(CommandRow.status == "timed_out", CommandRow.ack_status.is_(None))
             .values(
                 ack_status=ack.status,
