@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, Security
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from fleetwatch.serving.store import Store
@@ -49,6 +50,14 @@ class Authenticator:
         self._cache: dict[str, tuple[float, Principal | None]] = {}
         self._lock = threading.Lock()
 
+    def cached(self, key: str | None) -> Principal | None:
+        """The principal of a key checked lately (or the anonymous reader), without I/O."""
+        if not key:
+            return ANONYMOUS if self.anonymous_read else None
+        with self._lock:
+            hit = self._cache.get(key)
+        return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
     def principal(self, key: str | None) -> Principal | None:
         if not key:
             return ANONYMOUS if self.anonymous_read else None
@@ -76,14 +85,16 @@ _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer fwk_â€
 _header = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-Key: fwk_â€¦")
 
 
-def _caller(
+async def _caller(
     request: Request,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     header: Annotated[str | None, Security(_header)],
 ) -> Principal:
     authenticator: Authenticator = request.app.state.services.authenticator
     key = bearer.credentials if bearer is not None else header
-    principal = authenticator.principal(key)
+    principal = authenticator.cached(key)
+    if principal is None:  # not checked lately: ask the store, off the event loop
+        principal = await run_in_threadpool(authenticator.principal, key)
     if principal is None:
         raise HTTPException(
             status_code=401,
@@ -95,8 +106,8 @@ def _caller(
     return principal
 
 
-def require(scope: str) -> Callable[..., Principal]:
-    def check(principal: Annotated[Principal, Depends(_caller)]) -> Principal:
+def require(scope: str) -> Callable[..., Awaitable[Principal]]:
+    async def check(principal: Annotated[Principal, Depends(_caller)]) -> Principal:
         if scope not in principal.scopes:
             raise HTTPException(
                 status_code=403,

@@ -1,4 +1,5 @@
-"""Dependencies the routes declare with ``Annotated``."""
+"""Dependencies the routes declare with ``Annotated``. They are ``async`` because they do not
+block: FastAPI runs a sync dependency in a worker thread, a hop per dependency per request."""
 
 from __future__ import annotations
 
@@ -29,13 +30,14 @@ class Services:
     resolver: Resolver
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def get_store(request: Request) -> Store:
-    return get_services(request).store
+async def get_store(request: Request) -> Store:
+    services: Services = request.app.state.services
+    return services.store
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
