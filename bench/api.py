@@ -8,7 +8,8 @@ random devices, with a read key. Latency is measured from each request's schedul
 stalled server is not hidden (no coordinated omission). The baseline in the same run is
 ``GET /healthz`` at the same rate (the framework, auth-free, no database).
 
-    python bench/api.py [--devices 10000] [--alerts 100000] [--rate 500] [--seconds 15] [--workers 2]
+    python bench/api.py [--devices 10000] [--alerts 100000] [--rate 500] [--seconds 15]
+                        [--workers 2]
 
 Last line: {"rps", "p50_ms", "p99_ms", "errors", "workers", "requests", "devices", "alerts",
 "target_rps", "baseline_p50_ms", "baseline_p99_ms", "devices_p99_ms", "alerts_p99_ms"}
