@@ -142,7 +142,8 @@ class WebhookSettings(_Part):
 
     enabled: bool = True
     """Run the dispatcher (consumes ``alerts``) and the delivery workers in the API process."""
-    consumer_group: str = "fleetwatch-webhooks"
+    consumer_group: str | None = None
+    """Default: ``{api.consumer_group}-webhooks``."""
     allow_private: bool = False
     """Allow loopback, private and link-local targets (refused by default: SSRF)."""
     timeout_s: float = Field(5.0, gt=0, le=60)

@@ -79,7 +79,7 @@ def create_app(
                         metrics,
                         settings.kafka.bootstrap_servers,
                         settings.topics.alerts,
-                        hooks.consumer_group,
+                        hooks.consumer_group or f"{settings.api.consumer_group}-webhooks",
                     )
                 )
         if run_workers:

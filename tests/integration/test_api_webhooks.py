@@ -75,7 +75,6 @@ def test_a_subscriber_that_was_down_receives_every_event_once_back(
         "FLEETWATCH_API__WEBHOOKS__ALLOW_PRIVATE": "true",
         "FLEETWATCH_API__WEBHOOKS__BACKOFF_BASE_S": "0.25",
         "FLEETWATCH_API__WEBHOOKS__BACKOFF_CAP_S": "1.0",
-        "FLEETWATCH_API__WEBHOOKS__CONSUMER_GROUP": f"hooks-{isolated.tag}",
     }
     api = start_api(isolated, admin_key(Path(isolated.env["FLEETWATCH_RUN_DIR"])), env=env)
     device = f"w{isolated.tag}"
