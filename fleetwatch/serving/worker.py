@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -21,9 +22,11 @@ class Worker:
         self._thread.start()
 
     def stop(self) -> None:
+        started = time.monotonic()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=60)
+        logger.info("%s stopped in %.1fs", self.name, time.monotonic() - started)
 
     @property
     def stopping(self) -> bool:

@@ -89,7 +89,16 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
     assert api.get(f"/devices/{device}/sessions").json()["data"][0]["readings"] == 5
     episode = api.get(f"/alerts/{opened.alert_id}").json()
     assert (episode["status"], [e["revision"] for e in episode["events"]]) == ("update", [0, 1])
-    assert "fleetwatch_api_skipped_records_total" in api.get("/metrics").text
+    metrics = api.get("/metrics").text
+    assert f'fleetwatch_api_skipped_records_total{{topic="{t.alerts}"}} 1.0' in metrics
+    wait_until(
+        lambda: (
+            f'fleetwatch_api_materialiser_lag_records{{topic="{t.alerts}"}} 0.0'
+            in api.get("/metrics").text
+        ),
+        15,
+        "the materialiser's lag on the alerts topic to be measured as 0",
+    )
 
     proc = isolated.procs.pop("api")
     proc.send_signal(signal.SIGTERM)
