@@ -109,10 +109,12 @@ async def _caller(
 def require(scope: str) -> Callable[..., Awaitable[Principal]]:
     async def check(principal: Annotated[Principal, Depends(_caller)]) -> Principal:
         if scope not in principal.scopes:
-            raise HTTPException(
-                status_code=403,
-                detail=f"this API key ({principal.name}) lacks the {scope!r} scope",
+            detail = (
+                f"anonymous callers may only read: send an API key with the {scope!r} scope"
+                if principal is ANONYMOUS
+                else f"this API key ({principal.name}) lacks the {scope!r} scope"
             )
+            raise HTTPException(status_code=403, detail=detail)
         return principal
 
     return check
