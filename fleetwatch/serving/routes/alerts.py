@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Response
 
 from fleetwatch.serving.auth import Operator, Reader
 from fleetwatch.serving.deps import StoreDep
-from fleetwatch.serving.routes.params import AUTH, NOT_FOUND, FromMs, IdPath, Limit, Offset, ToMs
+from fleetwatch.serving.routes.params import (
+    AUTH,
+    NOT_FOUND,
+    FromMs,
+    IdPath,
+    Limit,
+    Offset,
+    ToMs,
+    json_response,
+)
 from fleetwatch.serving.schemas.alerts import (
     AlertAck,
     AlertDetail,
@@ -41,7 +50,7 @@ def list_alerts(
     to_ms: ToMs = None,
     limit: Limit = 100,
     offset: Offset = 0,
-) -> AlertsPublic:
+) -> Response:
     """Alert episodes, newest start first; ``from``/``to`` bound the episode's start time."""
     where = repo.AlertFilter(
         device_id=device or device_id,
@@ -53,9 +62,10 @@ def list_alerts(
     )
     with store.session() as session:
         rows, total = repo.list_alerts(session, where, limit, offset)
-    return AlertsPublic(
+    body = AlertsPublic(
         data=[AlertPublic.model_validate(r) for r in rows], count=total, limit=limit, offset=offset
     )
+    return json_response(body)
 
 
 def _detail(store: Store, alert_id: str) -> AlertDetail:

@@ -16,6 +16,7 @@ from fleetwatch.serving.routes.params import (
     Limit,
     Offset,
     ToMs,
+    json_response,
 )
 from fleetwatch.serving.schemas.alerts import AlertPublic
 from fleetwatch.serving.schemas.devices import (
@@ -107,9 +108,9 @@ def register_device(body: DeviceCreate, store: StoreDep, _: Admin) -> DevicePubl
 
 
 @router.get("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
-def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> DevicePublic:
+def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> Response:
     """A device with its current state, alert counts and latest alert."""
-    return load_device(store, device_id)
+    return json_response(load_device(store, device_id))
 
 
 @router.patch("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)

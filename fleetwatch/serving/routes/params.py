@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import Path, Query, Response
+from pydantic import BaseModel
 
 from fleetwatch.serving.schemas.common import DEVICE_ID_PATTERN, ID_PATTERN
 
@@ -25,3 +26,9 @@ AUTH: dict[int | str, dict[str, Any]] = {
     401: {"description": "No API key, or not a valid one"},
     403: {"description": "The API key lacks the scope"},
 }
+
+
+def json_response(body: BaseModel, status_code: int = 200) -> Response:
+    """``body`` serialised once, as is: hot read routes skip FastAPI's second validation of a
+    return value they built from the same schema (``response_model`` still documents it)."""
+    return Response(body.model_dump_json(), status_code=status_code, media_type="application/json")
