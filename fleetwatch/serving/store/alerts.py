@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from fleetwatch.serving.tables import AlertEventRow, AlertRow, CommandRow
@@ -40,20 +41,38 @@ class AlertFilter:
         return out
 
 
+_BY_DEVICE_COUNT = (
+    select(func.count()).select_from(AlertRow).where(AlertRow.device_id == bindparam("device_id"))
+)
+_BY_DEVICE = (
+    select(AlertRow.__table__)
+    .where(AlertRow.device_id == bindparam("device_id"))
+    .order_by(AlertRow.start_ms.desc(), AlertRow.alert_id)
+    .limit(bindparam("limit"))
+    .offset(bindparam("offset"))
+)
+
+
 def list_alerts(
     session: Session, where: AlertFilter, limit: int, offset: int
-) -> tuple[list[AlertRow], int]:
-    """Episodes, newest start first."""
+) -> tuple[list[dict[str, Any]], int]:
+    """Episodes, newest start first, as plain column mappings (no ORM objects: this is the hot
+    read path; one device's alerts, the commonest query, runs statements built once)."""
+    if where == AlertFilter(device_id=where.device_id) and where.device_id is not None:
+        bound = {"device_id": where.device_id, "limit": limit, "offset": offset}
+        total = session.scalar(_BY_DEVICE_COUNT, bound) or 0
+        found = session.execute(_BY_DEVICE, bound).mappings()
+        return [dict(r) for r in found], total
     conditions = where.where()
     total = session.scalar(select(func.count()).select_from(AlertRow).where(*conditions)) or 0
-    rows = session.scalars(
-        select(AlertRow)
+    rows = session.execute(
+        select(AlertRow.__table__)
         .where(*conditions)
         .order_by(AlertRow.start_ms.desc(), AlertRow.alert_id)
         .limit(limit)
         .offset(offset)
-    ).all()
-    return list(rows), total
+    ).mappings()
+    return [dict(r) for r in rows], total
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, delete, exists, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, delete, exists, func, select
 from sqlalchemy.orm import Session
 
 from fleetwatch.serving.tables import (
@@ -87,11 +87,32 @@ def _tags(session: Session, device_ids: Sequence[str]) -> dict[str, list[str]]:
     return out
 
 
+# The single-device reads are the hot path: their statements are built once (building a
+# select costs more than SQLite takes to run it) and executed with the id bound.
+_ONE_DEVICE = _joined().where(DeviceRow.device_id == bindparam("device_id"))
+_ONE_DEVICE_TAGS = (
+    select(DeviceTagRow.tag)
+    .where(DeviceTagRow.device_id == bindparam("device_id"))
+    .order_by(DeviceTagRow.tag)
+)
+_ALERT_COUNTS = select(func.count(), func.count().filter(AlertRow.state == "open")).where(
+    AlertRow.device_id == bindparam("device_id")
+)
+_LAST_ALERT = (
+    select(AlertRow)
+    .where(AlertRow.device_id == bindparam("device_id"))
+    .order_by(AlertRow.start_ms.desc(), AlertRow.alert_id)
+    .limit(1)
+)
+
+
 def get_device(session: Session, device_id: str) -> DeviceView | None:
-    row = session.execute(_joined().where(DeviceRow.device_id == device_id)).first()
+    bound = {"device_id": device_id}
+    row = session.execute(_ONE_DEVICE, bound).first()
     if row is None:
         return None
-    return DeviceView(row[0], _tags(session, [device_id]).get(device_id, []), row[1])
+    tags = list(session.scalars(_ONE_DEVICE_TAGS, bound).all())
+    return DeviceView(row[0], tags, row[1])
 
 
 @dataclass(frozen=True)
@@ -102,17 +123,9 @@ class AlertCounts:
 
 
 def alert_counts(session: Session, device_id: str) -> AlertCounts:
-    total, open_ = session.execute(
-        select(func.count(), func.count().filter(AlertRow.state == "open")).where(
-            AlertRow.device_id == device_id
-        )
-    ).one()
-    last = session.scalars(
-        select(AlertRow)
-        .where(AlertRow.device_id == device_id)
-        .order_by(AlertRow.start_ms.desc(), AlertRow.alert_id)
-        .limit(1)
-    ).first()
+    bound = {"device_id": device_id}
+    total, open_ = session.execute(_ALERT_COUNTS, bound).one()
+    last = session.scalars(_LAST_ALERT, bound).first()
     return AlertCounts(total, open_, last)
 
 
