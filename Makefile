@@ -9,22 +9,27 @@ CACHE  := .cache
 JARS   := $(CACHE)/jvm
 MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(abspath $(CACHE))/m2
 
-.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean
+.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean java-check mosquitto-check postgres-check
 
 help:
-	@echo "make setup   - virtualenv, JVM jars (Kafka broker, Spark Kafka connector), Mosquitto"
+	@echo "make setup   - virtualenv, JVM jars (Kafka broker, Spark Kafka connector), Mosquitto, PostgreSQL"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff + mypy"
 	@echo "make bench   - run every bench/*.py (each prints a JSON line of figures)"
 
-setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check
+setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check postgres-check
 
 java-check:
 	@deploy/check-java.sh
 
 mosquitto-check:
 	@deploy/install-mosquitto.sh
+
+# PostgreSQL for the API store's tests: installed here; the tests start a private cluster
+# (deploy/install-postgres.sh start) unless FLEETWATCH_TEST_POSTGRES_URL names a server.
+postgres-check:
+	@deploy/install-postgres.sh install
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fleetwatch needs Python >= 3.11, found " + sys.version.split()[0])'

@@ -91,7 +91,9 @@ def main() -> None:
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "fleetwatch.cli.main", stage],
+            # the API reads without a key on loopback (`--anonymous-read`), as in the demo
+            [sys.executable, "-m", "fleetwatch.cli.main", stage]
+            + (["--anonymous-read"] if stage == "api" else []),
             env=env,
             stdout=(run_dir / f"{stage}.log").open("wb"),
             stderr=subprocess.STDOUT,

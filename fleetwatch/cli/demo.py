@@ -50,7 +50,7 @@ def demo(
     stages = {
         "demo-gateway": _stage_argv("gateway"),
         "demo-score": _stage_argv("score"),
-        "demo-api": _stage_argv("api"),
+        "demo-api": _stage_argv("api", "--anonymous-read"),
         "demo-sim": _stage_argv(
             "sim",
             "run",

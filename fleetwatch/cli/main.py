@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import demo, detect, models, replay, sim, stack, stages
+from fleetwatch.cli import api, demo, detect, models, replay, sim, stack, stages
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -15,10 +15,10 @@ app.add_typer(stack.app, name="stack")
 app.add_typer(sim.app, name="sim")
 app.add_typer(models.app, name="models")
 app.add_typer(replay.app, name="replay")
+app.add_typer(api.app, name="api")
 app.command()(stages.gateway)
 app.command()(stages.score)
 app.command()(stages.train)
-app.command()(stages.api)
 app.command()(demo.demo)
 app.command()(detect.detect)
 

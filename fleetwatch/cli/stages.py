@@ -120,26 +120,20 @@ def epoch_ms(iso: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def api(
-    host: str | None = typer.Option(None, help="default: settings api.host"),
-    port: int | None = typer.Option(None, help="default: settings api.port"),
-) -> None:
-    """The HTTP API (and its Kafka materialiser)."""
+def serve_api(settings: Settings, host: str, port: int) -> None:
+    """The HTTP API (and its background workers) until SIGTERM; used by `fleetwatch api`."""
     import uvicorn
 
     from fleetwatch.serving.app import create_app
 
-    settings = load_settings()
-    config = uvicorn.Config(
-        create_app(settings),
-        host=host or settings.api.host,
-        port=port or settings.api.port,
-        log_config=None,
-    )
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_config=None)
     server = _Server(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
-    server.run()
+    try:
+        server.run()
+    except FleetwatchError as exc:
+        fail(str(exc))
     if not server.started:
         fail(f"the API could not start on {config.host}:{config.port}")
 

@@ -1,7 +1,7 @@
-"""Per-device records the scorer publishes (key = device id on both topics).
+"""Per-device records the scorer publishes.
 
-``device.state`` (compacted): the latest state of each device.
-``device.sessions`` (compacted, key = device id): a device's activity sessions in event time;
+``device.state`` (compacted, key = device id): the latest state of each device.
+``device.sessions`` (compacted, key = session id): a device's activity sessions in event time;
 a session ends after a gap with no readings (``score.session_gap_s``) or at a reboot (the
 device's sequence number going back). The record of an open session is re-published as it
 grows; the closing record has ``end_reason`` set.

@@ -154,12 +154,43 @@ class TrainSettings(_Part):
     """Report runs to the tracking observer (MLflow) when it is installed."""
 
 
+class WebhookSettings(_Part):
+    """Alert webhooks (``fleetwatch api``): delivery, retries and which targets are allowed."""
+
+    enabled: bool = True
+    """Run the dispatcher (consumes ``alerts``) and the delivery workers in the API process."""
+    consumer_group: str | None = None
+    """Default: ``{api.consumer_group}-webhooks``."""
+    allow_private: bool = False
+    """Allow loopback, private and link-local targets (refused by default: SSRF)."""
+    timeout_s: float = Field(5.0, gt=0, le=60)
+    """One delivery attempt's HTTP timeout."""
+    backoff_base_s: float = Field(1.0, gt=0)
+    """First retry delay; doubles per attempt, with full jitter, up to ``backoff_cap_s``."""
+    backoff_cap_s: float = Field(300.0, gt=0)
+    max_age_s: float = Field(24 * 3600.0, gt=0)
+    """A delivery still failing this long after its event is dead-lettered (redrive by API)."""
+    max_attempts: int = Field(100, ge=1)
+    """...or after this many attempts, whichever comes first."""
+    concurrency: int = Field(4, ge=1, le=64)
+    """Deliveries in flight at once."""
+
+
 class ApiSettings(_Part):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     database_url: str | None = None
     """SQLAlchemy URL; default: SQLite at ``{run_dir}/api.db``."""
     consumer_group: str = "fleetwatch-api"
+    anonymous_read: bool = False
+    """Requests without an API key get the ``read`` scope. Only on a loopback host (the demo)."""
+    key_cache_s: float = Field(5.0, ge=0)
+    """How long a checked API key is trusted without a database look-up (revocation delay)."""
+    command_ttl_s: float = Field(300.0, gt=0)
+    """Default time a command may wait for its acknowledgement before it is ``timed_out``."""
+    telemetry_per_device: int = Field(500, ge=0)
+    """Recent readings kept per device for ``/devices/{id}/telemetry``; 0: not materialised."""
+    webhooks: WebhookSettings = WebhookSettings()
 
 
 class GatewaySettings(_Part):

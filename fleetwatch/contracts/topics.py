@@ -28,7 +28,7 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         TopicSpec(topics.model_params, "device_id", compact),
         TopicSpec(topics.alerts, "device_id", {"retention.ms": str(90 * _DAY_MS)}),
         TopicSpec(topics.device_state, "device_id", compact),
-        TopicSpec(topics.device_sessions, "device_id", compact),
+        TopicSpec(topics.device_sessions, "session_id", compact),
         TopicSpec(topics.device_commands, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
         TopicSpec(topics.device_command_acks, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
     ]

@@ -1,50 +1,120 @@
-"""The FastAPI application."""
+"""The FastAPI application: routers, auth, metrics, and the background workers it runs
+(Kafka materialiser, command tracker, webhook dispatcher and delivery)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from fleetwatch import __version__
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.serving.materialiser import AlertMaterialiser
-from fleetwatch.serving.routes import alerts, devices
-from fleetwatch.serving.store import AlertStore
+from fleetwatch.serving.auth import Authenticator
+from fleetwatch.serving.control.publisher import CommandPublisher, KafkaCommandPublisher
+from fleetwatch.serving.control.tracker import CommandTracker
+from fleetwatch.serving.deps import Services
+from fleetwatch.serving.materialiser import Materialiser
+from fleetwatch.serving.metrics import LatencyMiddleware, Metrics
+from fleetwatch.serving.routes import alerts, commands, devices, health, keys, webhooks
+from fleetwatch.serving.store import Store
+from fleetwatch.serving.webhooks.delivery import DeliveryWorker, Sender
+from fleetwatch.serving.webhooks.dispatch import Dispatcher
+from fleetwatch.serving.webhooks.urls import Resolver, resolve
+from fleetwatch.serving.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """Devices (registry, current state, sessions, recent readings, model), alert
+episodes (filter, acknowledge), commands to devices, alert webhooks, API keys.
+
+Authenticate with `Authorization: Bearer fwk_…` or `X-API-Key: fwk_…`. Scopes: `read`;
+`operate` (commands, acknowledging alerts; includes read); `admin` (keys, webhooks, device
+registry; includes operate). `/healthz`, `/readyz` and `/metrics` are open."""
 
 
 def create_app(
-    settings: Settings, store: AlertStore | None = None, materialise: bool = True
+    settings: Settings,
+    store: Store | None = None,
+    materialise: bool = True,
+    publisher: CommandPublisher | None = None,
+    workers: bool | None = None,
+    resolver: Resolver = resolve,
+    transport: httpx.BaseTransport | None = None,
 ) -> FastAPI:
-    """``materialise=False`` serves the store without consuming Kafka (unit tests)."""
+    """``materialise=False`` consumes no Kafka (unit tests); ``workers`` (default: as
+    ``materialise``) runs the command tracker and webhook delivery."""
+    run_workers = materialise if workers is None else workers
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.run_path.mkdir(parents=True, exist_ok=True)
-        app.state.store = store or AlertStore(settings.database_url)
-        materialiser = None
+        db = store or Store(settings.database_url)
+        kafka = publisher or KafkaCommandPublisher(
+            settings.kafka.bootstrap_servers, settings.topics.device_commands
+        )
+        hooks = settings.api.webhooks
+        sender = Sender(db, hooks, metrics, resolver, transport)
+        app.state.services = Services(
+            settings=settings,
+            store=db,
+            metrics=metrics,
+            authenticator=Authenticator(db, settings.api.anonymous_read, settings.api.key_cache_s),
+            publisher=kafka,
+            sender=sender,
+            resolver=resolver,
+        )
+        running: list[Worker] = []
         if materialise:
-            materialiser = AlertMaterialiser(
-                app.state.store,
-                settings.kafka.bootstrap_servers,
-                settings.topics.alerts,
-                settings.api.consumer_group,
-            )
-            materialiser.start()
+            running.append(Materialiser(db, settings, metrics))
+            if hooks.enabled:
+                running.append(
+                    Dispatcher(
+                        db,
+                        metrics,
+                        settings.kafka.bootstrap_servers,
+                        settings.topics.alerts,
+                        hooks.consumer_group or f"{settings.api.consumer_group}-webhooks",
+                    )
+                )
+        if run_workers:
+            running.append(CommandTracker(db, kafka, metrics))
+            if hooks.enabled:
+                running.append(
+                    DeliveryWorker(
+                        db,
+                        Sender(db, hooks, metrics, resolver, transport),
+                        hooks.concurrency,
+                    )
+                )
+        for worker in running:
+            worker.start()
         try:
             yield
         finally:
-            if materialiser is not None:
-                materialiser.stop()
-            app.state.store.close()
+            for worker in reversed(running):
+                worker.stop()
+            sender.close()
+            if publisher is None:
+                kafka.close()
+            if store is None:
+                db.close()
 
-    app = FastAPI(title="fleetwatch", version=__version__, lifespan=lifespan)
-    app.include_router(alerts.router)
-    app.include_router(devices.router)
+    app = FastAPI(
+        title="fleetwatch", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
+    app.add_middleware(LatencyMiddleware, metrics=metrics)
+    for router in (health, devices, alerts, commands, webhooks, keys):
+        app.include_router(router.router)
 
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.exception_handler(OperationalError)
+    async def database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
+        logger.warning("database unavailable: %s", exc)
+        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)
 
     return app

@@ -1,84 +1,152 @@
-"""Kafka ``alerts`` → the API's store. Offsets are committed only after the rows are stored;
-a redelivered alert has a known id and is skipped, so replays are harmless."""
+"""Kafka → the API's store: ``alerts``, ``device.state``, ``device.sessions``,
+``device.command-acks``, ``model.params`` and (bounded per device) ``telemetry.raw``.
+
+Each poll is written in one database transaction, and the Kafka offsets are committed only
+after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
+restart neither loses nor doubles anything. A record that breaks its contract is logged and
+skipped (its offset is committed with the rest)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Message
-from pydantic import ValidationError
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from fleetwatch.contracts.alerts import Alert
-from fleetwatch.serving.store import AlertStore
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.serving import decode
+from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
+from fleetwatch.serving.metrics import Metrics
+from fleetwatch.serving.store import Store, now_ms
+from fleetwatch.serving.store.ingest import Batch, prune_readings, write
+from fleetwatch.serving.worker import Worker
 
 logger = logging.getLogger(__name__)
 
-
-def consumer_config(bootstrap: str, group: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": False,
-    }
+LAG_EVERY_S = 5.0
+PRUNE_EVERY_S = 10.0
 
 
-def decode_alerts(messages: list[Message]) -> tuple[list[Alert], int]:
-    """Valid alerts, and how many records were not alerts (logged and skipped, never fatal)."""
-    alerts: list[Alert] = []
-    bad = 0
+def batch_of(
+    messages: list[Message], kinds: dict[str, str], skipped: Callable[[str], None]
+) -> Batch:
+    """Decode a poll into a :class:`Batch`; ``kinds`` maps topic name → record kind."""
+    batch = Batch()
     for msg in messages:
+        topic = msg.topic() or ""
+        kind = kinds.get(topic)
         try:
-            alerts.append(Alert.model_validate(json.loads(msg.value() or b"")))
-        except (ValueError, ValidationError) as exc:
-            bad += 1
-            logger.warning(
-                "skipping a record that is not an alert at %s[%s]@%s: %s",
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
-                exc,
-            )
-    return alerts, bad
+            if kind == "alerts":
+                batch.alerts.append(decode.decode_alert(msg.value()))
+            elif kind == "state":
+                batch.states.append(decode.decode_state(msg.value()))
+            elif kind == "sessions":
+                batch.sessions.append(decode.decode_session(msg.value()))
+            elif kind == "acks":
+                batch.acks.append(decode.decode_ack(msg.value()))
+            elif kind == "models":
+                batch.models.append(decode.decode_model(msg.key(), msg.value()))
+            elif kind == "telemetry":
+                batch.readings.append(decode.decode_reading(msg.value()))
+        except ValueError as exc:
+            skipped(topic)
+            logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
+    return batch
 
 
-class AlertMaterialiser:
-    def __init__(self, store: AlertStore, bootstrap: str, topic: str, group: str) -> None:
+class Materialiser(Worker):
+    name = "materialiser"
+
+    def __init__(self, store: Store, settings: Settings, metrics: Metrics) -> None:
+        super().__init__()
         self.store = store
-        self.topic = topic
-        self.consumer = Consumer(consumer_config(bootstrap, group))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="alert-materialiser")
+        self.metrics = metrics
+        self.keep_readings = settings.api.telemetry_per_device
+        t = settings.topics
+        self.kinds = {
+            t.alerts: "alerts",
+            t.device_state: "state",
+            t.device_sessions: "sessions",
+            t.device_command_acks: "acks",
+            t.model_params: "models",
+        }
+        if self.keep_readings > 0:
+            self.kinds[t.telemetry_raw] = "telemetry"
+        self.consumer = Consumer(
+            consumer_config(settings.kafka.bootstrap_servers, settings.api.consumer_group)
+        )
+        self.consumer.subscribe(sorted(self.kinds))
         self.stored = 0
+        self._touched: set[str] = set()
+        self._next_prune = time.monotonic() + PRUNE_EVERY_S
+        self._next_lag = time.monotonic()
+        self._latest_ts: dict[str, int] = {}
 
-    def start(self) -> None:
-        self.consumer.subscribe([self.topic])
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
+    def step(self) -> float:
+        self._housekeeping()
+        messages = poll(self.consumer)
+        if not messages:
+            return 0
+        batch = batch_of(
+            messages, self.kinds, lambda topic: self.metrics.skipped.labels(topic=topic).inc()
+        )
         try:
-            while not self._stop.is_set():
-                batch = self.consumer.consume(num_messages=500, timeout=0.2)
-                good = [m for m in batch if m.error() is None]
-                for m in batch:
-                    if (err := m.error()) is not None and err.code() != KafkaError._PARTITION_EOF:
-                        logger.warning("Kafka consumer error: %s", err)
-                if not good:
-                    continue
-                alerts, _ = decode_alerts(good)
-                self.stored += self.store.add(alerts, stored_ms=time.time_ns() // 1_000_000)
-                self.consumer.commit(asynchronous=False)
+            with self.store.session() as session, session.begin():
+                outcomes = write(session, batch, now_ms())
         except Exception:
-            logger.exception("the alert materialiser stopped on an error")
+            rewind(self.consumer, messages)
             raise
-        finally:
-            self.consumer.close()
+        self.consumer.commit(asynchronous=False)
+        self.stored += len(batch)
+        self._touched.update(r.device_id for r in batch.readings)
+        for outcome in outcomes:
+            label = "late_ack" if outcome.status == "late" else outcome.status
+            self.metrics.commands.labels(outcome=label).inc()
+        for msg in messages:
+            topic = msg.topic() or ""
+            self.metrics.materialised.labels(topic=topic).inc()
+            _, ts = msg.timestamp()
+            if ts > 0:
+                self._latest_ts[topic] = max(self._latest_ts.get(topic, 0), ts)
+        return 0
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_lag:
+            self._next_lag = now + LAG_EVERY_S
+            self._measure_lag()
+        if now >= self._next_prune and self._touched:
+            self._next_prune = now + PRUNE_EVERY_S
+            devices, self._touched = sorted(self._touched), set()
+            with self.store.session() as session, session.begin():
+                pruned = prune_readings(session, devices, self.keep_readings)
+            if pruned:
+                logger.debug("pruned %d old readings of %d devices", pruned, len(devices))
+
+    def _measure_lag(self) -> None:
+        """Records behind, from the high watermarks the fetches brought (no broker round trip)."""
+        wall_ms = now_ms()
+        for topic, ts in self._latest_ts.items():
+            self.metrics.lag_seconds.labels(topic=topic).set(max(0.0, (wall_ms - ts) / 1000))
+        try:
+            assigned = self.consumer.assignment()
+            if not assigned:
+                return
+            lag: dict[str, int] = {}
+            for tp in self.consumer.position(assigned):
+                _, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), cached=True
+                )
+                if high < 0:  # nothing fetched from this partition yet
+                    continue
+                behind = high - tp.offset if tp.offset >= 0 else high
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, behind)
+        except KafkaException as exc:
+            logger.debug("materialiser lag not measured: %s", exc)
+            return
+        for topic, behind in lag.items():
+            self.metrics.lag_records.labels(topic=topic).set(behind)
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -69,11 +69,19 @@ def output_frame(records: list[tuple[str, str, str]], topics: dict[str, str]) ->
     return pd.DataFrame(
         {
             "topic": [topics[role] for _, role, _ in records],
-            "key": [device for device, _, _ in records],
+            "key": [_key(device, role, value) for device, role, value in records],
             "value": [value for _, _, value in records],
             "role": [role for _, role, _ in records],
         }
     )
+
+
+def _key(device_id: str, role: str, value: str) -> str:
+    """The record key: the device id, except on the sessions topic, which is compacted by
+    session (each session's latest record is kept, not only a device's latest session)."""
+    if role == SESSIONS:
+        return str(json.loads(value)["session_id"])
+    return device_id
 
 
 def next_timer(devices: dict[str, dict[str, Any]]) -> int | None:

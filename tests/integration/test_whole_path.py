@@ -28,7 +28,7 @@ def test_one_extreme_reading_gives_exactly_one_alert_through_the_api(
     checkpoint = versioned(tmp_path / "checkpoints", "score", PLAN_VERSION)
     isolated.start("gateway", "gateway")
     isolated.start("score", "score")
-    isolated.start("api", "api")
+    isolated.start("api", "api", "--anonymous-read")  # reads without a key, on loopback
     api = f"http://127.0.0.1:{isolated.api_port}"
 
     def api_up() -> bool:

@@ -1,18 +1,186 @@
+"""Devices: the registry, each device's current state, sessions, readings and model."""
+
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
 
+from fastapi import APIRouter, HTTPException, Query, Response, status
+
+from fleetwatch.serving.auth import Admin, Reader
 from fleetwatch.serving.deps import StoreDep
-from fleetwatch.serving.schemas import AlertPublic, DevicePublic
+from fleetwatch.serving.routes.params import (
+    AUTH,
+    NOT_FOUND,
+    DevicePath,
+    FromMs,
+    Limit,
+    Offset,
+    ToMs,
+    json_response,
+)
+from fleetwatch.serving.schemas.alerts import AlertPublic
+from fleetwatch.serving.schemas.devices import (
+    DeviceCreate,
+    DevicePublic,
+    DevicesPublic,
+    DeviceStatePublic,
+    DeviceStatus,
+    DeviceSummary,
+    DeviceUpdate,
+    ModelPublic,
+    ReadingPublic,
+    ReadingsPublic,
+    SessionPublic,
+    SessionsPublic,
+)
+from fleetwatch.serving.store import Store, now_ms
+from fleetwatch.serving.store import devices as repo
 
-router = APIRouter(prefix="/devices", tags=["devices"])
+router = APIRouter(prefix="/devices", tags=["devices"], responses=AUTH)
+
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 
 
-@router.get("/{device_id}", response_model=DevicePublic)
-def get_device(device_id: str, store: StoreDep) -> DevicePublic:
-    """A device's alert count and its latest alert."""
-    summary = store.device(device_id)
-    if summary is None:
-        raise HTTPException(status_code=404, detail=f"no alerts recorded for device {device_id!r}")
-    last = AlertPublic.model_validate(summary.last_alert) if summary.last_alert else None
-    return DevicePublic(device_id=device_id, alert_count=summary.alert_count, last_alert=last)
+def _summary(view: repo.DeviceView) -> DeviceSummary:
+    d = view.device
+    return DeviceSummary(
+        device_id=d.device_id,
+        kind=d.kind,
+        name=d.name,
+        attributes=d.attributes or {},
+        tags=view.tags,
+        registered=d.registered,
+        status=view.status,
+        created_ms=d.created_ms,
+        updated_ms=d.updated_ms,
+    )
+
+
+def _not_found(device_id: str) -> HTTPException:
+    return HTTPException(status_code=404, detail=f"no device {device_id!r}")
+
+
+def load_device(store: Store, device_id: str) -> DevicePublic:
+    with store.session() as session:
+        view = repo.get_device(session, device_id)
+        if view is None:
+            raise _not_found(device_id)
+        counts = repo.alert_counts(session, device_id)
+    state = DeviceStatePublic.model_validate(view.state) if view.state is not None else None
+    return DevicePublic(
+        **_summary(view).model_dump(),
+        state=state,
+        alert_count=counts.total,
+        open_alert_count=counts.open,
+        last_alert=AlertPublic.model_validate(counts.last) if counts.last else None,
+    )
+
+
+@router.get("", response_model=DevicesPublic)
+def list_devices(
+    store: StoreDep,
+    _: Reader,
+    limit: Limit = 100,
+    offset: Offset = 0,
+    status: DeviceStatus | None = None,
+    kind: Annotated[str | None, Query(pattern=TAG_PATTERN)] = None,
+    tag: Annotated[str | None, Query(pattern=TAG_PATTERN)] = None,
+) -> DevicesPublic:
+    """Devices by id, filtered by status (from their latest state), kind and tag."""
+    with store.session() as session:
+        views, total = repo.list_devices(session, status, kind, tag, limit, offset)
+    return DevicesPublic(data=[_summary(v) for v in views], count=total, limit=limit, offset=offset)
+
+
+@router.post(
+    "",
+    response_model=DevicePublic,
+    status_code=status.HTTP_201_CREATED,
+    responses={409: {"description": "Registered already"}},
+)
+def register_device(body: DeviceCreate, store: StoreDep, _: Admin) -> DevicePublic:
+    """Register a device (a device already seen in its records is claimed)."""
+    fields = body.model_dump(exclude={"device_id"})
+    with store.session() as session, session.begin():
+        if not repo.register(session, body.device_id, fields, now_ms()):
+            raise HTTPException(409, detail=f"device {body.device_id!r} is registered already")
+    return load_device(store, body.device_id)
+
+
+@router.get("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
+def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> Response:
+    """A device with its current state, alert counts and latest alert."""
+    return json_response(load_device(store, device_id))
+
+
+@router.patch("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
+def update_device(
+    device_id: DevicePath, body: DeviceUpdate, store: StoreDep, _: Admin
+) -> DevicePublic:
+    """Change kind, name, attributes or tags (``tags`` replaces the set)."""
+    with store.session() as session, session.begin():
+        if not repo.update_device(
+            session, device_id, body.model_dump(exclude_unset=True), now_ms()
+        ):
+            raise _not_found(device_id)
+    return load_device(store, device_id)
+
+
+@router.delete("/{device_id}", status_code=204, responses=NOT_FOUND)
+def delete_device(device_id: DevicePath, store: StoreDep, _: Admin) -> Response:
+    """Forget a device, its state, sessions, readings and model (alerts and commands stay).
+    A device that keeps reporting is discovered again."""
+    with store.session() as session, session.begin():
+        if not repo.delete_device(session, device_id):
+            raise _not_found(device_id)
+    return Response(status_code=204)
+
+
+def _require_known(store: Store, device_id: str) -> None:
+    with store.session() as session:
+        if not repo.known(session, device_id):
+            raise _not_found(device_id)
+
+
+@router.get("/{device_id}/sessions", response_model=SessionsPublic, responses=NOT_FOUND)
+def list_sessions(
+    device_id: DevicePath, store: StoreDep, _: Reader, limit: Limit = 100, offset: Offset = 0
+) -> SessionsPublic:
+    """Activity sessions, newest first (an open one has no ``end_reason``)."""
+    _require_known(store, device_id)
+    with store.session() as session:
+        rows, total = repo.sessions(session, device_id, limit, offset)
+    return SessionsPublic(
+        data=[SessionPublic.model_validate(r) for r in rows],
+        count=total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/{device_id}/telemetry", response_model=ReadingsPublic, responses=NOT_FOUND)
+def recent_telemetry(
+    device_id: DevicePath,
+    store: StoreDep,
+    _: Reader,
+    from_ms: FromMs = None,
+    to_ms: ToMs = None,
+    limit: Limit = 100,
+) -> ReadingsPublic:
+    """The latest readings in [from, to), oldest first; the API keeps a bounded number per
+    device (``api.telemetry_per_device``)."""
+    _require_known(store, device_id)
+    with store.session() as session:
+        rows = repo.readings(session, device_id, from_ms, to_ms, limit)
+    data = [ReadingPublic.model_validate(r) for r in rows]
+    return ReadingsPublic(device_id=device_id, data=data, count=len(data))
+
+
+@router.get("/{device_id}/model", response_model=ModelPublic, responses=NOT_FOUND)
+def current_model(device_id: DevicePath, store: StoreDep, _: Reader) -> ModelPublic:
+    """The device's current detector parameters and their version (from ``model.params``)."""
+    with store.session() as session:
+        row = repo.model(session, device_id)
+    if row is None:
+        raise HTTPException(404, detail=f"no model parameters published for {device_id!r}")
+    return ModelPublic.model_validate(row)

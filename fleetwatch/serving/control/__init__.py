@@ -1,0 +1,2 @@
+"""Device control: commands issued through the API, published to ``device.commands``,
+followed to their acknowledgement or timeout."""

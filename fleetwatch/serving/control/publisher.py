@@ -1,0 +1,82 @@
+"""Publishing a command to ``device.commands`` and waiting until Kafka has it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from fleetwatch.contracts.commands import Command
+from fleetwatch.serving.errors import ServingError
+
+
+class PublishFailed(ServingError):
+    """Kafka did not confirm the command in time."""
+
+
+class CommandPublisher(Protocol):
+    def publish(self, command: Command) -> None:
+        """Return once the command is durable in Kafka; raise :class:`PublishFailed` if not."""
+
+    def reachable(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class KafkaCommandPublisher:
+    def __init__(self, bootstrap: str, topic: str, timeout_s: float = 5.0) -> None:
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 0,
+                "message.timeout.ms": int(timeout_s * 1000),
+            }
+        )
+        self._lock = threading.Lock()
+
+    def publish(self, command: Command) -> None:
+        done = threading.Event()
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            done.set()
+
+        try:
+            with self._lock:
+                self.producer.produce(
+                    self.topic,
+                    key=command.device_id.encode(),
+                    value=command.model_dump_json().encode(),
+                    on_delivery=delivered,
+                )
+            deadline_polls = int(self.timeout_s * 20) + 20
+            for _ in range(deadline_polls):
+                if done.is_set():
+                    break
+                with self._lock:
+                    self.producer.poll(0.05)
+        except (KafkaException, BufferError) as exc:
+            raise PublishFailed(f"Kafka refused the command: {exc}") from exc
+        if not done.is_set():
+            raise PublishFailed("Kafka did not confirm the command in time")
+        if errors:
+            raise PublishFailed(f"Kafka refused the command: {errors[0].str()}")
+
+    def reachable(self) -> bool:
+        try:
+            with self._lock:
+                self.producer.list_topics(self.topic, timeout=2)
+        except KafkaException:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self.producer.flush(5)

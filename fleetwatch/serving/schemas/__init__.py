@@ -1,0 +1,1 @@
+"""What the API accepts and returns, per resource (Create / Update / Public)."""

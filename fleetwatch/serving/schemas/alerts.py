@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetwatch.serving.schemas.common import Page, text
+
+AlertState = Literal["open", "resolved", "withdrawn"]
+
+
+class AlertPublic(BaseModel):
+    """One alert episode, with the fields of its latest event."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    alert_id: str
+    device_id: str
+    metric: str
+    detector: str
+    severity: str
+    status: str = Field(description="The latest event: open, update, resolve or withdraw.")
+    state: AlertState
+    revision: int
+    start_ms: int
+    end_ms: int | None
+    params_version: int
+    seq: int
+    event_ms: int
+    received_ms: int
+    detected_ms: int
+    stored_ms: int
+    updated_ms: int
+    value: float
+    expected: float
+    band: float
+    score: float
+    reason: str
+    acknowledged_by: str | None
+    acknowledged_ms: int | None
+    ack_comment: str | None
+
+
+class AlertEventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    event_id: str
+    revision: int
+    status: str
+    severity: str
+    seq: int
+    event_ms: int
+    detected_ms: int
+    stored_ms: int
+    value: float
+    score: float
+    reason: str
+
+
+class AlertDetail(AlertPublic):
+    events: list[AlertEventPublic]
+    commands: list[str] = Field(description="Ids of the commands sent in response.")
+
+
+class AlertsPublic(Page):
+    data: list[AlertPublic]
+
+
+class AlertAck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: Annotated[str, text(128)] | None = Field(
+        None, description="Who acknowledges; default: the API key's name."
+    )
+    comment: Annotated[str, text(1024)] = ""

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from fleetwatch.serving.schemas.alerts import AlertPublic
+from fleetwatch.serving.schemas.common import DeviceId, Label, Page, Tag, text
+
+DeviceStatus = Literal["ok", "alerting", "silent", "unknown"]
+Attributes = Annotated[
+    dict[
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")],
+        Annotated[str, text(256)],
+    ],
+    Field(max_length=64),
+]
+Tags = Annotated[list[Tag], Field(max_length=32)]
+
+
+class DeviceCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device_id: DeviceId
+    kind: Label | None = None
+    name: Annotated[str, text(256)] | None = None
+    attributes: Attributes = {}
+    tags: Tags = []
+
+
+class DeviceUpdate(BaseModel):
+    """Fields left out stay as they are; ``tags`` replaces the whole set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Label | None = None
+    name: Annotated[str, text(256)] | None = None
+    attributes: Attributes | None = None
+    tags: Tags | None = None
+
+
+class DeviceStatePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    status: str
+    last_seen_ms: int
+    last_received_ms: int
+    last_seq: int
+    last_values: dict[str, float]
+    open_alerts: list[str]
+    params_version: int
+    clock_offset_ms: int
+    session_id: str | None
+    updated_ms: int
+
+
+class DeviceSummary(BaseModel):
+    device_id: str
+    kind: str | None
+    name: str | None
+    attributes: dict[str, str]
+    tags: list[str]
+    registered: bool = Field(description="Registered by an operator (else seen in its records).")
+    status: DeviceStatus
+    created_ms: int
+    updated_ms: int
+
+
+class DevicePublic(DeviceSummary):
+    state: DeviceStatePublic | None
+    alert_count: int
+    open_alert_count: int
+    last_alert: AlertPublic | None
+
+
+class DevicesPublic(Page):
+    data: list[DeviceSummary]
+
+
+class SessionPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    session_id: str
+    device_id: str
+    start_ms: int
+    end_ms: int
+    readings: int
+    first_seq: int
+    last_seq: int
+    end_reason: str | None
+
+
+class SessionsPublic(Page):
+    data: list[SessionPublic]
+
+
+class ReadingPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    seq: int
+    event_ms: int
+    device_event_ms: int
+    received_ms: int
+    metrics: dict[str, float]
+
+
+class ReadingsPublic(BaseModel):
+    device_id: str
+    data: list[ReadingPublic]
+    count: int
+
+
+class ModelPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    device_id: str
+    kind: str
+    version: int
+    trained_from_ms: int | None
+    trained_to_ms: int | None
+    published_ms: int | None
+    params: dict[str, Any]

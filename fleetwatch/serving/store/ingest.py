@@ -1,0 +1,339 @@
+"""What the materialiser writes: every write is an idempotent upsert, so a redelivered batch
+changes nothing, and records arriving out of order never replace newer ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Table, and_, delete, or_, select, true, update
+from sqlalchemy.orm import Session
+
+from fleetwatch.contracts.alerts import Alert, event_id
+from fleetwatch.contracts.commands import CommandAck
+from fleetwatch.contracts.devices import DeviceSession, DeviceState
+from fleetwatch.contracts.telemetry import TelemetryRecord
+from fleetwatch.serving.store.upsert import insert_ignore, upsert
+from fleetwatch.serving.tables import (
+    AlertEventRow,
+    AlertRow,
+    CommandRow,
+    DeviceRow,
+    DeviceStateRow,
+    ModelRow,
+    ReadingRow,
+    SessionRow,
+)
+
+STATE_OF_STATUS = {"open": "open", "update": "open", "resolve": "resolved", "withdraw": "withdrawn"}
+
+
+def _t(table: Any) -> Table:
+    return table.__table__  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A ``model.params`` record (see ``fleetwatch/models/params.py`` and docs/DESIGN.md)."""
+
+    device_id: str
+    kind: str
+    version: int
+    trained_from_ms: int | None
+    trained_to_ms: int | None
+    published_ms: int | None
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AckRecord:
+    """A ``device.command-acks`` record: the device's answer and the device it came from
+    (``None`` if the record does not say; then the command id alone decides)."""
+
+    ack: CommandAck
+    device_id: str | None = None
+
+
+@dataclass
+class Batch:
+    """One poll's worth of decoded records, by kind."""
+
+    alerts: list[Alert] = field(default_factory=list)
+    states: list[DeviceState] = field(default_factory=list)
+    sessions: list[DeviceSession] = field(default_factory=list)
+    acks: list[AckRecord] = field(default_factory=list)
+    models: list[ModelRecord] = field(default_factory=list)
+    readings: list[TelemetryRecord] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(
+            len(x)
+            for x in (
+                self.alerts,
+                self.states,
+                self.sessions,
+                self.acks,
+                self.models,
+                self.readings,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class AckOutcome:
+    command_id: str
+    status: str
+    """acked, failed, or late (the command had timed out already)."""
+
+
+def write(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
+    """Write a batch; returns what the acknowledgements did to their commands."""
+    _discover(session, batch, now)
+    write_alerts(session, batch.alerts, now)
+    _write_states(session, batch.states)
+    _write_sessions(session, batch.sessions)
+    _write_models(session, batch.models)
+    _write_readings(session, batch.readings)
+    return _write_acks(session, batch.acks, now)
+
+
+def _discover(session: Session, batch: Batch, now: int) -> None:
+    """Every device with a record becomes known (unregistered; its kind is what the registry
+    says, since readings do not carry one)."""
+    kinds: dict[str, str | None] = {}
+    for did in (
+        *(a.device_id for a in batch.alerts),
+        *(s.device_id for s in batch.sessions),
+        *(m.device_id for m in batch.models),
+        *(r.device_id for r in batch.readings),
+    ):
+        kinds.setdefault(did, None)
+    for state in batch.states:
+        kinds.setdefault(state.device_id, None)
+    rows: list[dict[str, Any]] = [
+        {
+            "device_id": did,
+            "kind": kind,
+            "name": None,
+            "attributes": {},
+            "registered": False,
+            "created_ms": now,
+            "updated_ms": now,
+        }
+        for did, kind in sorted(kinds.items())
+    ]
+    upsert(
+        session,
+        _t(DeviceRow),
+        rows,
+        key=["device_id"],
+        update=["kind"],
+        when=lambda t, x: and_(t.kind.is_(None), x.kind.is_not(None)),
+    )
+
+
+def write_alerts(session: Session, alerts: Iterable[Alert], now: int) -> None:
+    """Events → history; episodes → one row each with the latest revision's fields."""
+    events: dict[str, dict[str, Any]] = {}
+    latest: dict[str, Alert] = {}
+    for a in alerts:
+        eid = a.event_id or event_id(a.alert_id, a.revision)
+        events[eid] = {
+            "event_id": eid,
+            "alert_id": a.alert_id,
+            "revision": a.revision,
+            "status": a.status,
+            "severity": a.severity,
+            "seq": a.seq,
+            "event_ms": a.event_ms,
+            "detected_ms": a.detected_ms,
+            "stored_ms": now,
+            "value": a.value,
+            "score": a.score,
+            "reason": a.reason[:512],
+        }
+        if a.alert_id not in latest or latest[a.alert_id].revision < a.revision:
+            latest[a.alert_id] = a
+    insert_ignore(session, _t(AlertEventRow), list(events.values()))
+    rows = [episode_row(a, now) for a in latest.values()]
+    upsert(
+        session,
+        _t(AlertRow),
+        rows,
+        key=["alert_id"],
+        update=EPISODE_UPDATES,
+        when=lambda t, x: t.revision < x.revision,
+    )
+
+
+EPISODE_UPDATES = [
+    "severity",
+    "status",
+    "state",
+    "revision",
+    "end_ms",
+    "params_version",
+    "seq",
+    "event_ms",
+    "received_ms",
+    "detected_ms",
+    "updated_ms",
+    "value",
+    "expected",
+    "band",
+    "score",
+    "reason",
+]
+
+
+def episode_row(a: Alert, now: int) -> dict[str, Any]:
+    return {
+        "alert_id": a.alert_id,
+        "device_id": a.device_id,
+        "metric": a.metric,
+        "detector": a.detector,
+        "severity": a.severity,
+        "status": a.status,
+        "state": STATE_OF_STATUS[a.status],
+        "revision": a.revision,
+        "start_ms": a.start_ms if a.start_ms is not None else a.event_ms,
+        "end_ms": a.end_ms,
+        "params_version": a.params_version,
+        "seq": a.seq,
+        "event_ms": a.event_ms,
+        "received_ms": a.received_ms,
+        "detected_ms": a.detected_ms,
+        "stored_ms": now,
+        "updated_ms": now,
+        "value": a.value,
+        "expected": a.expected,
+        "band": a.band,
+        "score": a.score,
+        "reason": a.reason[:512],
+        "acknowledged_by": None,
+        "acknowledged_ms": None,
+        "ack_comment": None,
+    }
+
+
+def _write_states(session: Session, states: list[DeviceState]) -> None:
+    newest: dict[str, DeviceState] = {}
+    for s in states:
+        if s.device_id not in newest or newest[s.device_id].updated_ms <= s.updated_ms:
+            newest[s.device_id] = s
+    rows = [s.model_dump() for s in newest.values()]
+    columns = [c.name for c in _t(DeviceStateRow).columns if c.name != "device_id"]
+    upsert(
+        session,
+        _t(DeviceStateRow),
+        rows,
+        key=["device_id"],
+        update=columns,
+        when=lambda t, x: t.updated_ms <= x.updated_ms,
+    )
+
+
+def _write_sessions(session: Session, sessions: list[DeviceSession]) -> None:
+    newest: dict[str, DeviceSession] = {}
+    for s in sessions:
+        if s.session_id not in newest or newest[s.session_id].readings <= s.readings:
+            newest[s.session_id] = s
+    rows = [s.model_dump() for s in newest.values()]
+    upsert(
+        session,
+        _t(SessionRow),
+        rows,
+        key=["session_id"],
+        update=["end_ms", "readings", "last_seq", "end_reason"],
+        when=lambda t, x: or_(t.readings <= x.readings, x.end_reason.is_not(None)),
+    )
+
+
+def _write_models(session: Session, models: list[ModelRecord]) -> None:
+    newest: dict[str, ModelRecord] = {}
+    for m in models:
+        if m.device_id not in newest or newest[m.device_id].version <= m.version:
+            newest[m.device_id] = m
+    rows = [vars(m) for m in newest.values()]
+    columns = [c.name for c in _t(ModelRow).columns if c.name != "device_id"]
+    upsert(
+        session,
+        _t(ModelRow),
+        rows,
+        key=["device_id"],
+        update=columns,
+        when=lambda t, x: t.version <= x.version,
+    )
+
+
+def _write_readings(session: Session, readings: list[TelemetryRecord]) -> None:
+    rows = {
+        (r.device_id, r.seq, r.device_event_ms): {
+            "device_id": r.device_id,
+            "seq": r.seq,
+            "device_event_ms": r.device_event_ms,
+            "event_ms": r.event_ms,
+            "received_ms": r.received_ms,
+            "metrics": r.metrics,
+        }
+        for r in readings
+    }
+    insert_ignore(session, _t(ReadingRow), list(rows.values()))
+
+
+def prune_readings(session: Session, device_ids: Iterable[str], keep: int) -> int:
+    """Keep the ``keep`` latest readings (event time) of each device; returns rows deleted."""
+    deleted = 0
+    for did in device_ids:
+        cutoff = session.scalar(
+            select(ReadingRow.event_ms)
+            .where(ReadingRow.device_id == did)
+            .order_by(ReadingRow.event_ms.desc())
+            .offset(keep - 1)
+            .limit(1)
+        )
+        if cutoff is not None:
+            result = session.execute(
+                delete(ReadingRow).where(ReadingRow.device_id == did, ReadingRow.event_ms < cutoff)
+            )
+            deleted += result.rowcount  # type: ignore[attr-defined]
+    return deleted
+
+
+def _write_acks(session: Session, acks: list[AckRecord], now: int) -> list[AckOutcome]:
+    """A device answers only its own commands: an ack from another device changes nothing."""
+    outcomes: list[AckOutcome] = []
+    for record in acks:
+        ack = record.ack
+        status = "acked" if ack.status == "ok" else "failed"
+        mine = CommandRow.device_id == record.device_id if record.device_id is not None else true()
+        answered = session.execute(
+            update(CommandRow)
+            .where(CommandRow.command_id == ack.command_id, mine)
+            .where(CommandRow.status.in_(("pending", "sent")))
+            .values(
+                status=status,
+                ack_status=ack.status,
+                detail=ack.detail,
+                device_ms=ack.device_ms,
+                answered_ms=now,
+            )
+        )
+        if answered.rowcount:  # type: ignore[attr-defined]
+            outcomes.append(AckOutcome(ack.command_id, status))
+            continue
+        late = session.execute(
+            update(CommandRow)
+            .where(CommandRow.command_id == ack.command_id, mine)
+            .where(CommandRow.status == "timed_out", CommandRow.ack_status.is_(None))
+            .values(
+                ack_status=ack.status,
+                detail=f"acknowledged after the timeout: {ack.detail}"[:512],
+                device_ms=ack.device_ms,
+                answered_ms=now,
+            )
+        )
+        if late.rowcount:  # type: ignore[attr-defined]
+            outcomes.append(AckOutcome(ack.command_id, "late"))
+    return outcomes

@@ -1,0 +1,182 @@
+"""The API store on a real PostgreSQL server: migrations, idempotent upserts, episode folding,
+commands and webhooks' outbox. The server is ``FLEETWATCH_TEST_POSTGRES_URL`` when set, else
+a private cluster that ``deploy/install-postgres.sh`` installs and starts (and this session
+stops again if it started it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from fleetwatch.contracts.commands import CommandAck
+from fleetwatch.contracts.devices import DeviceSession
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.telemetry import TelemetryRecord
+from fleetwatch.serving.app import create_app
+from fleetwatch.serving.db import migrate
+from fleetwatch.serving.store import Store
+from fleetwatch.serving.store.ingest import AckRecord, Batch, ModelRecord, prune_readings, write
+from fleetwatch.serving.tables import AlertEventRow, AlertRow, ReadingRow, SessionRow
+from fleetwatch.serving.webhooks.dispatch import fan_out
+from tests.unit.api_support import Api, FakePublisher, add_keys, make_alert
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "install-postgres.sh"
+
+
+def _script(action: str, port: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), action],
+        env=dict(os.environ, PGPORT=port),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    given = os.environ.get("FLEETWATCH_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    port = os.environ.get("FLEETWATCH_TEST_POSTGRES_PORT", "55432")
+    was_running = _script("url", port).returncode == 0
+    started = _script("start", port)
+    assert started.returncode == 0, f"PostgreSQL did not start: {started.stderr}"
+    yield started.stdout.strip().splitlines()[-1]
+    if not was_running:
+        _script("stop", port)
+
+
+@pytest.fixture
+def pg_url(postgres_server: str) -> Iterator[str]:
+    """A fresh database of its own for each test."""
+    name = f"fw_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Store]:
+    s = Store(pg_url)
+    yield s
+    s.close()
+
+
+def test_migrations_apply_once_and_again_harmlessly(store: Store) -> None:
+    assert store.dialect == "postgresql"
+    migrate(store.engine)  # a second start
+    with store.engine.connect() as conn:
+        assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0001"
+
+
+def test_episodes_fold_and_redeliveries_change_nothing(store: Store) -> None:
+    opened = make_alert("d1", 1, 1_000)
+    resolved = make_alert("d1", 3, 3_000, "resolve", 2, start_ms=1_000)
+    updated = make_alert("d1", 2, 2_000, "update", 1, start_ms=1_000)
+    for batch in ([resolved], [opened, updated], [opened, updated, resolved]):
+        with store.session() as session, session.begin():
+            write(session, Batch(alerts=batch), 5)
+    with store.session() as session:
+        rows = session.scalars(select(AlertRow)).all()
+        assert session.scalar(select(func.count()).select_from(AlertEventRow)) == 3
+    assert [(r.status, r.state, r.revision) for r in rows] == [("resolve", "resolved", 2)]
+
+
+def test_sessions_models_and_readings_upsert_and_prune(store: Store) -> None:
+    session_record = DeviceSession(
+        session_id="s1",
+        device_id="d1",
+        start_ms=1,
+        end_ms=9,
+        readings=9,
+        first_seq=1,
+        last_seq=9,
+        end_reason="reboot",
+    )
+    readings = [
+        TelemetryRecord(
+            device_id="d1",
+            seq=i,
+            event_ms=i,
+            device_event_ms=i,
+            device_sent_ms=i,
+            received_ms=i,
+            metrics={"t": 1.0},
+        )
+        for i in range(20)
+    ]
+    for _ in range(2):
+        with store.session() as session, session.begin():
+            write(
+                session,
+                Batch(
+                    sessions=[session_record, session_record.model_copy(update={"readings": 3})],
+                    models=[ModelRecord("d1", "seasonal", 4, 1, 2, 3, {"x": [1.5]})],
+                    readings=readings,
+                ),
+                7,
+            )
+    with store.session() as session, session.begin():
+        assert session.scalar(select(SessionRow.readings)) == 9
+        assert session.scalar(select(func.count()).select_from(ReadingRow)) == 20
+        assert prune_readings(session, ["d1"], keep=5) == 15
+
+
+def test_commands_and_webhook_outbox_through_the_app(store: Store, tmp_path: Path) -> None:
+    keys = add_keys(store)
+    publisher = FakePublisher()
+    app = create_app(
+        Settings(run_dir=tmp_path),
+        store=store,
+        materialise=False,
+        publisher=publisher,
+        workers=False,
+    )
+    with TestClient(app) as client:
+        api = Api(client, store, publisher, keys)
+        assert api.post("/devices", json={"device_id": "d1", "tags": ["a"]}).status_code == 201
+        hook = api.post("/webhooks", json={"url": "https://93.184.215.14/x", "tags": ["a"]})
+        assert hook.status_code == 201
+        sent = api.post(
+            "/devices/d1/commands",
+            scope="operate",
+            headers={"Idempotency-Key": "k"},
+            json={"name": "reboot"},
+        ).json()
+        again = api.post(
+            "/devices/d1/commands",
+            scope="operate",
+            headers={"Idempotency-Key": "k"},
+            json={"name": "reboot"},
+        )
+        assert again.status_code == 200
+        with store.session() as session, session.begin():
+            ack = CommandAck(command_id=sent["command_id"], status="ok", device_ms=3)
+            write(session, Batch(acks=[AckRecord(ack, "d1")]), 9)
+        assert api.get(f"/commands/{sent['command_id']}").json()["status"] == "acked"
+        alert = make_alert("d1", 1, 1_000)
+        assert fan_out(store, [alert]) == 1
+        assert fan_out(store, [alert]) == 1
+        deliveries = api.get(f"/webhooks/{hook.json()['webhook_id']}/deliveries", scope="admin")
+        assert deliveries.json()["count"] == 1
+        listed = api.get("/devices", params={"tag": "a"}).json()
+        assert [d["device_id"] for d in listed["data"]] == ["d1"]
