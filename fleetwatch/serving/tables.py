@@ -53,7 +53,6 @@ class DeviceStateRow(Base):
     __tablename__ = "device_state"
 
     device_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), index=True)
     last_seen_ms: Mapped[int] = mapped_column(BigInteger)
     last_received_ms: Mapped[int] = mapped_column(BigInteger)

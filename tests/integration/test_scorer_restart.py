@@ -121,6 +121,9 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     try:
         result = fleetwatch("replay", "--output-topic", replayed, env=isolated.env, timeout=300)
         assert result.returncode == 0, result.stderr
+        again = isolated.read_all(replayed, len(live))
+        tail = "\n".join(result.stderr.splitlines()[-15:])
+        assert len(again) == len(by_event), f"{len(again)} replayed events; replay said:\n{tail}"
         compared = fleetwatch("replay", "diff", alerts, replayed, env=isolated.env)
         assert compared.returncode == 0, compared.stdout + compared.stderr
         assert f"{len(by_event)} identical" in compared.stdout

@@ -143,7 +143,6 @@ def upgrade() -> None:
     op.create_table(
         "device_state",
         sa.Column("device_id", sa.String(length=128), nullable=False),
-        sa.Column("kind", sa.String(length=64), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("last_seen_ms", sa.BigInteger(), nullable=False),
         sa.Column("last_received_ms", sa.BigInteger(), nullable=False),
