@@ -4,8 +4,10 @@ changed parameters on the compacted ``model.params`` topic.
 Thin Spark glue around :func:`fleetwatch.streaming.training.learn_device`:
 
 - readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
-  (:func:`fleetwatch.streaming.score.readings_frame`, ``score.dedup_window``), exploded to one
-  row per metric and grouped by device into ``transformWithStateInPandas`` (time mode "None");
+  (:func:`fleetwatch.streaming.score.readings_frame`, ``score.dedup_window``), packed into one
+  row of arrays per device and Arrow batch (:mod:`fleetwatch.streaming.device_batches`: the
+  processor's cost is per row it is handed) and grouped by device into
+  ``transformWithStateInPandas`` (time mode "None");
 - per device, a ``ValueState`` holds the detector's parameters (JSON) in the RocksDB state
   store. Each micro-batch is learned on top of them (never refitted from history) and a row is
   emitted only when they changed; ``version`` goes up by one per batch learned;
@@ -54,9 +56,16 @@ import pandas as pd
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
+from fleetwatch.streaming.device_batches import (
+    PACKED_SCHEMA,
+    READING_COLUMNS,
+    pack_batches,
+    unpack,
+)
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
 from fleetwatch.streaming.session import wait_for_query
@@ -68,10 +77,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 
 JOB = "train"
+ARROW_BATCH_ROWS = 200_000
+"""Rows per Arrow batch in the trainer's session (Spark's default is 10,000): the readings of a
+micro-batch's partition reach the packing step in one or a few batches, so most devices are
+one row for the processor."""
 UPDATE_SCHEMA = (
     "device_id STRING, version BIGINT, batch_from_ms BIGINT, batch_to_ms BIGINT, value STRING"
 )
@@ -120,15 +133,14 @@ def _device_trainer() -> Any:
         def handleInputRows(
             self, key: tuple[str], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            chunks = list(rows)
-            frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+            batch = unpack(rows)
             stored = self.params.get()
             previous = None if stored is None else str(stored[0])
-            update = learn_update(previous, frame)
+            update = learn_update(previous, batch)
             if update is None:
                 return
             self.params.update((update.params_json,))
-            yield _update_row(key[0], update, frame)
+            yield _update_row(key[0], update, batch)
 
         def handleInitialState(
             self, key: tuple[str], initialState: Any, timerValues: TimerValues
@@ -159,15 +171,14 @@ def latest_params(device_id: str, values: Iterable[str]) -> str | None:
     return None if best is None else params.dumps(best)
 
 
-def _update_row(device_id: str, update: Update, frame: pd.DataFrame) -> pd.DataFrame:
-    event_ms = frame["event_ms"].to_numpy()
+def _update_row(device_id: str, update: Update, batch: Batch) -> pd.DataFrame:
     published_ms = time.time_ns() // 1_000_000
     return pd.DataFrame(
         {
             "device_id": [device_id],
             "version": [int(update.header["version"])],
-            "batch_from_ms": [int(event_ms.min())],
-            "batch_to_ms": [int(event_ms.max())],
+            "batch_from_ms": [int(batch.event_ms[0])],
+            "batch_to_ms": [int(batch.event_ms[-1])],
             "value": [publication(device_id, update.params_json, published_ms, update.header)],
         }
     )
@@ -177,12 +188,8 @@ def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFra
     """Readings (:func:`readings_frame`) → one row per device whose parameters changed
     (:data:`UPDATE_SCHEMA`). ``seed`` (:data:`SEED_SCHEMA`, ``model.params`` record values)
     initialises the state of a fresh checkpoint."""
-    from pyspark.sql import functions as F
-
-    per_metric = readings.select(
-        "device_id", "event_ms", F.explode("metrics").alias("metric", "value")
-    )
-    return per_metric.groupBy("device_id").transformWithStateInPandas(
+    packed = readings.select(*READING_COLUMNS).mapInArrow(pack_batches, PACKED_SCHEMA)
+    return packed.groupBy("device_id").transformWithStateInPandas(
         statefulProcessor=_device_trainer(),
         outputStructType=UPDATE_SCHEMA,
         outputMode="Append",
@@ -386,6 +393,7 @@ def start(
         if backfill is None
         else backfill.checkpoint(settings.checkpoint_root)
     )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
     readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)
