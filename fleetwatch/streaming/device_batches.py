@@ -16,8 +16,10 @@ before; detectors sort by event time).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
@@ -71,22 +73,38 @@ def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield pack(batch.select(list(READING_COLUMNS)))
 
 
+def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
+    """Packed rows of several devices (pandas chunks of :data:`PACKED_SCHEMA` rows) → each
+    device's readings as one batch, devices in order of first appearance."""
+    rows: dict[str, list[tuple[Any, Any, Any]]] = {}
+    for chunk in chunks:
+        columns = (chunk["device_id"], *(chunk[name] for name in _LISTS))
+        for device_id, *arrays in zip(*columns, strict=True):
+            rows.setdefault(str(device_id), []).append((arrays[0], arrays[1], arrays[2]))
+    for device_id, parts in rows.items():
+        yield device_id, _batch(parts)
+
+
 def unpack(chunks: Iterable[pd.DataFrame]) -> Batch:
     """One device's packed rows (pandas chunks of :data:`PACKED_SCHEMA` rows) as a batch."""
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in _LISTS}
+    parts: list[tuple[Any, Any, Any]] = []
     for chunk in chunks:
-        for name in _LISTS:
-            parts[name] += list(chunk[name])
+        parts += zip(*(chunk[name] for name in _LISTS), strict=True)
+    return _batch(parts)
+
+
+def _batch(parts: list[tuple[Any, Any, Any]]) -> Batch:
+    """Aligned ``(event_ms, metric, value)`` arrays, one triple per packed row, as one batch."""
     return Batch.from_arrays(
-        _concat(parts["event_ms"], np.int64),
-        _concat(parts["metric"], object),
-        _concat(parts["value"], np.float64),
+        _concat([p[0] for p in parts], np.int64),
+        _concat([p[1] for p in parts], object),
+        _concat([p[2] for p in parts], np.float64),
     )
 
 
-def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+def _concat(parts: list[Any], dtype: type) -> npt.NDArray[Any]:
     if len(parts) == 1:
         return np.asarray(parts[0], dtype=dtype)
-    return (
-        np.concatenate([np.asarray(p, dtype=dtype) for p in parts]) if parts else np.zeros(0, dtype)
-    )
+    if not parts:
+        return np.zeros(0, dtype)
+    return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
