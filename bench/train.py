@@ -13,17 +13,26 @@ at sending = the Kafka timestamp). ``fleetwatch train`` runs as a subprocess on 
 4. Baseline, in the same run: the scorer's plan (de-dup → explode → ``mapInArrow``) over the
    same ``telemetry.raw`` on local Spark (``availableNow``).
 
-Freshness, per device-batch (one ``model.params`` record of a steady-phase reading): the
-record's Kafka timestamp - the Kafka timestamp of the newest reading it covers
-(``trained_to_ms``). Throughput: steady-phase readings covered by published parameters, divided
-by the time from the start of the steady phase to the last of those publications. Peak RSS:
+Freshness, per steady-phase reading: the Kafka timestamp of the first ``model.params`` record
+of its device that covers it (``trained_to_ms`` at or after it) - the reading's Kafka timestamp
+(its arrival). Readings never covered are counted apart (``uncovered_readings``). Its median
+over the first and over the last fifth of the steady phase tells whether the trainer keeps up
+(a lag that does not grow) or falls behind. The
+``newest_freshness_*`` figures are per device-batch instead, for the newest reading a record
+covers (record timestamp - ``trained_to_ms``): the best case of each batch.
+
+Throughput: steady-phase readings covered by published parameters, divided
+by the time from the start of the steady phase to the last of those publications (so a trainer
+that keeps up at the offered rate with a lag of L seconds shows ``rate · D / (D + L)`` for a
+steady phase of D seconds: it reaches the rate only as the lag goes to 0). Peak RSS:
 the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc.
 
     python bench/train.py [--devices 10000] [--rate 20000] [--duration 180]
 
-Last line: {"freshness_p50_s", "freshness_p95_s", "throughput_rps", "devices", "peak_rss_mb",
-"rate_rps", "steady_readings", "uncovered_readings", "device_batches", "trainer_exit",
-"baseline_throughput_rps"}
+Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
+"freshness_p50_last_fifth_s", "throughput_rps", "devices", "peak_rss_mb",
+"rate_rps", "trigger", "steady_readings", "uncovered_readings", "device_batches",
+"newest_freshness_p50_s", "newest_freshness_p95_s", "trainer_exit", "baseline_throughput_rps"}
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,6 +167,27 @@ class Fleet:
     def flush(self) -> None:
         self.producer.flush(30)
 
+    def freshness_s(
+        self, records: list[tuple[str, int, int]], first_round: int, end_round: int | None = None
+    ) -> list[float]:
+        """Per reading of rounds ``first_round..end_round`` covered by a record: the time from
+        its arrival to the first record of its device that covers it."""
+        times = np.stack(self.rounds[first_round:end_round])  # (rounds, devices)
+        by_device: dict[str, list[tuple[int, int]]] = {}
+        for device, ts, to_ms in records:
+            by_device.setdefault(device, []).append((ts, to_ms))
+        out: list[np.ndarray] = []
+        for d, device in enumerate(self.ids):
+            published = sorted(by_device.get(device, []))
+            if not published:
+                continue
+            stamps = np.array([p[0] for p in published], dtype=np.int64)
+            reach = np.maximum.accumulate(np.array([p[1] for p in published], dtype=np.int64))
+            at = np.searchsorted(reach, times[:, d], side="left")
+            hit = at < reach.size
+            out.append((stamps[at[hit]] - times[hit, d]) / 1e3)
+        return np.concatenate(out).tolist() if out else []
+
     def covered(self, trained_to: dict[str, int], first_round: int) -> int:
         """Readings of rounds ``first_round..`` at or before each device's ``trained_to_ms``."""
         times = np.stack(self.rounds[first_round:])  # (rounds, devices)
@@ -281,6 +312,7 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=60.0, help="catch-up allowed, s")
     parser.add_argument("--trigger", default="10 seconds")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--keep-log", type=Path, help="copy the trainer's log here")
     args = parser.parse_args()
     settings = Settings()
     bootstrap = settings.kafka.bootstrap_servers
@@ -331,9 +363,13 @@ def main() -> None:
                     trainer.kill()
             watch.close()
             records = list(watch.records)
-            fresh = [
+            newest = [
                 (ts - to_ms) / 1e3 for _, ts, to_ms in records if steady_from <= to_ms <= steady_to
             ]
+            fresh = fleet.freshness_s(records, first_round)
+            fifth = max(1, (len(fleet.rounds) - first_round) // 5)
+            early = fleet.freshness_s(records, first_round, first_round + fifth)
+            late = fleet.freshness_s(records, len(fleet.rounds) - fifth)
             final: dict[str, int] = {}
             for d, _, to_ms in records:
                 final[d] = max(final.get(d, 0), to_ms)
@@ -344,6 +380,8 @@ def main() -> None:
             print(f"trainer: {throughput:,.0f} readings/s, exit {code}")
             if code != 0:
                 print((run_dir / "train.log").read_text()[-4000:], file=sys.stderr)
+            if args.keep_log is not None:
+                shutil.copyfile(run_dir / "train.log", args.keep_log)
             base = (
                 None if args.no_baseline else baseline_rps(settings, topics.telemetry_raw, run_dir)
             )
@@ -353,13 +391,18 @@ def main() -> None:
     figures = {
         "freshness_p50_s": percentile(fresh, 50),
         "freshness_p95_s": percentile(fresh, 95),
+        "freshness_p50_first_fifth_s": percentile(early, 50),
+        "freshness_p50_last_fifth_s": percentile(late, 50),
         "throughput_rps": round(throughput),
         "devices": args.devices,
         "peak_rss_mb": round(rss.peak_mb),
         "rate_rps": args.rate,
+        "trigger": args.trigger,
         "steady_readings": produced,
         "uncovered_readings": uncovered,
-        "device_batches": len(fresh),
+        "device_batches": len(newest),
+        "newest_freshness_p50_s": percentile(newest, 50),
+        "newest_freshness_p95_s": percentile(newest, 95),
         "trainer_exit": code,
         "baseline_throughput_rps": None if base is None else round(base),
     }

@@ -146,8 +146,12 @@ class TrainSettings(_Part):
     """The online trainer (``fleetwatch train``). Readings are de-duplicated like the scorer's,
     with ``score.dedup_window``."""
 
-    trigger_interval: str = "30 seconds"
-    """How often a micro-batch of new readings is learned (and changed parameters published)."""
+    trigger_interval: str = "10 seconds"
+    """How often a micro-batch of new readings is learned (and changed parameters published).
+    Measured with ``bench/train.py`` (10,000 devices, 20,000 readings/s, a shared 2-core
+    machine): a batch then takes about 20 s, so at 10 s batches run back to back and a reading
+    waits only for the batch in progress (per-reading freshness p95 48 s); a longer interval
+    would add up to its length to that wait."""
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     """Upper bound of Kafka records read per micro-batch (``None``: everything available)."""
     tracking: bool = True

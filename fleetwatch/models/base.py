@@ -39,6 +39,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.models.batch import Batch
+from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.errors import BatchError, ParamsError, UnknownDetector
 from fleetwatch.models.params import check_header
 from fleetwatch.models.scores import Scores
@@ -95,7 +96,7 @@ class Detector(ABC):
         if len(batch) == 0:
             return self
         if exclude is None:
-            keep = ~self._score(batch).alert if self.fitted else np.ones(len(batch), bool)
+            keep = ~self._alerts(batch) if self.fitted else np.ones(len(batch), bool)
         else:
             mask = np.asarray(exclude, dtype=bool)
             if mask.shape != (len(batch),):
@@ -124,6 +125,17 @@ class Detector(ABC):
     @abstractmethod
     def _score(self, batch: Batch) -> Scores:
         """Scores in the batch's (sorted) row order."""
+
+    def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
+        """``_score(batch).surprise`` alone (sorted row order). Detectors override it with a
+        path that skips the explanation fields: the self-gate of :meth:`learn` needs only this."""
+        return self._score(batch).surprise
+
+    def _alerts(self, batch: Batch) -> npt.NDArray[np.bool_]:
+        """``_score(batch).alert``, from :meth:`_surprise` (the same calibration, so the same
+        rows: what the scorer flags with these parameters)."""
+        alert: npt.NDArray[np.bool_] = score_from_surprise(self._surprise(batch)) >= ALERT_SCORE
+        return alert
 
     # -- parameters --------------------------------------------------------------------------
 

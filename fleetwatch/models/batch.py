@@ -46,7 +46,21 @@ class Batch:
             value = readings["value"].to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise BatchError(f"event_ms must be integers and value numbers: {exc}") from exc
-        codes, uniques = pd.factorize(readings["metric"].to_numpy(), sort=True)
+        return cls.from_arrays(event_ms, readings["metric"].to_numpy(), value)
+
+    @classmethod
+    def from_arrays(
+        cls, event_ms: npt.ArrayLike, metric: npt.ArrayLike, value: npt.ArrayLike
+    ) -> Batch:
+        """The long form given as three aligned arrays (what :meth:`of` reads of a frame)."""
+        try:
+            event_ms = np.asarray(event_ms, dtype=np.int64)
+            value = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise BatchError(f"event_ms must be integers and value numbers: {exc}") from exc
+        if not event_ms.shape == value.shape == np.shape(metric):
+            raise BatchError("event_ms, metric and value must have one entry per row")
+        codes, uniques = pd.factorize(np.asarray(metric), sort=True)
         if (codes < 0).any():
             raise BatchError("metric must not be missing")
         order: npt.NDArray[np.intp] | None = None

@@ -101,6 +101,8 @@ class ChangeDetector(Detector):
         self.profile = new_profile(halflife_hours, buckets, period_hours)
         self.upper = np.zeros(0)
         self.lower = np.zeros(0)
+        self._last_run: tuple[Batch, tuple[dict[str, FloatArray], FloatArray, FloatArray]] | None
+        self._last_run = None
 
     @property
     def limit(self) -> float:
@@ -108,7 +110,17 @@ class ChangeDetector(Detector):
         return (S_ALERT + math.log(2.0)) / (2.0 * self.drift)
 
     def _run(self, batch: Batch) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
-        """Both sums through the batch: per-row arrays and the sums to carry per metric."""
+        """Both sums through the batch: per-row arrays and the sums to carry per metric.
+
+        The last result is kept until the state changes: :meth:`learn` gates a batch with the
+        pre-batch scores and then carries the sums through the same batch, one run for both."""
+        if self._last_run is not None and self._last_run[0] is batch:
+            return self._last_run[1]
+        run = self._run_sums(batch)
+        self._last_run = (batch, run)
+        return run
+
+    def _run_sums(self, batch: Batch) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
@@ -131,16 +143,26 @@ class ChangeDetector(Detector):
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if self.profile.metrics:
             _, self.upper, self.lower = self._run(batch)
+        self._last_run = None
         self.profile.learn(batch, keep)
         grow = len(self.profile.metrics) - self.upper.size
         self.upper = np.concatenate([self.upper, np.zeros(grow)])
         self.lower = np.concatenate([self.lower, np.zeros(grow)])
 
+    def _surprise_of(self, run: dict[str, FloatArray]) -> FloatArray:
+        stat = np.maximum(run["upper"], run["lower"])
+        surprise: FloatArray = np.maximum(
+            np.where(stat > 0, 2.0 * self.drift * stat - math.log(2.0), 0.0), 0.0
+        )
+        return surprise
+
+    def _surprise(self, batch: Batch) -> FloatArray:
+        return self._surprise_of(self._run(batch)[0])
+
     def _score(self, batch: Batch) -> Scores:
         run, _, _ = self._run(batch)
         up = run["upper"] >= run["lower"]
-        stat = np.maximum(run["upper"], run["lower"])
-        surprise = np.where(stat > 0, 2.0 * self.drift * stat - math.log(2.0), 0.0)
+        surprise = self._surprise_of(run)
         reason = np.where(up, Reason.SHIFT_UP, Reason.SHIFT_DOWN)
         reason = np.where(run["ok"] > 0, reason, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
@@ -151,6 +173,7 @@ class ChangeDetector(Detector):
         return {**self.profile.state(), "upper": floats(self.upper), "lower": floats(self.lower)}
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
+        self._last_run = None
         self.profile.load(state)
         k = len(self.profile.metrics)
         self.upper = array(state, "upper", (k,))

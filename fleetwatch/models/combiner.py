@@ -84,6 +84,10 @@ class CombinedDetector(Detector):
             pick("detector"),
         )
 
+    def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = np.max([m._surprise(batch) for m in self.detectors], axis=0)
+        return out
+
     def _state(self) -> dict[str, Any]:
         return {"members": [member.to_params() for member in self.detectors]}
 

@@ -160,15 +160,25 @@ class FlatlineDetector(Detector):
             surprise[scored], spread[scored], sigma[scored] = s, r, sd
         return np.maximum(surprise, 0.0), spread, sigma
 
-    def _score(self, batch: Batch) -> Scores:
-        flat, spread, sigma = self._flat(batch)
+    def _dropout(self, batch: Batch) -> tuple[FloatArray, FloatArray]:
+        """Per row: the surprise of the gap before its event time, and that gap."""
         _, inverse, gap = self._event_gaps(batch)
         tau = self.typical_interval_ms
         if tau is None:
-            drop = np.zeros(len(batch))
-        else:
-            excess = (gap[inverse] / tau - 1.0) / (self.gap_factor - 1.0)
-            drop = np.where(np.isnan(excess), 0.0, np.maximum(excess, 0.0) * S_ALERT)
+            return np.zeros(len(batch)), gap[inverse]
+        excess = (gap[inverse] / tau - 1.0) / (self.gap_factor - 1.0)
+        return np.where(np.isnan(excess), 0.0, np.maximum(excess, 0.0) * S_ALERT), gap[inverse]
+
+    def _surprise(self, batch: Batch) -> FloatArray:
+        flat = self._flat(batch)[0]
+        drop = self._dropout(batch)[0]
+        surprise: FloatArray = np.maximum(np.where(drop > flat, drop, flat), 0.0)
+        return surprise
+
+    def _score(self, batch: Batch) -> Scores:
+        flat, spread, sigma = self._flat(batch)
+        drop, row_gap = self._dropout(batch)
+        tau = self.typical_interval_ms
         is_drop = drop > flat
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         tau_ms = np.nan if tau is None else tau
@@ -176,7 +186,7 @@ class FlatlineDetector(Detector):
             self.kind,
             np.where(is_drop, drop, flat),
             names,
-            np.where(is_drop, gap[inverse], spread),
+            np.where(is_drop, row_gap, spread),
             np.where(is_drop, tau_ms, batch.value),
             np.where(is_drop, self.gap_factor * tau_ms, sigma),
             np.where(is_drop, Reason.DROPOUT, Reason.FLATLINE).astype(np.int8),

@@ -153,6 +153,26 @@ class PcaDetector(Detector):
         residual_std = np.sqrt(np.maximum(np.diag(resid_cov), self.min_residual_var))
         return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], residual, residual_std)
 
+    def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
+        """Per event time: each row's index into them, the value matrix, whether it is
+        complete, its standardised vector, and the surprise of its residual."""
+        _, inverse, matrix = wide(batch, self.metrics)
+        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
+        z = (np.where(complete[:, None], matrix, model.mean) - model.mean) / model.std
+        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        h = float(model.residual_var.size)
+        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
+        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
+        return inverse, matrix, complete, z, surprise
+
+    def _surprise(self, batch: Batch) -> FloatArray:
+        model = self.model()
+        if model is None or len(batch) == 0:
+            return np.zeros(len(batch))
+        inverse, _, _, _, surprise = self._residual(batch, model)
+        out: FloatArray = np.maximum(surprise[inverse], 0.0)
+        return out
+
     def _score(self, batch: Batch) -> Scores:
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         n = len(batch)
@@ -161,15 +181,9 @@ class PcaDetector(Detector):
             nan = np.full(n, np.nan)
             reason = np.full(n, Reason.WARMUP, np.int8)
             return Scores.build(self.kind, np.zeros(n), names, batch.value, nan, nan, reason)
-        _, inverse, matrix = wide(batch, self.metrics)
-        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
-        z = (np.where(complete[:, None], matrix, model.mean) - model.mean) / model.std
+        inverse, matrix, complete, z, surprise = self._residual(batch, model)
         fitted = (z @ model.axes) @ model.axes.T
         resid = z - fitted
-        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
-        h = float(model.residual_var.size)
-        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
-        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
         blame = np.argmax(np.abs(resid) / model.residual_std, axis=1)
         at = np.arange(blame.size)
         expected = model.mean[blame] + model.std[blame] * fitted[at, blame]

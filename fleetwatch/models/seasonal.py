@@ -32,6 +32,9 @@ from fleetwatch.models.calibration import ALERT_Z, normal_two_sided_surprise
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
 
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
 
 def check_profile_hyper(
     halflife_hours: float | None, buckets: int, period_hours: float, min_std: float
@@ -75,13 +78,21 @@ class SeasonalBaseline(Detector):
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         self.profile.learn(batch, keep)
 
-    def _score(self, batch: Batch) -> Scores:
+    def _deviation(self, batch: Batch) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray]:
+        """Per row: expected value, standard deviation, warm or not, and the surprise."""
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
         )
         z = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
-        surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
+        surprise = np.maximum(np.where(ok, normal_two_sided_surprise(z), 0.0), 0.0)
+        return mean, std, ok, surprise
+
+    def _surprise(self, batch: Batch) -> FloatArray:
+        return self._deviation(batch)[3]
+
+    def _score(self, batch: Batch) -> Scores:
+        mean, std, ok, surprise = self._deviation(batch)
         reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         return Scores.build(self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason)

@@ -4,11 +4,15 @@ changed parameters on the compacted ``model.params`` topic.
 Thin Spark glue around :func:`fleetwatch.streaming.training.learn_device`:
 
 - readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
-  (:func:`fleetwatch.streaming.score.readings_frame`, ``score.dedup_window``), exploded to one
-  row per metric and grouped by device into ``transformWithStateInPandas`` (time mode "None");
-- per device, a ``ValueState`` holds the detector's parameters (JSON) in the RocksDB state
-  store. Each micro-batch is learned on top of them (never refitted from history) and a row is
-  emitted only when they changed; ``version`` goes up by one per batch learned;
+  (:func:`fleetwatch.streaming.score.readings_frame`, ``score.dedup_window``), packed into one
+  row of arrays per device and Arrow batch (:mod:`fleetwatch.streaming.device_batches`: the
+  processor's cost is per row it is handed) and grouped by bucket of devices
+  (:mod:`fleetwatch.streaming.device_buckets`: its cost is also per key) into
+  ``transformWithStateInPandas`` (time mode "None");
+- per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
+  state store. Each device's readings of the micro-batch are learned on top of its parameters
+  (never refitted from history) and a row is emitted for each device whose parameters changed;
+  ``version`` goes up by one per batch learned;
 - the rows are written to ``model.params`` (key = device id, value
   :func:`~fleetwatch.streaming.training.publication`) inside ``foreachBatch``, which also tells
   the :class:`~fleetwatch.streaming.observer.TrainingObserver` what the batch did.
@@ -54,13 +58,21 @@ import pandas as pd
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
+from fleetwatch.streaming.device_batches import (
+    PACKED_SCHEMA,
+    READING_COLUMNS,
+    pack_batches,
+    per_device,
+)
+from fleetwatch.streaming.device_buckets import bucket_of, decode, encode, merge_newer
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
 from fleetwatch.streaming.session import wait_for_query
-from fleetwatch.streaming.training import Update, learn_update, params_of, publication
+from fleetwatch.streaming.training import learn_update, params_of, publication
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,15 +80,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 
 JOB = "train"
+ARROW_BATCH_ROWS = 200_000
+"""Rows per Arrow batch in the trainer's session (Spark's default is 10,000): the readings of a
+micro-batch's partition reach the packing step in one or a few batches, so most devices are
+one row for the processor."""
 UPDATE_SCHEMA = (
     "device_id STRING, version BIGINT, batch_from_ms BIGINT, batch_to_ms BIGINT, value STRING"
 )
 """What the per-device processor emits for a device whose parameters changed: the record value
 for ``model.params`` and the event-time range of the readings it learned in this batch."""
+UPDATE_COLUMNS = ("device_id", "version", "batch_from_ms", "batch_to_ms", "value")
 SEED_SCHEMA = "device_id STRING, value STRING"
 
 
@@ -100,7 +117,7 @@ class Backfill:
         return versioned(root, f"{JOB}-backfill-{digest}", PLAN_VERSION)
 
 
-def _device_trainer() -> Any:
+def _bucket_trainer() -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
         StatefulProcessor,
@@ -111,36 +128,61 @@ def _device_trainer() -> Any:
 
     state_schema = StructType([StructField("params", StringType(), False)])
 
-    class DeviceTrainer(StatefulProcessor):
-        """Per device: parameters in a ``ValueState``; learn each batch; emit when changed."""
+    class BucketTrainer(StatefulProcessor):
+        """Per bucket of devices: their parameters in one ``ValueState``; each device with
+        readings learns them; the updates are emitted together."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.params = handle.getValueState("params", state_schema)
 
         def handleInputRows(
-            self, key: tuple[str], rows: Any, timerValues: TimerValues
+            self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            chunks = list(rows)
-            frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             stored = self.params.get()
-            previous = None if stored is None else str(stored[0])
-            update = learn_update(previous, frame)
-            if update is None:
+            bucket = decode(None if stored is None else str(stored[0]))
+            updates = learn_bucket(bucket, per_device(rows))
+            if updates.empty:
                 return
-            self.params.update((update.params_json,))
-            yield _update_row(key[0], update, frame)
+            self.params.update((encode(bucket),))
+            yield updates
 
         def handleInitialState(
-            self, key: tuple[str], initialState: Any, timerValues: TimerValues
+            self, key: tuple[int], initialState: Any, timerValues: TimerValues
         ) -> None:
-            seeded = latest_params(key[0], initialState["value"])
-            if seeded is not None:
-                self.params.update((seeded,))
+            stored = self.params.get()
+            bucket = decode(None if stored is None else str(stored[0]))
+            merge_newer(bucket, seeds(initialState))
+            self.params.update((encode(bucket),))
 
         def close(self) -> None:
             return None
 
-    return DeviceTrainer()
+    return BucketTrainer()
+
+
+def learn_bucket(bucket: dict[str, str], batches: Iterable[tuple[str, Batch]]) -> pd.DataFrame:
+    """Each device learns its batch on top of its parameters in ``bucket`` (updated in place);
+    one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed."""
+    rows: list[tuple[str, int, int, int, str]] = []
+    for device_id, batch in batches:
+        update = learn_update(bucket.get(device_id), batch)
+        if update is None:
+            continue
+        bucket[device_id] = update.params_json
+        published_ms = time.time_ns() // 1_000_000
+        value = publication(device_id, update.params_json, published_ms, update.header)
+        version = int(update.header["version"])
+        rows.append((device_id, version, int(batch.event_ms[0]), int(batch.event_ms[-1]), value))
+    return pd.DataFrame(rows, columns=list(UPDATE_COLUMNS))
+
+
+def seeds(records: pd.DataFrame) -> Iterator[tuple[str, str]]:
+    """``(device_id, parameters)`` of the highest version per device among ``model.params``
+    rows (:data:`SEED_SCHEMA`)."""
+    for device_id, values in records.groupby("device_id", sort=False)["value"]:
+        latest = latest_params(str(device_id), values)
+        if latest is not None:
+            yield str(device_id), latest
 
 
 def latest_params(device_id: str, values: Iterable[str]) -> str | None:
@@ -159,35 +201,21 @@ def latest_params(device_id: str, values: Iterable[str]) -> str | None:
     return None if best is None else params.dumps(best)
 
 
-def _update_row(device_id: str, update: Update, frame: pd.DataFrame) -> pd.DataFrame:
-    event_ms = frame["event_ms"].to_numpy()
-    published_ms = time.time_ns() // 1_000_000
-    return pd.DataFrame(
-        {
-            "device_id": [device_id],
-            "version": [int(update.header["version"])],
-            "batch_from_ms": [int(event_ms.min())],
-            "batch_to_ms": [int(event_ms.max())],
-            "value": [publication(device_id, update.params_json, published_ms, update.header)],
-        }
-    )
-
-
 def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFrame:
     """Readings (:func:`readings_frame`) → one row per device whose parameters changed
     (:data:`UPDATE_SCHEMA`). ``seed`` (:data:`SEED_SCHEMA`, ``model.params`` record values)
     initialises the state of a fresh checkpoint."""
-    from pyspark.sql import functions as F
-
-    per_metric = readings.select(
-        "device_id", "event_ms", F.explode("metrics").alias("metric", "value")
-    )
-    return per_metric.groupBy("device_id").transformWithStateInPandas(
-        statefulProcessor=_device_trainer(),
+    packed = readings.select(*READING_COLUMNS).mapInArrow(pack_batches, PACKED_SCHEMA)
+    bucketed = packed.withColumn("bucket", bucket_of(packed["device_id"]))
+    initial = None
+    if seed is not None:
+        initial = seed.withColumn("bucket", bucket_of(seed["device_id"])).groupBy("bucket")
+    return bucketed.groupBy("bucket").transformWithStateInPandas(
+        statefulProcessor=_bucket_trainer(),
         outputStructType=UPDATE_SCHEMA,
         outputMode="Append",
         timeMode="None",
-        initialState=None if seed is None else seed.groupBy("device_id"),
+        initialState=initial,
     )
 
 
@@ -386,6 +414,7 @@ def start(
         if backfill is None
         else backfill.checkpoint(settings.checkpoint_root)
     )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
     readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)

@@ -11,9 +11,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import pandas as pd
-
 from fleetwatch.models import params
+from fleetwatch.models.base import Readings
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import default_detector, load_params
 
@@ -32,10 +32,11 @@ class Update(NamedTuple):
     header: dict[str, Any]
 
 
-def learn_device(previous: str | None, frame: pd.DataFrame) -> str | None:
+def learn_device(previous: str | None, frame: Readings) -> str | None:
     """Learn one mini-batch of one device's readings incrementally.
 
-    ``previous`` is the device's parameters as JSON (``None`` for a device never seen: it starts
+    ``frame`` is long form (:data:`FRAME_COLUMNS`), or already a :class:`Batch`. ``previous``
+    is the device's parameters as JSON (``None`` for a device never seen: it starts
     from :func:`default_detector`). Returns the new parameters as canonical JSON, or ``None``
     when nothing changed (no rows to learn). The detector's ``version`` goes up by one per batch
     learned; anomalies are kept out of the statistics by the detector's own gate (``exclude``
@@ -45,13 +46,14 @@ def learn_device(previous: str | None, frame: pd.DataFrame) -> str | None:
     return None if update is None else update.params_json
 
 
-def learn_update(previous: str | None, frame: pd.DataFrame) -> Update | None:
+def learn_update(previous: str | None, frame: Readings) -> Update | None:
     """:func:`learn_device` with the header of the new parameters, so that publishing them
     (:func:`publication`) does not parse them again."""
-    if frame.empty:
+    batch = Batch.of(frame)  # reads only FRAME_COLUMNS of a frame
+    if len(batch) == 0:
         return None
     detector = default_detector() if previous is None else load_params(params.loads(previous))
-    detector.learn(frame)  # reads only FRAME_COLUMNS
+    detector.learn(batch)
     new = detector.to_params()
     updated = params.dumps(new)
     if updated == previous:

@@ -14,6 +14,7 @@ import pytest
 
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS, create, load_params
 from tests.unit import signals
@@ -217,3 +218,24 @@ def test_an_anomalous_stretch_excluded_from_learning_stays_anomalous(kind: str) 
     assert masked.score(later).alert[temp].mean() > 0.9
     assert learned.score(later).score[temp].mean() < masked.score(later).score[temp].mean()
     assert ALERT_SCORE == 0.5
+
+
+@kinds
+@pytest.mark.parametrize("scenario", signals.SCENARIOS)
+def test_the_self_gate_leaves_out_exactly_the_flagged_rows(kind: str, scenario: str) -> None:
+    """``learn`` gates itself with a surprise-only path (no explanations); it must flag the
+    rows ``score`` flags, and learning through it must equal learning with ``score``'s alerts
+    excluded (the change detector also reuses the gate's CUSUM run for its sums)."""
+    frame = signals.after_training(scenario)
+    gated, explicit = fitted(kind), fitted(kind)
+    flagged = explicit.score(frame).alert
+    assert flagged.any() or kind != "combined"
+    batch = Batch.of(frame)
+    np.testing.assert_array_equal(
+        batch.unsorted(gated._surprise(batch)), gated.score(frame).surprise
+    )
+    gated.learn(frame)
+    explicit.learn(frame, exclude=flagged)
+    assert params.dumps(gated.to_params()) == params.dumps(explicit.to_params())
+    probe = signals.after_training(scenario, seed=5)
+    np.testing.assert_array_equal(gated.score(probe).score, explicit.score(probe).score)

@@ -1,0 +1,110 @@
+"""Readings packed per device for the trainer's processor, and unpacked into a batch: the same
+rows in the same order as the long form, and so the same learned parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fleetwatch.models.batch import Batch
+from fleetwatch.streaming.device_batches import pack, pack_batches, unpack
+from fleetwatch.streaming.training import learn_device
+
+METRICS = pa.map_(pa.string(), pa.float64())
+
+
+def readings(rows: list[tuple[str, int, dict[str, float] | None]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r[0] for r in rows]),
+            pa.array([r[1] for r in rows], pa.int64()),
+            pa.array([None if r[2] is None else list(r[2].items()) for r in rows], METRICS),
+            pa.array(range(len(rows)), pa.int64()),
+        ],
+        names=["device_id", "event_ms", "metrics", "seq"],
+    )
+
+
+def test_each_device_becomes_one_row_of_its_readings_in_order() -> None:
+    batch = readings(
+        [
+            ("a", 10, {"t": 1.0, "h": 2.0}),
+            ("b", 11, {"t": 3.0}),
+            ("a", 9, {"t": 4.0}),
+            ("b", 12, None),
+            ("b", 13, {"h": 5.0}),
+        ]
+    )
+    rows = {
+        r["device_id"]: r
+        for r in pack(batch.select(["device_id", "event_ms", "metrics"])).to_pylist()
+    }
+    assert rows == {
+        "a": {
+            "device_id": "a",
+            "event_ms": [10, 10, 9],
+            "metric": ["t", "h", "t"],
+            "value": [1.0, 2.0, 4.0],
+        },
+        "b": {"device_id": "b", "event_ms": [11, 13], "metric": ["t", "h"], "value": [3.0, 5.0]},
+    }
+
+
+def test_a_slice_of_a_batch_packs_only_its_own_readings() -> None:
+    batch = readings([("a", 1, {"t": 1.0}), ("a", 2, {"t": 2.0}), ("a", 3, {"t": 3.0})])
+    (packed,) = pack_batches([batch.slice(1, 2), batch.slice(0, 0)])
+    assert packed.to_pylist() == [
+        {"device_id": "a", "event_ms": [2, 3], "metric": ["t", "t"], "value": [2.0, 3.0]}
+    ]
+
+
+def long_form(rows: list[tuple[str, int, dict[str, float] | None]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"event_ms": t, "metric": m, "value": v}
+            for _, t, metrics in rows
+            for m, v in (metrics or {}).items()
+        ]
+    )
+
+
+def device_rows(seed: int, start: int, n: int) -> list[tuple[str, int, dict[str, float] | None]]:
+    rng = np.random.default_rng(seed)
+    return [
+        (
+            "d",
+            (start + i) * 60_000,
+            {"temperature": 21 + rng.normal(), "humidity": 50 + rng.normal()},
+        )
+        for i in range(n)
+    ]
+
+
+def chunks_of(rows: list[Any], cut: int) -> list[pd.DataFrame]:
+    """Packed rows as the processor gets them: pandas chunks, here from two Arrow batches."""
+    parts = [readings(rows[:cut]), readings(rows[cut:])]
+    return [packed.to_pandas() for batch in parts for packed in pack_batches([batch])]
+
+
+def test_unpacked_chunks_are_the_long_form_batch() -> None:
+    rows = device_rows(0, 0, 30)
+    rows[5], rows[6] = rows[6], rows[5]  # out of event-time order, as a late reading can be
+    got, want = unpack(chunks_of(rows, 17)), Batch.of(long_form(rows))
+    np.testing.assert_array_equal(got.event_ms, want.event_ms)
+    np.testing.assert_array_equal(got.value, want.value)
+    np.testing.assert_array_equal(got.codes, want.codes)
+    assert got.names == want.names
+    np.testing.assert_array_equal(np.asarray(got.order), np.asarray(want.order))
+
+
+def test_learning_the_packed_readings_equals_learning_the_long_form() -> None:
+    first, second = device_rows(1, 0, 150), device_rows(2, 150, 40)
+    packed = learn_device(
+        learn_device(None, unpack(chunks_of(first, 60))), unpack(chunks_of(second, 7))
+    )
+    direct = learn_device(learn_device(None, long_form(first)), long_form(second))
+    assert packed is not None
+    assert packed == direct

@@ -1,0 +1,70 @@
+"""The trainer's buckets of devices: their state value, seeding with the highest version, and
+one bucket's step (each device learns its own readings, exactly as alone)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.errors import ParamsError
+from fleetwatch.streaming.device_buckets import decode, encode, merge_newer
+from fleetwatch.streaming.train import learn_bucket, seeds
+from fleetwatch.streaming.training import learn_device, publication
+
+
+def frame(seed: int, start: int, n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    t = np.repeat((start + np.arange(n, dtype=np.int64)) * 60_000, 2)
+    metric = np.tile(np.array(["temperature", "humidity"], dtype=object), n)
+    values = np.where(metric == "temperature", 21.0, 50.0) + rng.normal(0, 0.5, 2 * n)
+    return pd.DataFrame({"event_ms": t, "metric": metric, "value": values})
+
+
+def test_a_bucket_state_round_trips_and_a_foreign_value_is_refused() -> None:
+    bucket = {"b": '{"version":1}', "a": '{"x":"\\"quoted\\""}'}
+    assert decode(encode(bucket)) == bucket
+    assert decode(None) == {}
+    with pytest.raises(ParamsError):
+        decode(json.dumps({"a": {"version": 1}}))
+
+
+def test_each_device_of_a_bucket_learns_as_it_would_alone() -> None:
+    first = {"d1": learn_device(None, frame(1, 0, 120)), "d2": None}
+    bucket = {k: v for k, v in first.items() if v is not None}
+    batches = [("d1", Batch.of(frame(2, 120, 20))), ("d2", Batch.of(frame(3, 0, 20)))]
+    rows = learn_bucket(bucket, batches)
+    assert list(rows["device_id"]) == ["d1", "d2"]
+    assert list(rows["version"]) == [2, 1]
+    assert list(rows["batch_from_ms"]) == [120 * 60_000, 0]
+    assert list(rows["batch_to_ms"]) == [139 * 60_000, 19 * 60_000]
+    for device_id, seed, start in (("d1", 2, 120), ("d2", 3, 0)):
+        alone = learn_device(first[device_id], frame(seed, start, 20))
+        assert bucket[device_id] == alone
+        record = json.loads(str(rows.set_index("device_id").loc[device_id, "value"]))
+        assert record["params"] == json.loads(str(alone))
+    assert learn_bucket(bucket, []).empty
+
+
+def test_seeding_keeps_the_highest_version_per_device() -> None:
+    one = learn_device(None, frame(1, 0, 12))
+    two = learn_device(one, frame(1, 12, 12))
+    assert one is not None
+    assert two is not None
+    records = pd.DataFrame(
+        {
+            "device_id": ["a", "a", "b", "c"],
+            "value": [
+                publication("a", two, 1),
+                publication("a", one, 2),
+                "{broken",
+                publication("c", one, 3),
+            ],
+        }
+    )
+    bucket = {"c": two}
+    merge_newer(bucket, seeds(records))
+    assert bucket == {"a": two, "c": two}
