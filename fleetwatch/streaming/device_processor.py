@@ -1,11 +1,11 @@
 """The scorer's ``StatefulProcessor``: Spark's side of :mod:`device_scoring`.
 
-The operator is keyed by a *bucket* of devices (a hash of the device id, see
-:data:`~fleetwatch.streaming.score.BUCKETS`), not by device: every state call of
-``transformWithStateInPandas`` is a round trip between the Python worker and the JVM, and per
-key the framework adds a few more, which at one key per device cost more than the scoring
-itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round trips on
-this 2-core machine). Per bucket:
+The operator is keyed by a *bucket* of devices (a hash of the device id:
+:func:`~fleetwatch.streaming.device_buckets.bucket_of`, as in the trainer), not by device: every
+state call of ``transformWithStateInPandas`` is a round trip between the Python worker and the
+JVM, and per key the framework adds a few more, which at one key per device cost more than the
+scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
+trips on this 2-core machine). Per bucket:
 
 - ``live`` (``ValueState``): one JSON document holding every device's state of the bucket
   (:func:`~fleetwatch.streaming.device_scoring.new_state`) — one read and one write per bucket
@@ -108,7 +108,7 @@ def device_scorer(settings: Settings) -> Any:
     live_schema = StructType([StructField("live", StringType(), False)])
 
     class BucketScorer(StatefulProcessor):
-        """One group = one bucket of devices (see :data:`~fleetwatch.streaming.score.BUCKETS`)."""
+        """One group = one bucket of devices."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle

@@ -6,7 +6,7 @@ The plan (PLAN_VERSION 4)::
     telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─explode metrics─┐
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
-        └─ groupBy(bucket = hash(device_id) mod BUCKETS)
+        └─ groupBy(bucket = device_buckets.bucket_of(device_id), 64 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
               └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
@@ -59,11 +59,6 @@ class ScoringError(FleetwatchError):
 
 PLAN_VERSION = 4
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
-
-BUCKETS = 64
-"""Devices are hashed into this many keys of the stateful operator (part of the plan: changing
-it needs a new PLAN_VERSION). More buckets than shuffle partitions x cores keeps the work
-spread; few enough that per-key overhead stays small."""
 
 READING_SCHEMA = (
     "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
@@ -182,9 +177,10 @@ def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
     from pyspark.sql import functions as F
 
+    from fleetwatch.streaming.device_buckets import bucket_of
     from fleetwatch.streaming.device_processor import device_scorer
 
-    bucketed = inputs.withColumn("bucket", F.pmod(F.xxhash64("device_id"), F.lit(BUCKETS)))
+    bucketed = inputs.withColumn("bucket", bucket_of(F.col("device_id")))
     return bucketed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=device_scorer(settings),
         outputStructType=OUTPUT_SCHEMA,
