@@ -108,8 +108,11 @@ def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object)
                 "%H:%M:%S"
             )
             lag = time.time() - alert.get("event_ms", 0) / 1000
+            status = str(alert.get("status", "open")).upper()
+            colour = "bold red" if status in ("OPEN", "UPDATE") else "green"
+            why = alert.get("reason") if status in ("OPEN", "UPDATE") else alert.get("metric")
             console.print(
-                f"[bold red]ALERT[/] {when} {alert.get('device_id')} {alert.get('reason')} "
+                f"[{colour}]{status:<8}[/] {when} {alert.get('device_id')} {why} "
                 f"score={alert.get('score', 0):.2f} (after {lag:.1f}s)",
                 highlight=False,
             )
