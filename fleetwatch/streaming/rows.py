@@ -12,18 +12,17 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-COLUMNS = (
+INTEGERS = (
     "seq",
     "event_ms",
     "device_event_ms",
     "device_sent_ms",
     "received_ms",
     "clock_offset_ms",
-    "firmware",
-    "status",
-    "metric",
-    "value",
 )
+READING = (*INTEGERS, "firmware", "status")
+"""The columns of a reading a row repeats for each of its metrics."""
+COLUMNS = (*READING, "metric", "value")
 """One row per (reading, metric)."""
 
 

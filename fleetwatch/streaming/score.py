@@ -43,6 +43,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
+from fleetwatch.streaming.rows import INTEGERS, READING
 from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import wait_for_query
 
@@ -138,14 +139,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         .select(
             "device_id",
             F.lit("r").alias("src"),
-            "seq",
-            "event_ms",
-            "device_event_ms",
-            "device_sent_ms",
-            "received_ms",
-            "clock_offset_ms",
-            "firmware",
-            "status",
+            *READING,
             F.explode("metrics").alias("metric", "value"),
             F.lit(None).cast("string").alias("params"),
         )
@@ -153,7 +147,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     updates = params.select(
         F.col("key").cast("string").alias("device_id"),
         F.lit("p").alias("src"),
-        *(F.lit(None).cast("bigint").alias(c) for c in _LONGS),
+        *(F.lit(None).cast("bigint").alias(c) for c in INTEGERS),
         F.lit(None).cast("string").alias("firmware"),
         F.lit(None).cast("string").alias("status"),
         F.lit(None).cast("string").alias("metric"),
@@ -161,16 +155,6 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         F.col("value").cast("string").alias("params"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)
-
-
-_LONGS = (
-    "seq",
-    "event_ms",
-    "device_event_ms",
-    "device_sent_ms",
-    "received_ms",
-    "clock_offset_ms",
-)
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:

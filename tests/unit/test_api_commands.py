@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.serving.control.tracker import CommandTracker
 from fleetwatch.serving.metrics import Metrics
 from fleetwatch.serving.store.ingest import AckRecord, Batch, write
+from tests.polling import wait_until
 from tests.unit.api_support import Api, make_alert, running_api
 
 
@@ -80,11 +80,12 @@ def test_the_device_answer_decides_acked_or_failed(api: Api) -> None:
 
 def test_an_unanswered_command_times_out_after_its_ttl(api: Api) -> None:
     cid = send(api, "t", name="reboot", ttl_s=0.05).json()["command_id"]
-    deadline = time.monotonic() + 5
-    while api.get(f"/commands/{cid}").json()["status"] != "timed_out":
-        assert time.monotonic() < deadline, "the command never timed out"
+
+    def timed_out() -> bool:
         tracker_step(api)
-        time.sleep(0.02)
+        return bool(api.get(f"/commands/{cid}").json()["status"] == "timed_out")
+
+    wait_until(timed_out, 5, "the command to time out", interval_s=0.02)
     ack(api, cid)  # a late answer is kept, the outcome stays
     late = api.get(f"/commands/{cid}").json()
     assert (late["status"], late["ack_status"]) == ("timed_out", "ok")
@@ -97,11 +98,12 @@ def test_a_command_kafka_did_not_take_stays_pending_and_is_sent_later(api: Api) 
     assert body["status"] == "pending"
     assert "waiting for Kafka" in body["detail"]
     api.publisher.failing = False
-    deadline = time.monotonic() + 10
-    while api.get(f"/commands/{body['command_id']}").json()["status"] != "sent":
-        assert time.monotonic() < deadline, "the tracker never re-sent the command"
+
+    def sent() -> bool:
         tracker_step(api)
-        time.sleep(0.1)
+        return bool(api.get(f"/commands/{body['command_id']}").json()["status"] == "sent")
+
+    wait_until(sent, 10, "the tracker to re-send the command", interval_s=0.1)
     assert [c.command_id for c in api.publisher.published] == [body["command_id"]]
 
 
