@@ -1,4 +1,5 @@
-"""`fleetwatch models list | show | promote | rollback`: fleet models in the MLflow registry."""
+"""`fleetwatch models list | show | promote | rollback | publish`: fleet models in the MLflow
+registry, and their champions on ``model.params`` for the scorer."""
 
 from __future__ import annotations
 
@@ -123,6 +124,7 @@ def promote(
     except FleetwatchError as exc:
         fail(str(exc))
     _print_move(move)
+    _publish(registry, name, tracking_uri)
 
 
 @app.command()
@@ -134,6 +136,14 @@ def rollback(name: Name, tracking_uri: TrackingUri = None) -> None:
     except FleetwatchError as exc:
         fail(str(exc))
     _print_move(move)
+    _publish(registry, name, tracking_uri)
+
+
+@app.command()
+def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
+    """Put the champion's parameters on model.params again (the scorer follows what is there;
+    promote and rollback do this themselves; use it after moving the alias in MLflow directly)."""
+    _publish(_registry(tracking_uri), name, tracking_uri)
 
 
 @app.command("register-fleet")
@@ -151,6 +161,24 @@ def register_fleet(tracking_uri: TrackingUri = None) -> None:
         fail("model.params has no device with learned PCA moments yet; run `fleetwatch train`")
     for scope, version in registered.items():
         console.print(f"{scope}: registered version {version} as challenger")
+
+
+def _publish(registry: ModelRegistry, name: str, tracking_uri: str | None) -> None:
+    """The champion of ``name`` onto ``model.params`` under ``fleet:{scope}``."""
+    from fleetwatch.models.mlflow_registry import CHAMPION, TAG_SCOPE
+    from fleetwatch.models.mlflow_store import with_tracking_uri
+    from fleetwatch.streaming.fleet_models import publish_champion
+
+    try:
+        scope = registry.version(name, alias=CHAMPION).tags.get(TAG_SCOPE)
+        if not scope:
+            fail(f"{name}: its champion has no {TAG_SCOPE} tag; cannot tell the scorer")
+        published = publish_champion(with_tracking_uri(load_settings(), tracking_uri), scope)
+    except (FleetwatchError, TimeoutError) as exc:
+        fail(f"the scorer was not told: {exc}")
+    if published is None:
+        fail(f"{name} has no champion to publish")
+    console.print(f"{name}: version {published[1]} published as fleet:{scope} on model.params")
 
 
 def _print_move(move: AliasMove) -> None:

@@ -54,6 +54,9 @@ class Alert(BaseModel):
     revision: int = 0
     """0 for ``open``, then +1 for each later event of the same episode."""
     event_id: str = ""
+    model: str | None = None
+    """The registered fleet model (``name/version``, the scope's ``champion``) that scored the
+    event, when it was not the device's own parameters (see ``score.fleet_model``)."""
 
 
 def alert_id(device_id: str, metric: str, detector: str, start_ms: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -140,6 +141,11 @@ class ScoreSettings(_Part):
     previous one ends — lowest latency)."""
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     """Upper bound of Kafka records per micro-batch (``None``: everything available)."""
+    fleet_model: Literal["fallback", "always", "off"] = "fallback"
+    """Where the multivariate detector is the ``champion`` fleet model of the device's scope
+    (its metric set; ``fleetwatch models promote`` publishes it on ``model.params``):
+    ``fallback`` for devices whose own multivariate model is still warming up (and those with
+    no learned parameters yet), ``always`` for every device of the scope, ``off`` never."""
 
 
 class TrainSettings(_Part):

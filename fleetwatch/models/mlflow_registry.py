@@ -13,7 +13,8 @@ Aliases:
   then follows the ``fleetwatch.replaced`` tag one step further back (or goes away), so
   repeated rollbacks walk back through the promotions.
 
-The scorer follows ``champion`` through :func:`champion_params`.
+The scorer follows ``champion``: :func:`fleetwatch.streaming.fleet_models.publish_champion` puts
+  it on ``model.params`` (``promote`` and ``rollback`` do).
 """
 
 from __future__ import annotations
@@ -336,8 +337,15 @@ class ModelRegistry:
         return AliasMove(name, target, current)
 
 
-def champion_params(settings: Settings, scope: str) -> dict[str, Any] | None:
-    """The fleet parameters of the ``champion`` of ``{prefix}-{scope}``; ``None`` while there
+@dataclass(frozen=True)
+class Champion:
+    name: str
+    version: int
+    params: dict[str, Any]
+
+
+def champion(settings: Settings, scope: str) -> Champion | None:
+    """The ``champion`` of ``{prefix}-{scope}`` with its fleet parameters; ``None`` while there
     is no such model or no champion yet. Raises :class:`TrackingError` when MLflow fails."""
     registry = ModelRegistry(settings)
     name = model_name(settings, scope)
@@ -345,6 +353,11 @@ def champion_params(settings: Settings, scope: str) -> dict[str, Any] | None:
         info = registry.version(name, alias=CHAMPION)
     except (UnknownModel, UnknownVersion):
         return None
-    params = registry.params(name, info.version)
     logger.debug("%s champion is version %d", name, info.version)
-    return params
+    return Champion(name, int(info.version), registry.params(name, info.version))
+
+
+def champion_params(settings: Settings, scope: str) -> dict[str, Any] | None:
+    """The fleet parameters of the ``champion`` of ``{prefix}-{scope}`` (see :func:`champion`)."""
+    found = champion(settings, scope)
+    return None if found is None else found.params

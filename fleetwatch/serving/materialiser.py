@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.serving import decode
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
@@ -46,7 +47,9 @@ def batch_of(
             elif kind == "acks":
                 batch.acks.append(decode.decode_ack(msg.value()))
             elif kind == "models":
-                batch.models.append(decode.decode_model(msg.key(), msg.value()))
+                if fleet_scope((msg.key() or b"").decode(errors="replace")) is None:
+                    batch.models.append(decode.decode_model(msg.key(), msg.value()))
+                # a fleet champion's record is the registry's, not a device's model
             elif kind == "telemetry":
                 batch.readings.append(decode.decode_reading(msg.value()))
         except ValueError as exc:

@@ -12,6 +12,9 @@ trips on this 2-core machine). Per bucket:
   per micro-batch;
 - ``params`` (``MapState`` by device): the newest parameters as JSON and their version, written
   when a new version arrives and read only when this worker has not parsed them yet;
+- ``fleet`` (``MapState`` by scope): the newest champion of each scope seen on ``model.params``
+  (every bucket gets each ``fleet:{scope}`` record), read only on a worker that has not parsed
+  it yet; ``live`` lists the scopes and their versions;
 - one event-time timer at the earliest ``last seen + session gap`` among its devices; when it
   fires, the devices that are due fall silent (:func:`~fleetwatch.streaming.device_scoring.
   expire`) and the next earliest is armed.
@@ -21,11 +24,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
+from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.device_scoring import (
@@ -34,10 +39,13 @@ from fleetwatch.streaming.device_scoring import (
     LATE,
     SESSIONS,
     STATE,
+    FleetModel,
     Output,
     Policy,
     best_params,
     expire,
+    fleet_model,
+    fleet_params,
     new_state,
     process,
     wants_timer,
@@ -51,7 +59,12 @@ def policy_of(settings: Settings) -> Policy:
         min_readings=settings.score.min_readings,
         clear_readings=settings.score.clear_readings,
         baseline=FixedBaseline(bands=dict(settings.score.baseline)),
+        fleet_model=settings.score.fleet_model,
     )
+
+
+FLEET: dict[str, tuple[int, FleetModel | None]] = {}
+"""Parsed fleet champions by scope, per Python worker (the state store holds them)."""
 
 
 def topic_names(settings: Settings) -> dict[str, str]:
@@ -102,6 +115,14 @@ def device_scorer(settings: Settings) -> Any:
     policy = policy_of(settings)
     topics = topic_names(settings)
     key_schema = StructType([StructField("device_id", StringType(), False)])
+    scope_schema = StructType([StructField("scope", StringType(), False)])
+    fleet_schema = StructType(
+        [
+            StructField("params", StringType(), False),
+            StructField("version", LongType(), False),
+            StructField("label", StringType(), False),
+        ]
+    )
     params_schema = StructType(
         [StructField("params", StringType(), False), StructField("version", LongType(), False)]
     )
@@ -113,11 +134,37 @@ def device_scorer(settings: Settings) -> Any:
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
             self.params = handle.getMapState("params", key_schema, params_schema)
+            self.fleet = handle.getMapState("fleet", scope_schema, fleet_schema)
             self.live = handle.getValueState("live", live_schema)
 
         def _load(self) -> dict[str, Any]:
             stored = self.live.get()
-            return {"devices": {}, "timer": None} if stored is None else json.loads(stored[0])
+            doc = {"devices": {}, "timer": None} if stored is None else json.loads(stored[0])
+            doc.setdefault("fleet", {})
+            return doc
+
+        def _fleet_updates(self, doc: dict[str, Any], updates: dict[str, list[str]]) -> None:
+            """New champions (``fleet:{scope}`` records) into the state and this worker."""
+            for scope, values in updates.items():
+                best = fleet_params(values)
+                if best is None or best[0] <= int(doc["fleet"].get(scope, 0)):
+                    continue
+                version, params_json, label = best
+                self.fleet.updateValue((scope,), (params_json, version, label))
+                doc["fleet"][scope] = version
+                FLEET[scope] = (version, fleet_model(label, params_json))
+
+        def _champion(self, doc: dict[str, Any], scope: str) -> FleetModel | None:
+            version = doc["fleet"].get(scope)
+            if version is None:
+                return None
+            cached = FLEET.get(scope)
+            if cached is not None and cached[0] == int(version):
+                return cached[1]
+            stored = self.fleet.getValue((scope,))
+            found = None if stored is None else fleet_model(str(stored[2]), str(stored[0]))
+            FLEET[scope] = (int(version), found)
+            return found
 
         def _save(self, doc: dict[str, Any]) -> None:
             due = next_timer(doc["devices"])
@@ -138,12 +185,17 @@ def device_scorer(settings: Settings) -> Any:
             records: list[tuple[str, str, str]] = []
             is_params = (frame["src"] == "p").to_numpy()
             updates: dict[str, list[str]] = {}
+            champions: dict[str, list[str]] = {}
             if is_params.any():
                 for device, value in zip(
                     frame.loc[is_params, "device_id"], frame.loc[is_params, "params"], strict=True
                 ):
-                    updates.setdefault(str(device), []).append(str(value))
+                    scope = fleet_scope(str(device))
+                    into = updates if scope is None else champions
+                    into.setdefault(str(device) if scope is None else scope, []).append(str(value))
                 frame = frame.loc[~is_params]
+                self._fleet_updates(doc, champions)
+            fleet = partial(self._champion, doc) if doc["fleet"] else None
             readings = dict(by_device(frame)) if len(frame) else {}
             for device in sorted(updates.keys() | readings.keys()):
                 state, out = self._device(
@@ -153,6 +205,7 @@ def device_scorer(settings: Settings) -> Any:
                     readings.get(device),
                     watermark,
                     now_ms,
+                    fleet,
                 )
                 if state is not None:
                     devices[device] = state
@@ -169,6 +222,7 @@ def device_scorer(settings: Settings) -> Any:
             rows: Rows | None,
             watermark: int,
             now_ms: int,
+            fleet: Callable[[str], FleetModel | None] | None,
         ) -> tuple[dict[str, Any] | None, Output]:
             version = 0 if state is None else int(state["v"])
             params_json: str | None = None
@@ -186,7 +240,9 @@ def device_scorer(settings: Settings) -> Any:
                 state = {**new_state(), "v": version}
             if rows is None:
                 return state, Output()
-            state, out = process(device_id, state, params_json, rows, watermark, now_ms, policy)
+            state, out = process(
+                device_id, state, params_json, rows, watermark, now_ms, policy, fleet
+            )
             wants_timer(state, policy)
             return state, out
 

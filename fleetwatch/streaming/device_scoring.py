@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +42,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.contracts.devices import session_id
+from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.models.base import Detector
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
@@ -65,6 +68,21 @@ class Policy:
     clear_readings: int
     baseline: FixedBaseline
     state_every_ms: int = 5_000
+    fleet_model: str = "fallback"
+    """``score.fleet_model``: when the scope's champion replaces the device's own multivariate
+    detector — ``fallback`` (own one not fitted yet), ``always`` or ``off``."""
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``)."""
+
+    label: str
+    detector: Detector
+
+
+FleetLookup = Callable[[str], FleetModel | None]
+"""Scope → its champion, if any (the processor's view of the fleet records it has seen)."""
 
 
 @dataclass
@@ -139,6 +157,29 @@ def best_params(values: list[str]) -> tuple[int, str] | None:
     return best
 
 
+def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
+    """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
+    JSON, label)`` (bad records skipped)."""
+    best: tuple[int, str, str] | None = None
+    for value in values:
+        try:
+            record = json.loads(value)
+            inner, version = record["params"], int(record["version"])
+            label = f"{record['model']}/{int(record['model_version'])}"
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(inner, dict) and (best is None or version > best[0]):
+            best = (version, json.dumps(inner, separators=(",", ":")), label)
+    return best
+
+
+def fleet_model(label: str, params_json: str) -> FleetModel | None:
+    try:
+        return FleetModel(label, load_params(loads(params_json)))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+
+
 def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
     if version <= 0 or params_json is None:
         return None
@@ -161,11 +202,13 @@ def process(
     watermark_ms: int,
     now_ms: int,
     policy: Policy,
+    fleet: FleetLookup | None = None,
 ) -> tuple[dict[str, Any], Output]:
     """One micro-batch of one device. ``readings``: one row per (reading, metric) with columns
     ``seq, event_ms, device_event_ms, device_sent_ms, received_ms, clock_offset_ms, firmware,
     status, metric, value``. ``params_json`` is the device's current parameters (after any
-    update in this batch) and ``state["v"]`` their version."""
+    update in this batch) and ``state["v"]`` their version; ``fleet`` finds the champion of the
+    device's scope (see :attr:`Policy.fleet_model`)."""
     st = new_state() if state is None else state
     out = Output()
     given = Rows.of(readings)
@@ -234,16 +277,17 @@ def process(
         Lifecycle.load(st["episodes"]),
     )
     detector = detector_for(device_id, int(st["v"]), params_json)
+    members = _members(detector, st, fresh, policy, fleet)
     if len(older):
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
             lifecycle.late_reading(seq, ev, rx)
-        for obs in observations(older, detector, policy.baseline, None, set()):
+        for obs in observations(older, members, policy.baseline, None, set()):
             lifecycle.observe_late(obs)
     if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
         active = set(lifecycle.episodes)
-        for obs in observations(in_order, detector, policy.baseline, last_ms, active):
+        for obs in observations(in_order, members, policy.baseline, last_ms, active):
             lifecycle.observe(obs)
         _advance(st, in_order)
     out.scored = len(fresh)
@@ -390,24 +434,68 @@ def state_record(
 # -- scoring ---------------------------------------------------------------------------------
 
 
+Member = tuple[Detector, str | None]
+"""A detector the scorer runs for a device, and the fleet model's label when it is one."""
+
+
+def _members(
+    detector: Detector | None,
+    st: dict[str, Any],
+    rows: Rows,
+    policy: Policy,
+    fleet: FleetLookup | None,
+) -> list[Member] | None:
+    """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
+    with its multivariate one replaced by the scope's champion as ``policy.fleet_model`` says."""
+    own = (
+        []
+        if detector is None
+        else detector.detectors
+        if isinstance(detector, CombinedDetector)
+        else [detector]
+    )
+    members: list[Member] = [(m, None) for m in own]
+    if fleet is None or policy.fleet_model == "off":
+        return members or None
+    pca = next((i for i, (m, _) in enumerate(members) if isinstance(m, PcaDetector)), None)
+    replace = policy.fleet_model == "always" or pca is None
+    if not replace and pca is not None:
+        own_pca = members[pca][0]
+        replace = isinstance(own_pca, PcaDetector) and own_pca.model() is None
+    if not replace:
+        return members
+    champion = fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    if champion is None:
+        return members or None
+    if pca is None:
+        members.append((champion.detector, champion.label))
+    else:
+        members[pca] = (champion.detector, champion.label)
+    return members
+
+
 def observations(
     rows: Rows,
-    detector: Detector | None,
+    members: list[Member] | None,
     baseline: FixedBaseline,
     previous_ms: int | None,
     active: set[str],
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
-    the only calm rows the lifecycle needs are those that may close an episode."""
+    the only calm rows the lifecycle needs are those that may close an episode. ``members``
+    (:func:`_members`): ``None`` scores with the fixed ``baseline``; a device with no learned
+    parameters but a fleet champion gets both."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
-    if detector is None:
-        return _baseline_observations(rows, baseline, seq, event_ms, received, active)
-    members = detector.detectors if isinstance(detector, CombinedDetector) else [detector]
+    found: list[tuple[int, int, Observation]] = []
+    if members is None or all(label is not None for _, label in members):
+        base = _baseline_observations(rows, baseline, seq, event_ms, received, active)
+        if not members:
+            return base
+        found.extend((obs.event_ms, -1, obs) for obs in base)
     frame = rows.frame()
     dropout_active = f"*\x1f{DROPOUT}" in active
-    found: list[tuple[int, int, Observation]] = []
-    for m_index, member in enumerate(members):
+    for m_index, (member, label) in enumerate(members):
         if isinstance(member, FlatlineDetector):
             member.last_ms = previous_ms
         scores = member.score(frame)
@@ -416,7 +504,7 @@ def observations(
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
             wanted = _with_keys(wanted, keys, active)
         for i in np.flatnonzero(wanted):
-            obs = _observation(scores, int(i), seq, event_ms, received)
+            obs = _observation(scores, int(i), seq, event_ms, received, label)
             found.append((obs.event_ms, m_index, obs))
         if dropout_active and isinstance(member, FlatlineDetector):
             calm = np.flatnonzero(scores.reason != Reason.DROPOUT)
@@ -444,7 +532,9 @@ def _calm_dropout(i: int, seq: Any, event_ms: Any, received: Any) -> Observation
     )
 
 
-def _observation(scores: Scores, i: int, seq: Any, event_ms: Any, received: Any) -> Observation:
+def _observation(
+    scores: Scores, i: int, seq: Any, event_ms: Any, received: Any, model: str | None = None
+) -> Observation:
     reason = int(scores.reason[i])
     kind = DROPOUT if reason == Reason.DROPOUT else str(scores.detector[i])
     score = float(scores.score[i])
@@ -463,6 +553,7 @@ def _observation(scores: Scores, i: int, seq: Any, event_ms: Any, received: Any)
         band=float(scores.band[i]),
         reason=scores.explain(i) if score >= ALERT_SCORE else "",
         gap_from_ms=gap_from,
+        model=model,
     )
 
 

@@ -60,6 +60,8 @@ class Observation:
     reason: str
     gap_from_ms: int | None = None
     """For a dropout: the event time of the reading before the gap."""
+    model: str | None = None
+    """The fleet model (``name/version``) that scored it, when not the device's own."""
 
 
 @dataclass
@@ -265,6 +267,7 @@ class Lifecycle:
                 "start_ms": episode.start_ms,
                 "end_ms": end_ms,
                 "revision": episode.revision,
+                "model": obs.model,
             }
         )
 

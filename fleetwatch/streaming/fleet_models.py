@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import json
 import logging
-import re
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
 
 logger = logging.getLogger(__name__)
 
 
 def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-    """The latest parameter record per device, read from the start of ``model.params`` to its
-    current end (later records of a key replace earlier ones, as compaction will)."""
+    """The latest record per key — devices, and the fleet champions' ``fleet:{scope}`` — read
+    from the start of ``model.params`` to its current end (later records of a key replace
+    earlier ones, as compaction will)."""
     topic = settings.topics.model_params
     consumer = Consumer(
         {
@@ -56,7 +59,8 @@ def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, dict[st
                     continue
                 if msg.value():
                     record = json.loads(msg.value() or b"{}")
-                    table[record["device_id"]] = record
+                    key = msg.key()
+                    table[key.decode() if key else str(record.get("device_id"))] = record
                 if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
                     todo.discard(msg.partition() or 0)
     finally:
@@ -75,16 +79,18 @@ def pca_params(params: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def scope_of(pca: Mapping[str, Any]) -> str:
-    metrics = sorted(pca.get("state", {}).get("metrics", []))
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(metrics)) or "none"
+    return scope_of_metrics(pca.get("state", {}).get("metrics", []))
 
 
 def pooled_by_scope(
     table: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, tuple[dict[str, Any], int]]:
-    """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table."""
+    """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table (the fleet
+    champions' own records in it are left out)."""
     groups: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for device_id, record in table.items():
+        if fleet_scope(device_id) is not None:
+            continue
         pca = pca_params(record.get("params", {}))
         if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
             groups[scope_of(pca)][device_id] = pca
@@ -104,3 +110,58 @@ def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict
         )
         registered[scope] = int(info.version)
     return registered
+
+
+def champion_record(
+    scope: str, model: str, model_version: int, params: Mapping[str, Any], version: int, now_ms: int
+) -> str:
+    """The value of a ``fleet:{scope}`` record (:mod:`fleetwatch.contracts.fleet`)."""
+    record = {
+        "scope": scope,
+        "model": model,
+        "model_version": model_version,
+        "kind": params["kind"],
+        "schema": params["schema"],
+        "version": version,
+        "params": dict(params),
+        "published_ms": now_ms,
+    }
+    return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
+    """Publish the champion of ``scope`` to ``model.params`` under ``fleet:{scope}``, so that
+    the scorer follows it; returns ``(model name, model version)``, ``None`` when the scope has
+    no champion. The record's version is one above the key's latest on the topic."""
+    from confluent_kafka import Producer
+
+    from fleetwatch.models.mlflow_registry import champion
+
+    found = champion(settings, scope)
+    if found is None:
+        return None
+    key = fleet_key(scope)
+    previous = read_table(settings).get(key, {}).get("version", 0)
+    value = champion_record(
+        scope, found.name, found.version, found.params, int(previous) + 1, int(time.time() * 1000)
+    )
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "acks": "all", "log_level": 3}
+    )
+    failures: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer.produce(
+        settings.topics.model_params, value.encode(), key.encode(), on_delivery=delivered
+    )
+    left = producer.flush(30)
+    if left or failures:
+        raise FleetModelError(
+            f"{settings.topics.model_params}: the champion of {scope} was not written: "
+            f"{failures[0] if failures else 'no acknowledgement within 30 s'}"
+        )
+    logger.info("published %s v%s as %s", found.name, found.version, key)
+    return found.name, found.version

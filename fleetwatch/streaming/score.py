@@ -1,11 +1,12 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 4)::
+The plan (PLAN_VERSION 5)::
 
     telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─explode metrics─┐
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
+    (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
         └─ groupBy(bucket = device_buckets.bucket_of(device_id), 64 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
               └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
@@ -58,7 +59,7 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 
 READING_SCHEMA = (
@@ -118,8 +119,13 @@ OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
     per (reading, metric) with ``src = 'r'``, and one row per parameter record with
-    ``src = 'p'``. Records that are not readings are skipped."""
+    ``src = 'p'``, each with the ``bucket`` of its device. A fleet champion's record
+    (``fleet:{scope}``, :mod:`fleetwatch.contracts.fleet`) goes to every bucket. Records that
+    are not readings are skipped."""
     from pyspark.sql import functions as F
+
+    from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
+    from fleetwatch.streaming.device_buckets import BUCKETS, bucket_of
 
     readings = (
         raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
@@ -138,14 +144,22 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         .withWatermark("event_time", lateness)
         .select(
             "device_id",
+            bucket_of(F.col("device_id")).alias("bucket"),
             F.lit("r").alias("src"),
             *READING,
             F.explode("metrics").alias("metric", "value"),
             F.lit(None).cast("string").alias("params"),
         )
     )
+    key = F.col("key").cast("string")
+    every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
     updates = params.select(
-        F.col("key").cast("string").alias("device_id"),
+        key.alias("device_id"),
+        F.explode(
+            F.when(key.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(
+                F.array(bucket_of(key))
+            )
+        ).alias("bucket"),
         F.lit("p").alias("src"),
         *(F.lit(None).cast("bigint").alias(c) for c in INTEGERS),
         F.lit(None).cast("string").alias("firmware"),
@@ -159,13 +173,9 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
-    from pyspark.sql import functions as F
-
-    from fleetwatch.streaming.device_buckets import bucket_of
     from fleetwatch.streaming.device_processor import device_scorer
 
-    bucketed = inputs.withColumn("bucket", bucket_of(F.col("device_id")))
-    return bucketed.groupBy("bucket").transformWithStateInPandas(
+    return inputs.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=device_scorer(settings),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",

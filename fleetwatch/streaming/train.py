@@ -230,8 +230,10 @@ def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataF
 
 
 def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
-    """Every record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
+    """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
     from pyspark.sql import functions as F
+
+    from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
 
     return (
         spark.read.format("kafka")
@@ -241,6 +243,7 @@ def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("endingOffsets", "latest")
         .load()
         .where(F.col("key").isNotNull() & F.col("value").isNotNull())
+        .where(~F.col("key").cast("string").startswith(FLEET_KEY_PREFIX))  # champions' records
         .select(
             F.col("key").cast("string").alias("device_id"),
             F.col("value").cast("string").alias("value"),

@@ -214,3 +214,17 @@ def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflo
     params = champion_params(settings, "humidity_temperature")
     assert params is not None
     assert params["kind"] == "pca"
+
+    # promote told the scorer: the champion's parameters are on model.params under its scope
+    published = dict(read_to_end(isolated, isolated.topics.model_params))
+    champion = json.loads(published[b"fleet:humidity_temperature"])
+    assert (champion["model"], champion["model_version"], champion["version"]) == (name, 1, 1)
+    assert champion["params"] == params
+    again = fleetwatch("models", "publish", name, env=env)
+    assert again.returncode == 0, again.stderr
+    records = [
+        json.loads(v)
+        for k, v in read_to_end(isolated, isolated.topics.model_params)
+        if k == b"fleet:humidity_temperature"
+    ]
+    assert [r["version"] for r in records] == [1, 2]  # rises per record of the key

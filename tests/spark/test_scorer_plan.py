@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.score import scored_frame, scorer_input
 from fleetwatch.streaming.session import build_session
 from fleetwatch.streaming.training import publication
+from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
 T0 = 1_763_700_000_000
 SETTINGS = Settings()
@@ -145,3 +147,27 @@ def test_alerts_state_sessions_late_data_and_a_parameter_update(spark: Any, tmp_
         (100, {"temperature": 99.0})
     ]
     assert values(third, TOPICS.alerts) == []
+
+
+def test_a_champion_on_model_params_reaches_devices_in_every_bucket(
+    spark: Any, tmp_path: Path
+) -> None:
+    devices = [f"fleet-d{i}" for i in range(8)]
+    steps = Steps(spark, tmp_path)
+    t = T0 + 3_600_000
+
+    def broken(device: str) -> list[str]:
+        return [
+            reading(device, seq, t + seq * 1000, temperature=temp, humidity=hum)
+            for seq, temp, hum in BROKEN
+        ]
+
+    before = steps.run([line for d in devices for line in broken(d)[:2]])  # normal readings
+    assert values(before, TOPICS.alerts) == []
+    after = steps.run(
+        [line for d in devices for line in broken(d)[2:]],
+        updates=[(fleet_key(SCOPE), champion_json(model_version=4))],
+    )
+    opened = [a for a in values(after, TOPICS.alerts) if a["detector"] == "pca"]
+    assert {a["device_id"] for a in opened} == set(devices)
+    assert {a["model"] for a in opened} == {f"fleetwatch-{SCOPE}/4"}
