@@ -1,11 +1,22 @@
-"""What several benchmarks share: a private stack's settings, free ports, resident memory."""
+"""What several benchmarks share: a private stack's settings, free ports, resident memory,
+isolated topics and the stages run as processes."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
-from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
+from confluent_kafka import Consumer, TopicPartition
+
+from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings, TopicSettings
+from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.stack.topics import ensure_topics
 
 
 def free_port() -> int:
@@ -31,3 +42,50 @@ def private_stack_settings(run_dir: Path) -> Settings:
         ),
         mqtt=MqttSettings(port=free_port()),
     )
+
+
+def stage(env: dict[str, str], run_dir: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetwatch.cli.main", *args],
+        env=env,
+        stdout=(run_dir / f"{name}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait(probe: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def isolated_env(
+    settings: Settings, tag: str, run_dir: Path
+) -> tuple[TopicSettings, dict[str, str]]:
+    topics = TopicSettings(**{k: f"{v}.b{tag}" for k, v in TopicSettings().model_dump().items()})
+    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
+    env = dict(os.environ)
+    env.update({f"FLEETWATCH_TOPICS__{k.upper()}": v for k, v in topics.model_dump().items()})
+    env.update(
+        {
+            "FLEETWATCH_RUN_DIR": str(run_dir),
+            "FLEETWATCH_MQTT__ROOT": f"b{tag}/devices",
+            "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
+            "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+        }
+    )
+    return topics, env
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        }
+    finally:
+        consumer.close()

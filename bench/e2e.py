@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,15 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import rss_mb  # bench/_common.py
+from _common import end_offsets, isolated_env, rss_mb, stage, wait  # bench/_common.py
 from confluent_kafka import Consumer, Producer
 
-from fleetwatch.contracts.settings import Settings, TopicSettings
-from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
-from fleetwatch.stack.topics import delete_topics, ensure_topics
+from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.score import PLAN_VERSION
 
@@ -155,41 +152,6 @@ class Watch(threading.Thread):
         return [lat for at, lat in self.samples if lo <= at <= hi]
 
 
-def stage(env: dict[str, str], run_dir: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fleetwatch.cli.main", *args],
-        env=env,
-        stdout=(run_dir / f"{name}.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def wait(probe: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def isolated_env(
-    settings: Settings, tag: str, run_dir: Path
-) -> tuple[TopicSettings, dict[str, str]]:
-    topics = TopicSettings(**{k: f"{v}.b{tag}" for k, v in TopicSettings().model_dump().items()})
-    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
-    env = dict(os.environ)
-    env.update({f"FLEETWATCH_TOPICS__{k.upper()}": v for k, v in topics.model_dump().items()})
-    env.update(
-        {
-            "FLEETWATCH_RUN_DIR": str(run_dir),
-            "FLEETWATCH_MQTT__ROOT": f"b{tag}/devices",
-            "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
-            "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
-        }
-    )
-    return topics, env
-
-
 def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
@@ -235,7 +197,7 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
 
             def caught_up() -> bool:
                 nonlocal ends
-                ends = ends or _ends(bootstrap, topics.telemetry_raw)
+                ends = ends or end_offsets(bootstrap, topics.telemetry_raw)
                 done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
                 return all(done.get(p, 0) >= end for p, end in ends.items())
 
@@ -274,20 +236,6 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
     return out
 
 
-def _ends(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka import TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in meta.partitions
-        }
-    finally:
-        consumer.close()
-
-
 def max_throughput(settings: Settings) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-max-"))
@@ -322,7 +270,7 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
     marks: list[tuple[float, int]] = []
     peak = 0.0
     try:
-        ends = _ends(bootstrap, topics.telemetry_raw)
+        ends = end_offsets(bootstrap, topics.telemetry_raw)
         total = sum(ends.values())
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:

@@ -102,6 +102,7 @@ class Planner:
         self.seed = seed
         per_reading = spec.per_device_hour * interval_ms / 3_600_000
         self.p = min(per_reading, 0.5)
+        self.warmup_readings = math.ceil(spec.warmup_s * 1000 / interval_ms)
         kinds = list(spec.mix)
         weights = np.array([spec.mix[k] for k in kinds])
         self.kinds = kinds
@@ -119,7 +120,7 @@ class Planner:
         if not self.enabled:
             return 2**62
         gap = math.ceil(math.log(self._u(_GAP, device, n)) / math.log1p(-self.p))
-        return after_seq + max(gap, 1)
+        return max(after_seq, self.warmup_readings) + max(gap, 1)
 
     def plan(self, device: int, device_id: str, n: int, start_seq: int, kind: Kind) -> Anomaly:
         name = self.kinds[int(np.searchsorted(self.cumulative, self._u(_KIND, device, n)))]

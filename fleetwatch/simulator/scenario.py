@@ -69,10 +69,12 @@ class AnomalySpec:
     spike_every: int = 0
     """Every Nth reading of the fleet (1-based, round by round) is a spike; 0 for none."""
     spike_size: float = 25.0
+    warmup_s: float = 0.0
+    """No anomaly starts in a device's first ``warmup_s`` seconds (its models' warm-up)."""
 
     def __post_init__(self) -> None:
-        if self.per_device_hour < 0 or self.spike_every < 0:
-            raise ScenarioError("anomaly rates must not be negative")
+        if self.per_device_hour < 0 or self.spike_every < 0 or self.warmup_s < 0:
+            raise ScenarioError("anomaly rates and the warm-up must not be negative")
         object.__setattr__(self, "mix", _weights(self.mix, ANOMALY_KINDS, "anomaly kind"))
 
 

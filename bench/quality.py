@@ -1,0 +1,142 @@
+"""Detection quality of the whole path: a simulated fleet with labelled anomalies and
+misbehaviour, through MQTT → gateway → Kafka → trainer and scorer → ``alerts``, scored by
+``fleetwatch sim eval`` against the simulator's truth.
+
+The fleet runs in real time (event times come from the devices' clocks as corrected by the
+gateway, so a faster-than-real-time replay would compress them); by default the scenario
+``deploy/scenarios/eval-500.toml``: 500 devices, 30 minutes, every anomaly kind, anomalies after
+each device's first 5 minutes, clock skew, offline buffering, duplicates and garbage. The
+trainer starts with the fleet (nothing learned beforehand): devices are scored with the fixed
+baseline until their first parameters arrive.
+
+    python bench/quality.py [--scenario FILE] [--devices N] [--minutes M] [--tolerance S]
+
+Prints ``sim eval``'s table, then a last line: {"f1", "precision", "recall", "anomalies",
+"alerts", "false_alerts", "false_alerts_per_device_day", "delay_p50_s", "delay_p95_s",
+"by_kind": {kind: {"f1", "precision", "recall", "anomalies", "delay_p50_s", "delay_p95_s"}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from _common import end_offsets, isolated_env, stage, wait  # bench/_common.py
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.topics import delete_topics
+from fleetwatch.streaming.checkpoints import committed_offsets, versioned
+from fleetwatch.streaming.score import PLAN_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fleetwatch(env: dict[str, str], *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleetwatch.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        **kw,
+    )
+
+
+def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-quality-"))
+    topics, env = isolated_env(settings, tag, run_dir)
+    stages = [
+        stage(env, run_dir, "gateway", "gateway"),
+        stage(env, run_dir, "train", "train"),
+        stage(env, run_dir, "score", "score"),
+    ]
+    truth = run_dir / "truth.jsonl"
+    try:
+        checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
+        wait(lambda: (checkpoint / "commits" / "0").exists(), 240, "the scorer's first batch")
+        sim: list[str] = ["sim", "run", "--scenario", str(args.scenario), "--quiet"]
+        sim += ["--truth", str(truth), "--prefix", f"q{tag}"]
+        if args.devices:
+            sim += ["--devices", str(args.devices)]
+        if args.minutes:
+            sim += ["--duration", str(args.minutes * 60)]
+        started = time.monotonic()
+        print(f"quality: fleet running ({' '.join(sim[2:])}); logs in {run_dir}", flush=True)
+        ran = fleetwatch(env, *sim)
+        if ran.returncode != 0:
+            raise SystemExit(f"bench: the simulator failed: {ran.stderr[-2000:]}")
+        print(f"quality: fleet done in {time.monotonic() - started:.0f} s", flush=True)
+        ends = end_offsets(settings.kafka.bootstrap_servers, topics.telemetry_raw)
+
+        def caught_up() -> bool:
+            done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
+            return all(done.get(p, 0) >= end for p, end in ends.items())
+
+        wait(caught_up, 900, "the scorer to catch up")
+        time.sleep(5)  # the last batch's alerts are on the topic
+        report = fleetwatch(
+            env, "sim", "eval", str(truth), "--tolerance", str(args.tolerance), "--json"
+        )
+        if report.returncode != 0:
+            raise SystemExit(f"bench: sim eval failed: {report.stderr[-2000:]}")
+        table = fleetwatch(env, "sim", "eval", str(truth), "--tolerance", str(args.tolerance))
+        print(table.stdout, flush=True)
+        return json.loads(report.stdout)  # type: ignore[no-any-return]
+    finally:
+        for p in stages:
+            p.send_signal(signal.SIGTERM)
+        for p in stages:
+            p.wait(180)
+        delete_topics(settings.kafka.bootstrap_servers, topics.model_dump().values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", type=Path, default=ROOT / "deploy/scenarios/eval-500.toml")
+    parser.add_argument("--devices", type=int, default=None, help="override the scenario's")
+    parser.add_argument("--minutes", type=float, default=None, help="override the scenario's")
+    parser.add_argument("--tolerance", type=float, default=30.0, help="sim eval --tolerance")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    settings = Settings()
+    stack = Stack(settings)
+    was_up = all(c.pid for c in stack.status())
+    stack.up()
+    try:
+        report = evaluate_run(settings, args)
+    finally:
+        if not was_up:
+            stack.down()
+    keep = ("f1", "precision", "recall", "anomalies", "delay_p50_s", "delay_p95_s")
+    summary = {
+        k: report[k]
+        for k in (
+            "f1",
+            "precision",
+            "recall",
+            "anomalies",
+            "alerts",
+            "false_alerts",
+            "false_alerts_per_device_day",
+            "delay_p50_s",
+            "delay_p95_s",
+        )
+    }
+    summary["by_kind"] = {
+        kind: {k: r[k] for k in keep} for kind, r in sorted(report["by_kind"].items())
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
