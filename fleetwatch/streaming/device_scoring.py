@@ -139,6 +139,7 @@ def new_state() -> dict[str, Any]:
         "timer": None,
         "status": "ok",
         "late": 0,  # readings behind the watermark, so far
+        "heard_ms": None,  # newest event time among them (they were sent: no dropout)
         "dups": 0,  # repeated readings dropped, so far
     }
 
@@ -251,11 +252,19 @@ def process(
         distinct = Counter((s, d) for s, d, _ in taken)
         out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
     st["seen"] = [r for r in ranges if r[2] >= watermark_ms]
+    late_events: list[dict[str, Any]] = []
     if late_rows:
-        _write_late(device_id, frame.take(late_rows), watermark_ms, out)
+        late = frame.take(late_rows)
+        _write_late(device_id, late, watermark_ms, out)
+        late_events = _heard(device_id, st, late, now_ms, policy)
     st["late"] = int(st.get("late", 0)) + out.late
     st["dups"] = int(st.get("dups", 0)) + out.duplicates
     if not keep_rows:
+        for event in late_events:
+            out.add(ALERTS, event)
+        if late_events:
+            opened = any(e["opened"] for e in st["episodes"])
+            st["status"] = "alerting" if opened else "ok"
         if out.late or out.duplicates:
             open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
             out.add(STATE, state_record(device_id, st, open_ids, now_ms))
@@ -287,11 +296,13 @@ def process(
     if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
         active = set(lifecycle.episodes)
-        for obs in observations(in_order, members, policy.baseline, last_ms, active):
+        heard = st.get("heard_ms")
+        gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
+        for obs in observations(in_order, members, policy.baseline, gap_from, active):
             lifecycle.observe(obs)
         _advance(st, in_order)
     out.scored = len(fresh)
-    for event in lifecycle.events:
+    for event in [*late_events, *lifecycle.events]:
         out.add(ALERTS, event)
     st["episodes"] = lifecycle.dump()
     st["status"] = "alerting" if lifecycle.open_ids else "ok"
@@ -326,6 +337,32 @@ def _maybe_state(
     out.add(STATE, state_record(device_id, st, open_ids, now_ms))
     if session is not None:
         out.add(SESSIONS, dict(session))
+
+
+def _heard(
+    device_id: str, st: dict[str, Any], late: Rows, now_ms: int, policy: Policy
+) -> list[dict[str, Any]]:
+    """Readings behind the watermark are not scored, but they were sent: a device whose
+    buffered readings arrive late (back from offline) did not drop out. Their event times
+    fill the gap of a dropout episode (withdrawn once no gap over its limit is left) and the
+    newest of them is where the next dropout gap is measured from (``heard_ms``)."""
+    newest = int(late["event_ms"].max())
+    st["heard_ms"] = newest if st.get("heard_ms") is None else max(int(st["heard_ms"]), newest)
+    if not any(e["kind"] == DROPOUT for e in st["episodes"]):
+        return []
+    lifecycle = Lifecycle(
+        device_id,
+        int(st["v"]),
+        now_ms,
+        policy.min_readings,
+        policy.clear_readings,
+        Lifecycle.load(st["episodes"]),
+    )
+    arrivals = zip(late["seq"], late["event_ms"], late["received_ms"], strict=True)
+    for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
+        lifecycle.late_reading(seq, ev, rx)
+    st["episodes"] = lifecycle.dump()
+    return lifecycle.events
 
 
 def _is_sorted(order: Any) -> bool:

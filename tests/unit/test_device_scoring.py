@@ -217,3 +217,39 @@ def test_a_dropout_filled_by_late_readings_is_withdrawn() -> None:
     withdrawn = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in withdrawn] == ["withdraw"]
     assert withdrawn[0]["alert_id"] == opened[0]["alert_id"]
+
+
+def test_a_dropout_filled_by_readings_behind_the_watermark_is_withdrawn() -> None:
+    p = trained_params()
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    state, _ = run([frame([(600, t, 21.0)])])
+    state["v"] = version
+    state, outs = run([frame([(630, t + 30_000, 21.0)])], state=state, params_json=p)
+    opened = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    assert [a["status"] for a in opened] == ["open"]
+    # the buffered readings arrive after the watermark passed them: late, not scored, but sent
+    late = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 630)])
+    state, outs = run([late], state=state, params_json=p, watermark=t + 40_000)
+    assert len(of(outs[0], LATE)) == 29
+    withdrawn = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    assert [a["status"] for a in withdrawn] == ["withdraw"]
+    assert withdrawn[0]["alert_id"] == opened[0]["alert_id"]
+    assert of(outs[0], STATE)[-1]["open_alerts"] == []
+
+
+def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
+    p = trained_params()
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    state, _ = run([frame([(600, t, 21.0)])])
+    state["v"] = version
+    # offline for 200 s, then the buffer flushes in one batch: the older part is behind the
+    # watermark (late), the rest is scored; no gap is left between what was heard
+    flushed = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 801)])
+    state, outs = run([flushed], state=state, params_json=p, watermark=t + 80_000)
+    assert len(of(outs[0], LATE)) == 79
+    assert [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"] == []
+    # a real dropout afterwards is still found
+    state, outs = run([frame([(830, t + 230_000, 21.0)])], state=state, params_json=p)
+    assert [a["status"] for a in of(outs[0], ALERTS) if a["detector"] == "dropout"] == ["open"]
