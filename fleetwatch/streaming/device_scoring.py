@@ -24,9 +24,11 @@ Per batch, for one device:
 A device that falls silent is found by an event-time timer at ``last seen + session gap``
 (:func:`expire`): its session ends, its open alerts resolve and its status becomes ``silent``.
 
-Scoring memory that spans batches (the CUSUM sums, the flat-line windows) is the trainer's,
-as of the parameter version; the time of the previous reading — which the dropout test
-measures the gap from — is the scorer's own, so a stale parameter version cannot fake a gap.
+Scoring memory that spans batches is the trainer's (the CUSUM sums), as of the parameter
+version, except what a window of the device's latest readings needs: the flat-line windows
+slide over the scorer's own recent values, and the dropout gap is measured from the scorer's
+own previous reading (or the newest late one), so a stale parameter version can neither hide a
+stuck sensor nor fake a gap.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from fleetwatch.streaming.rows import Rows
 from fleetwatch.streaming.training import params_of
 
 ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
+FLAT_WINDOW = FlatlineDetector().window
 """Which output topic a record is for (the job maps them to the configured topic names)."""
 
 
@@ -140,6 +143,7 @@ def new_state() -> dict[str, Any]:
         "status": "ok",
         "late": 0,  # readings behind the watermark, so far
         "heard_ms": None,  # newest event time among them (they were sent: no dropout)
+        "recent": {},  # metric -> values of the latest in-order readings (flat-line windows)
         "dups": 0,  # repeated readings dropped, so far
     }
 
@@ -298,9 +302,11 @@ def process(
         active = set(lifecycle.episodes)
         heard = st.get("heard_ms")
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
-        for obs in observations(in_order, members, policy.baseline, gap_from, active):
+        recent: dict[str, list[float]] = st.setdefault("recent", {})
+        for obs in observations(in_order, members, policy.baseline, gap_from, active, recent):
             lifecycle.observe(obs)
         _advance(st, in_order)
+        _slide(recent, in_order, _window(members) - 1)
     out.scored = len(fresh)
     for event in [*late_events, *lifecycle.events]:
         out.add(ALERTS, event)
@@ -517,12 +523,18 @@ def observations(
     baseline: FixedBaseline,
     previous_ms: int | None,
     active: set[str],
+    recent: dict[str, list[float]] | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
     the only calm rows the lifecycle needs are those that may close an episode. ``members``
     (:func:`_members`): ``None`` scores with the fixed ``baseline``; a device with no learned
-    parameters but a fleet champion gets both."""
+    parameters but a fleet champion gets both.
+
+    The flat-line detector's windows are the scorer's own: ``recent`` holds, per metric, the
+    values of the device's latest in-order readings (event-time order), so each window slides
+    over exactly the readings before it, not over the trainer's copy as of its last batch;
+    ``previous_ms`` is where the dropout gap is measured from."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -535,6 +547,8 @@ def observations(
     for m_index, (member, label) in enumerate(members):
         if isinstance(member, FlatlineDetector):
             member.last_ms = previous_ms
+            if recent is not None:
+                member.tails = [list(recent.get(m, ())) for m in member.metrics]
         scores = member.score(frame)
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
@@ -650,6 +664,24 @@ def _advance(st: dict[str, Any], in_order: Rows) -> None:
     st["vals"] = vals
     top = int(in_order["seq"].max())
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
+
+
+def _window(members: list[Member] | None) -> int:
+    """The flat-line window (readings) of the device's detectors (the default without one)."""
+    for member, _ in members or ():
+        if isinstance(member, FlatlineDetector):
+            return member.window
+    return FLAT_WINDOW
+
+
+def _slide(recent: dict[str, list[float]], in_order: Rows, keep: int) -> None:
+    """Append the in-order readings' values per metric, keeping the last ``keep`` of each."""
+    metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
+    grown: dict[str, list[float]] = {}
+    for metric, value in zip(metrics, values, strict=True):
+        grown.setdefault(metric, list(recent.get(metric, ()))).append(float(value))
+    for metric, vals in grown.items():
+        recent[metric] = vals[-keep:] if keep > 0 else []
 
 
 def _sessions(

@@ -13,6 +13,7 @@ from fleetwatch.contracts.alerts import Alert, alert_id
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.device_scoring import (
     ALERTS,
@@ -253,3 +254,18 @@ def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
     # a real dropout afterwards is still found
     state, outs = run([frame([(830, t + 230_000, 21.0)])], state=state, params_json=p)
     assert [a["status"] for a in of(outs[0], ALERTS) if a["detector"] == "dropout"] == ["open"]
+
+
+def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
+    p = trained_params()  # the trainer's flat-line windows end in normal, noisy values
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    rng = np.random.default_rng(11)
+    state, _ = run([frame([(600 + i, t + i * 1000, 21 + rng.normal(0, 0.3)) for i in range(5)])])
+    state["v"] = version
+    found: list[tuple[int, str]] = []
+    for i in range(5, 25):  # stuck at one value, a batch per reading; parameters unchanged
+        state, outs = run([frame([(600 + i, t + i * 1000, 21.37)])], state=state, params_json=p)
+        found += [(i, a["status"]) for a in of(outs[0], ALERTS) if a["detector"] == "flatline"]
+    window = FlatlineDetector().window
+    assert found[0] == (5 + window - 1, "open")  # the first window of stuck readings only
