@@ -18,6 +18,20 @@ DeviceStatus = Literal["ok", "alerting", "silent"]
 SessionEnd = Literal["gap", "reboot"]
 
 
+class WindowFeatures(BaseModel):
+    """One metric over one closed event-time window ``[start_ms, end_ms)``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    start_ms: int
+    end_ms: int
+    count: int
+    mean: float
+    std: float
+    min: float
+    max: float
+
+
 class DeviceState(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -39,6 +53,8 @@ class DeviceState(BaseModel):
     ``telemetry.late``)."""
     duplicate_readings: int = 0
     """Repeated readings dropped so far."""
+    windows: dict[str, WindowFeatures] = {}
+    """Per metric, its newest window final under the watermark (``score.window_size_s``)."""
     updated_ms: int
 
 

@@ -141,11 +141,26 @@ class ScoreSettings(_Part):
     previous one ends — lowest latency)."""
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     """Upper bound of Kafka records per micro-batch (``None``: everything available)."""
+    window_size_s: int = Field(60, ge=1)
+    """Event-time windows of each device's metrics (count, mean, std, min, max): their size…"""
+    window_slide_s: int = Field(60, ge=1)
+    """…and how often one starts (equal to the size: tumbling; smaller: sliding). A window is
+    final when the watermark passes its end; the newest one per metric is in
+    ``device.state.windows``."""
     fleet_model: Literal["fallback", "always", "off"] = "fallback"
     """Where the multivariate detector is the ``champion`` fleet model of the device's scope
     (its metric set; ``fleetwatch models promote`` publishes it on ``model.params``):
     ``fallback`` for devices whose own multivariate model is still warming up (and those with
     no learned parameters yet), ``always`` for every device of the scope, ``off`` never."""
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> ScoreSettings:
+        if self.window_slide_s > self.window_size_s:
+            raise ValueError(
+                f"score.window_slide_s ({self.window_slide_s}) must not exceed "
+                f"score.window_size_s ({self.window_size_s})"
+            )
+        return self
 
 
 class TrainSettings(_Part):

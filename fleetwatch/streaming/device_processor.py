@@ -51,6 +51,7 @@ from fleetwatch.streaming.device_scoring import (
     wants_timer,
 )
 from fleetwatch.streaming.rows import Rows, by_device
+from fleetwatch.streaming.windows import WindowSpec
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -60,6 +61,9 @@ def policy_of(settings: Settings) -> Policy:
         clear_readings=settings.score.clear_readings,
         baseline=FixedBaseline(bands=dict(settings.score.baseline)),
         fleet_model=settings.score.fleet_model,
+        windows=WindowSpec(
+            settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
+        ),
     )
 
 

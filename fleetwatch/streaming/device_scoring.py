@@ -58,6 +58,9 @@ from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Lifecycle, Observation
 from fleetwatch.streaming.rows import Rows
 from fleetwatch.streaming.training import params_of
+from fleetwatch.streaming.windows import WindowSpec
+from fleetwatch.streaming.windows import add as add_to_windows
+from fleetwatch.streaming.windows import close as close_windows
 
 ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
 FLAT_WINDOW = FlatlineDetector().window
@@ -74,6 +77,8 @@ class Policy:
     fleet_model: str = "fallback"
     """``score.fleet_model``: when the scope's champion replaces the device's own multivariate
     detector — ``fallback`` (own one not fitted yet), ``always`` or ``off``."""
+    windows: WindowSpec = field(default_factory=lambda: WindowSpec(60_000, 60_000))
+    """Event-time windows of the metrics (:mod:`fleetwatch.streaming.windows`)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,8 @@ def new_state() -> dict[str, Any]:
         "late": 0,  # readings behind the watermark, so far
         "heard_ms": None,  # newest event time among them (they were sent: no dropout)
         "recent": {},  # metric -> values of the latest in-order readings (flat-line windows)
+        "win": {},  # open event-time windows: start -> metric -> accumulators
+        "windows": {},  # metric -> features of its newest closed window
         "dups": 0,  # repeated readings dropped, so far
     }
 
@@ -263,6 +270,18 @@ def process(
         late_events = _heard(device_id, st, late, now_ms, policy)
     st["late"] = int(st.get("late", 0)) + out.late
     st["dups"] = int(st.get("dups", 0)) + out.duplicates
+    if keep_rows:
+        kept = frame.take(keep_rows)
+        add_to_windows(
+            st.setdefault("win", {}),
+            policy.windows,
+            kept["event_ms"].tolist(),
+            kept["metric"].tolist(),
+            kept["value"].tolist(),
+        )
+    closed = close_windows(st.setdefault("win", {}), policy.windows, watermark_ms)
+    if closed:
+        st["windows"] = {**st.get("windows", {}), **closed}
     if not keep_rows:
         for event in late_events:
             out.add(ALERTS, event)
@@ -333,6 +352,7 @@ def _maybe_state(
         open_ids,
         st["v"],
         None if session is None else session["session_id"],
+        max((w["end_ms"] for w in st.get("windows", {}).values()), default=None),
     ]
     last_ms = int(st["last_ms"] or 0)
     due = st.get("state_at") is None or last_ms - int(st["state_at"]) >= policy.state_every_ms
@@ -468,6 +488,7 @@ def state_record(
         "clock_offset_ms": st["offset"],
         "firmware": st["fw"],
         "session_id": None if session is None else session["session_id"],
+        "windows": st.get("windows", {}),
         "late_readings": int(st.get("late", 0)),
         "duplicate_readings": int(st.get("dups", 0)),
         "updated_ms": now_ms,
