@@ -52,7 +52,8 @@ def test_the_scorer_publishes_closed_windows_and_late_readings_within_the_latene
     state, out = process("d1", state, None, frame([(12, t + 12_000, 21.0)]), t + 10_000, t, policy)
     record = [json.loads(v) for role, v in out.records if role == STATE][-1]
     window = DeviceState.model_validate(record).windows["temperature"]
-    assert (window.start_ms, window.count, window.mean) == (t, 3, pytest.approx(22.0))
+    assert (window.start_ms, window.count) == (t, 3)
+    assert window.mean == pytest.approx(22.0)
     # behind the watermark: late, and the closed window does not change
     state, out = process("d1", state, None, frame([(3, t + 3000, 99.0)]), t + 11_000, t, policy)
     assert state["windows"]["temperature"]["count"] == 3
