@@ -32,6 +32,7 @@ from typing import Any
 from _common import end_offsets, isolated_env, stage, wait  # bench/_common.py
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
@@ -84,12 +85,14 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
 
         wait(caught_up, 900, "the scorer to catch up")
         time.sleep(5)  # the last batch's alerts are on the topic
-        report = fleetwatch(
-            env, "sim", "eval", str(truth), "--tolerance", str(args.tolerance), "--json"
-        )
+        alerts = run_dir / "alerts.jsonl"  # kept for a closer look; the topics are deleted
+        events = read_alerts(settings.model_copy(update={"topics": topics}))
+        alerts.write_text("".join(json.dumps(a) + "\n" for a in events))
+        given = ("--alerts", str(alerts), "--tolerance", str(args.tolerance))
+        report = fleetwatch(env, "sim", "eval", str(truth), *given, "--json")
         if report.returncode != 0:
             raise SystemExit(f"bench: sim eval failed: {report.stderr[-2000:]}")
-        table = fleetwatch(env, "sim", "eval", str(truth), "--tolerance", str(args.tolerance))
+        table = fleetwatch(env, "sim", "eval", str(truth), *given)
         print(table.stdout, flush=True)
         return json.loads(report.stdout)  # type: ignore[no-any-return]
     finally:
