@@ -511,8 +511,8 @@ def main() -> None:
         for key in args.cases:  # in the order given
             results[key] = bench.case(by_key[key])
     finally:
+        spark.stop()  # first: its cached Kafka consumers would complain of deleted topics
         bench.close()
-        spark.stop()
         if not was_up:
             stack.down()
     print(json.dumps(results))
