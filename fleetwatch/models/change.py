@@ -28,7 +28,7 @@ from a single-batch pass (they agree to the reference's change over the batch).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -103,8 +103,6 @@ class ChangeDetector(Detector):
         self.lower = np.zeros(0)
         self._last_run: tuple[Batch, tuple[dict[str, FloatArray], FloatArray, FloatArray]] | None
         self._last_run = None
-        self._learned: tuple[FloatArray, FloatArray] | None = None
-        """The learned sums, kept while :meth:`continue_from` puts a scorer's in their place."""
 
     @property
     def limit(self) -> float:
@@ -143,9 +141,6 @@ class ChangeDetector(Detector):
         return out, upper, lower
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
-        if self._learned is not None:  # learning continues from the learned sums
-            self.upper, self.lower = self._learned
-            self._learned = None
         if self.profile.metrics:
             _, self.upper, self.lower = self._run(batch)
         self._last_run = None
@@ -174,29 +169,6 @@ class ChangeDetector(Detector):
         band = self.drift * run["std"]
         return Scores.build(self.kind, surprise, names, batch.value, run["mean"], band, reason)
 
-    def continue_from(self, sums: Mapping[str, Sequence[float]]) -> None:
-        """Score on from these CUSUM sums (``metric -> [upper, lower]``; metrics not given keep
-        the learned ones) — a scorer that follows every reading carries its own."""
-        self._last_run = None
-        if self._learned is None:
-            self._learned = (self.upper.copy(), self.lower.copy())
-        self.upper, self.lower = self._learned[0].copy(), self._learned[1].copy()
-        for i, metric in enumerate(self.profile.metrics):
-            given = sums.get(metric)
-            if given is not None:
-                self.upper[i], self.lower[i] = given
-
-    def last_sums(self) -> dict[str, list[float]]:
-        """The sums per metric after the readings :meth:`score` was last given (scored, not
-        learned: the state is as it was); empty when nothing was scored since a change."""
-        if self._last_run is None:
-            return {}
-        _, upper, lower = self._last_run[1]
-        return {
-            m: [float(u), float(lo)]
-            for m, u, lo in zip(self.profile.metrics, upper, lower, strict=True)
-        }
-
     def _state(self) -> dict[str, Any]:
         return {**self.profile.state(), "upper": floats(self.upper), "lower": floats(self.lower)}
 
@@ -206,4 +178,3 @@ class ChangeDetector(Detector):
         k = len(self.profile.metrics)
         self.upper = array(state, "upper", (k,))
         self.lower = array(state, "lower", (k,))
-        self._learned = None

@@ -24,12 +24,11 @@ Per batch, for one device:
 A device that falls silent is found by an event-time timer at ``last seen + session gap``
 (:func:`expire`): its session ends, its open alerts resolve and its status becomes ``silent``.
 
-Scoring memory that spans readings is the scorer's own, not the trainer's copy as of its last
-batch: the flat-line windows slide over the device's latest values, the CUSUM sums continue
-from the scorer's previous reading, and the dropout gap is measured from the previous reading
-heard (or the newest late one) — a stale parameter version can neither hide a stuck sensor or
-a shift nor fake a gap. The parameters (profiles, noise levels, typical interval) are the
-trainer's.
+Scoring memory that spans batches is the trainer's (the CUSUM sums), as of the parameter
+version, except what a window of the device's latest readings needs: the flat-line windows
+slide over the scorer's own recent values, and the dropout gap is measured from the scorer's
+own previous reading (or the newest late one), so a stale parameter version can neither hide a
+stuck sensor nor fake a gap.
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.models.base import Detector
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.flatline import FlatlineDetector
@@ -151,7 +149,6 @@ def new_state() -> dict[str, Any]:
         "late": 0,  # readings behind the watermark, so far
         "heard_ms": None,  # newest event time among them (they were sent: no dropout)
         "recent": {},  # metric -> values of the latest in-order readings (flat-line windows)
-        "cusum": {},  # metric -> the scorer's own [upper, lower] CUSUM sums
         "win": {},  # open event-time windows: start -> metric -> accumulators
         "windows": {},  # metric -> features of its newest closed window
         "dups": 0,  # repeated readings dropped, so far
@@ -324,11 +321,11 @@ def process(
         active = set(lifecycle.episodes)
         heard = st.get("heard_ms")
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
-        memory = Memory(st.setdefault("recent", {}), st.setdefault("cusum", {}))
-        for obs in observations(in_order, members, policy.baseline, gap_from, active, memory):
+        recent: dict[str, list[float]] = st.setdefault("recent", {})
+        for obs in observations(in_order, members, policy.baseline, gap_from, active, recent):
             lifecycle.observe(obs)
         _advance(st, in_order)
-        _slide(memory.recent, in_order, _window(members) - 1)
+        _slide(recent, in_order, _window(members) - 1)
     out.scored = len(fresh)
     for event in [*late_events, *lifecycle.events]:
         out.add(ALERTS, event)
@@ -501,17 +498,6 @@ def state_record(
 # -- scoring ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Memory:
-    """What the scorer carries from one in-order reading of a device to the next for the
-    detectors that look back (held in the device's state)."""
-
-    recent: dict[str, list[float]]
-    """metric -> values of the latest readings (the flat-line windows)"""
-    cusum: dict[str, list[float]]
-    """metric -> [upper, lower] CUSUM sums"""
-
-
 Member = tuple[Detector, str | None]
 """A detector the scorer runs for a device, and the fleet model's label when it is one."""
 
@@ -558,7 +544,7 @@ def observations(
     baseline: FixedBaseline,
     previous_ms: int | None,
     active: set[str],
-    memory: Memory | None = None,
+    recent: dict[str, list[float]] | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -566,10 +552,10 @@ def observations(
     (:func:`_members`): ``None`` scores with the fixed ``baseline``; a device with no learned
     parameters but a fleet champion gets both.
 
-    Given ``memory`` (in-order readings), what spans readings is the scorer's own, not the
-    trainer's copy as of its last batch: the flat-line windows slide over the values of the
-    device's latest readings, and the CUSUM sums continue from where the scorer left them
-    (and are updated); ``previous_ms`` is where the dropout gap is measured from."""
+    The flat-line detector's windows are the scorer's own: ``recent`` holds, per metric, the
+    values of the device's latest in-order readings (event-time order), so each window slides
+    over exactly the readings before it, not over the trainer's copy as of its last batch;
+    ``previous_ms`` is where the dropout gap is measured from."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -582,13 +568,9 @@ def observations(
     for m_index, (member, label) in enumerate(members):
         if isinstance(member, FlatlineDetector):
             member.last_ms = previous_ms
-            if memory is not None:
-                member.tails = [list(memory.recent.get(m, ())) for m in member.metrics]
-        elif isinstance(member, ChangeDetector) and memory is not None:
-            member.continue_from(memory.cusum)
+            if recent is not None:
+                member.tails = [list(recent.get(m, ())) for m in member.metrics]
         scores = member.score(frame)
-        if isinstance(member, ChangeDetector) and memory is not None:
-            memory.cusum.update(member.last_sums())
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
