@@ -1,7 +1,9 @@
-"""How the API process holds up under load: its heap after start-up and its SQLite pool."""
+"""How the API process holds up under load: its heap after start-up, its SQLite pool, where
+its hot reads run."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 from pathlib import Path
@@ -55,3 +57,19 @@ def _read(store: Store, inside: threading.Barrier) -> None:
     with store.session() as session:
         session.execute(text("SELECT 1"))
         inside.wait(timeout=10)
+
+
+def test_a_sqlite_read_runs_on_the_event_loop_and_any_other_in_the_thread_pool(
+    tmp_path: Path,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'api.db'}")
+    try:
+
+        async def reader_thread() -> int:
+            return await store.read(threading.get_ident)
+
+        assert asyncio.run(reader_thread()) == threading.get_ident()
+        store._inline = False  # as for PostgreSQL
+        assert asyncio.run(reader_thread()) != threading.get_ident()
+    finally:
+        store.close()
