@@ -12,7 +12,10 @@ stalled server is not hidden (no coordinated omission). The baseline in the same
                         [--workers 2]
 
 Last line: {"rps", "p50_ms", "p99_ms", "errors", "workers", "requests", "devices", "alerts",
-"target_rps", "baseline_p50_ms", "baseline_p99_ms", "devices_p99_ms", "alerts_p99_ms"}
+"target_rps", "baseline_p50_ms", "baseline_p99_ms", "devices_p99_ms", "alerts_p99_ms",
+"send_lag_p99_ms", "loadavg_1m"}: ``send_lag_p99_ms`` is the load generator's own lateness (from
+a request's due time to its task running), a part of the latency that is not the API's;
+``loadavg_1m`` the machine's load average before and after (other work on it moves the tail).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -136,8 +140,6 @@ class NullPublisher:
 
 def factory() -> Any:
     """The app uvicorn's workers import (``api:factory``); the store URL comes from the env."""
-    import os
-
     from fleetwatch.serving.app import create_app
 
     settings = Settings(
@@ -176,6 +178,7 @@ async def _load(
     host, port = base.removeprefix("http://").split(":")
     total = int(rate * seconds)
     latencies: list[float] = [0.0] * total
+    lags: list[float] = [0.0] * total  # the generator's own lateness: due → the task runs
     errors = 0
     pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(conns):
@@ -183,6 +186,7 @@ async def _load(
 
     async def one(i: int, due: float) -> None:
         nonlocal errors
+        lags[i] = time.perf_counter() - due
         reader, writer = await pool.get()
         request = (
             f"GET {paths[i % len(paths)]} HTTP/1.1\r\nHost: {host}\r\nX-API-Key: {key}\r\n\r\n"
@@ -217,12 +221,15 @@ async def _load(
     while not pool.empty():
         pool.get_nowait()[1].close()
     ms = np.array(latencies) * 1000
+    lag_ms = np.array(lags) * 1000
     return {
         "requests": total,
         "rps": round(total / took, 1),
         "p50_ms": round(float(np.percentile(ms, 50)), 2),
         "p99_ms": round(float(np.percentile(ms, 99)), 2),
         "errors": errors,
+        "send_lag_p50_ms": round(float(np.percentile(lag_ms, 50)), 2),
+        "send_lag_p99_ms": round(float(np.percentile(lag_ms, 99)), 2),
     }
 
 
@@ -261,6 +268,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-api-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'api.db'}"
         started = time.perf_counter()
@@ -307,6 +315,10 @@ def main() -> None:
         f"GET /devices/{{id}} + GET /alerts?device= at {args.rate:.0f}/s: {api_r['rps']} req/s, "
         f"p50 {api_r['p50_ms']} ms, p99 {api_r['p99_ms']} ms, errors {api_r['errors']}"
     )
+    print(
+        f"  the load generator's own lateness (due → sending): "
+        f"p50 {api_r['send_lag_p50_ms']} ms, p99 {api_r['send_lag_p99_ms']} ms"
+    )
     for name, r in routes.items():
         print(
             f"  {name} alone at {args.rate / 2:.0f}/s: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms"
@@ -327,14 +339,14 @@ def main() -> None:
                 "baseline_p99_ms": base_r["p99_ms"],
                 "devices_p99_ms": routes["devices"]["p99_ms"],
                 "alerts_p99_ms": routes["alerts"]["p99_ms"],
+                "send_lag_p99_ms": api_r["send_lag_p99_ms"],
+                "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             }
         )
     )
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    import os
-
     return dict(os.environ) | {"PYTHONPATH": str(HERE.parent)} | extra
 
 

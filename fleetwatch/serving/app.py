@@ -18,6 +18,7 @@ from fleetwatch.serving.auth import Authenticator
 from fleetwatch.serving.control.publisher import CommandPublisher, KafkaCommandPublisher
 from fleetwatch.serving.control.tracker import CommandTracker
 from fleetwatch.serving.deps import Services
+from fleetwatch.serving.heap import settle
 from fleetwatch.serving.materialiser import Materialiser
 from fleetwatch.serving.metrics import LatencyMiddleware, Metrics
 from fleetwatch.serving.routes import alerts, commands, devices, health, keys, webhooks
@@ -94,6 +95,7 @@ def create_app(
                 )
         for worker in running:
             worker.start()
+        settle()
         try:
             yield
         finally:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.serving.auth import Operator, Reader
 from fleetwatch.serving.deps import StoreDep
@@ -36,7 +37,7 @@ DeviceQuery = Annotated[str | None, Query(pattern=DEVICE_ID_PATTERN, description
 
 
 @router.get("", response_model=AlertsPublic)
-def list_alerts(
+async def list_alerts(
     store: StoreDep,
     _: Reader,
     device: DeviceQuery = None,
@@ -60,12 +61,21 @@ def list_alerts(
         from_ms=from_ms,
         to_ms=to_ms,
     )
-    with store.session() as session:
-        rows, total = repo.list_alerts(session, where, limit, offset)
+    if where.device_id is not None:  # one device's episodes, by index: a short read
+        rows, total = await store.read(_alerts, store, where, limit, offset)
+    else:  # a count over the whole table may take a while: not on the event loop
+        rows, total = await run_in_threadpool(_alerts, store, where, limit, offset)
     body = AlertsPublic(
         data=[AlertPublic.model_validate(r) for r in rows], count=total, limit=limit, offset=offset
     )
     return json_response(body)
+
+
+def _alerts(
+    store: Store, where: repo.AlertFilter, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    with store.session() as session:
+        return repo.list_alerts(session, where, limit, offset)
 
 
 def _detail(store: Store, alert_id: str) -> AlertDetail:

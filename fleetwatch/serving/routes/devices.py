@@ -108,9 +108,9 @@ def register_device(body: DeviceCreate, store: StoreDep, _: Admin) -> DevicePubl
 
 
 @router.get("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
-def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> Response:
+async def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> Response:
     """A device with its current state, alert counts and latest alert."""
-    return json_response(load_device(store, device_id))
+    return json_response(await store.read(load_device, store, device_id))
 
 
 @router.patch("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
