@@ -126,7 +126,13 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
 
     from fleetwatch.serving.app import create_app
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_config=None)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=settings.api.access_log,
+    )
     server = _Server(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
