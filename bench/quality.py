@@ -52,15 +52,18 @@ def fleetwatch(env: dict[str, str], *args: str, **kw: Any) -> subprocess.Complet
     )
 
 
+def alive(stages: dict[str, subprocess.Popen[bytes]]) -> None:
+    """A stage that exited makes the run worthless: stop at once, naming its log."""
+    for name, p in stages.items():
+        if p.poll() is not None:
+            raise SystemExit(f"bench: the {name} exited with {p.returncode}: see {name}.log")
+
+
 def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-quality-"))
     topics, env = isolated_env(settings, tag, run_dir)
-    stages = [
-        stage(env, run_dir, "gateway", "gateway"),
-        stage(env, run_dir, "train", "train"),
-        stage(env, run_dir, "score", "score"),
-    ]
+    stages = {name: stage(env, run_dir, name, name) for name in ("gateway", "train", "score")}
     truth = run_dir / "truth.jsonl"
     try:
         checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
@@ -74,12 +77,14 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
         started = time.monotonic()
         print(f"quality: fleet running ({' '.join(sim[2:])}); logs in {run_dir}", flush=True)
         ran = fleetwatch(env, *sim)
+        alive(stages)
         if ran.returncode != 0:
             raise SystemExit(f"bench: the simulator failed: {ran.stderr[-2000:]}")
         print(f"quality: fleet done in {time.monotonic() - started:.0f} s", flush=True)
         ends = end_offsets(settings.kafka.bootstrap_servers, topics.telemetry_raw)
 
         def caught_up() -> bool:
+            alive(stages)
             done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
             return all(done.get(p, 0) >= end for p, end in ends.items())
 
@@ -96,9 +101,9 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
         print(table.stdout, flush=True)
         return json.loads(report.stdout)  # type: ignore[no-any-return]
     finally:
-        for p in stages:
+        for p in stages.values():
             p.send_signal(signal.SIGTERM)
-        for p in stages:
+        for p in stages.values():
             p.wait(180)
         delete_topics(settings.kafka.bootstrap_servers, topics.model_dump().values())
 

@@ -34,7 +34,14 @@ class Rows:
     def of(cls, frame: pd.DataFrame | Rows) -> Rows:
         if isinstance(frame, Rows):
             return frame
-        return cls({c: frame[c].to_numpy() for c in COLUMNS})
+        # Spark hands the operator integer columns as float64 once a batch held a null in them
+        # (the parameter rows of the union): integers again here, for every consumer
+        return cls(
+            {
+                c: frame[c].to_numpy(np.int64) if c in INTEGERS else frame[c].to_numpy()
+                for c in COLUMNS
+            }
+        )
 
     def __len__(self) -> int:
         return len(self.cols["seq"])

@@ -48,7 +48,7 @@ def add(
     """Add readings (one per metric value) to the open windows (``{start: {metric: acc}}``,
     starts as strings: the state is JSON)."""
     for ev, metric, value in zip(event_ms, metrics, values, strict=True):
-        for start in spec.starts(ev):
+        for start in spec.starts(int(ev)):
             acc = open_windows.setdefault(str(start), {}).get(metric)
             if acc is None:
                 open_windows[str(start)][metric] = [1.0, value, value * value, value, value]

@@ -58,3 +58,14 @@ def test_the_scorer_publishes_closed_windows_and_late_readings_within_the_latene
     state, out = process("d1", state, None, frame([(3, t + 3000, 99.0)]), t + 11_000, t, policy)
     assert state["windows"]["temperature"]["count"] == 3
     assert state["late"] == 1
+
+
+def test_integer_columns_spark_hands_over_as_floats_are_integers_again() -> None:
+    # a batch that held a parameter row (nulls in the integer columns) comes as float64
+    t = T0 - T0 % 60_000
+    given = frame([(0, t, 21.0), (1, t + 1000, 22.0)])
+    floats = given.astype({c: "float64" for c in ("seq", "event_ms", "received_ms")})
+    state, _ = process("d1", None, None, floats, 0, t, POLICY)
+    assert list(state["win"]) == [str(t)]
+    assert state["last_ms"] == t + 1000
+    assert isinstance(state["last_ms"], int)
