@@ -300,14 +300,7 @@ def process(
         in_order = fresh.where(fresh["event_ms"] >= last_ms)
         older = fresh.where(fresh["event_ms"] < last_ms)
 
-    lifecycle = Lifecycle(
-        device_id,
-        int(st["v"]),
-        now_ms,
-        policy.min_readings,
-        policy.clear_readings,
-        Lifecycle.load(st["episodes"]),
-    )
+    lifecycle = _lifecycle(device_id, st, now_ms, policy)
     detector = detector_for(device_id, int(st["v"]), params_json)
     members = _members(detector, st, fresh, policy, fleet)
     if len(older):
@@ -376,7 +369,17 @@ def _heard(
     st["heard_ms"] = newest if st.get("heard_ms") is None else max(int(st["heard_ms"]), newest)
     if not any(e["kind"] == DROPOUT for e in st["episodes"]):
         return []
-    lifecycle = Lifecycle(
+    lifecycle = _lifecycle(device_id, st, now_ms, policy)
+    arrivals = zip(late["seq"], late["event_ms"], late["received_ms"], strict=True)
+    for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
+        lifecycle.late_reading(seq, ev, rx)
+    st["episodes"] = lifecycle.dump()
+    return lifecycle.events
+
+
+def _lifecycle(device_id: str, st: dict[str, Any], now_ms: int, policy: Policy) -> Lifecycle:
+    """The device's alert episodes as held in its state."""
+    return Lifecycle(
         device_id,
         int(st["v"]),
         now_ms,
@@ -384,11 +387,6 @@ def _heard(
         policy.clear_readings,
         Lifecycle.load(st["episodes"]),
     )
-    arrivals = zip(late["seq"], late["event_ms"], late["received_ms"], strict=True)
-    for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
-        lifecycle.late_reading(seq, ev, rx)
-    st["episodes"] = lifecycle.dump()
-    return lifecycle.events
 
 
 def _is_sorted(order: Any) -> bool:
@@ -446,14 +444,7 @@ def expire(
         session = dict(st["session"], end_reason="gap")
         out.add(SESSIONS, session)
         st["session"] = None
-    lifecycle = Lifecycle(
-        device_id,
-        int(st["v"]),
-        now_ms,
-        policy.min_readings,
-        policy.clear_readings,
-        Lifecycle.load(st["episodes"]),
-    )
+    lifecycle = _lifecycle(device_id, st, now_ms, policy)
     lifecycle.silent(int(last_ms), int(st["last_seq"] or 0), int(st["last_rx"] or 0))
     for event in lifecycle.events:
         out.add(ALERTS, event)
