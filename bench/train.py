@@ -286,10 +286,13 @@ def isolated_env(settings: Settings, run_dir: Path) -> tuple[TopicSettings, dict
     return topics, env
 
 
-def wait_for(condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+def wait_for(
+    condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes], log: Path
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if proc.poll() is not None:
+            print(log.read_text()[-4000:], file=sys.stderr)
             raise SystemExit(f"the trainer exited {proc.returncode} while waiting for {what}")
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
@@ -377,7 +380,13 @@ def main() -> None:
                     stderr=subprocess.STDOUT,
                 )
             with PeakRss(trainer.pid) as rss:
-                wait_for(lambda: watch.devices() >= args.devices, 600, "warm-up", trainer)
+                wait_for(
+                    lambda: watch.devices() >= args.devices,
+                    600,
+                    "warm-up",
+                    trainer,
+                    run_dir / "train.log",
+                )
                 print(f"warm: {args.devices} devices have parameters", flush=True)
                 first_round = len(fleet.rounds)
                 load_from = os.getloadavg()[0]
