@@ -478,6 +478,26 @@ def start(
     return Training(query, publisher, checkpoint)
 
 
+def log_progress(progress: dict[str, Any] | None, logged: int | None) -> int | None:
+    """Log where a finished micro-batch's time went, once per batch; returns its id."""
+    if not progress or progress.get("batchId") == logged:
+        return logged
+    durations = progress.get("durationMs", {})
+    state = progress.get("stateOperators") or [{}]
+    logger.info(
+        "batch %s: %s readings in %s ms (add batch %s ms, of it state commits %s ms); "
+        "state %s rows, %s MB",
+        progress.get("batchId"),
+        progress.get("numInputRows"),
+        durations.get("triggerExecution"),
+        durations.get("addBatch"),
+        sum(int(op.get("commitTimeMs", 0)) for op in state),
+        sum(int(op.get("numRowsTotal", 0)) for op in state),
+        sum(int(op.get("memoryUsedBytes", 0)) for op in state) // 1_000_000,
+    )
+    return int(progress["batchId"])
+
+
 def run(
     settings: Settings,
     stop: threading.Event,
@@ -493,9 +513,11 @@ def run(
     try:
         training = start(spark, settings, observer, backfill)
         try:
+            logged: int | None = None
             while training.query.isActive and not stop.is_set():
                 if wait_for_query(training.query, 1):
                     break
+                logged = log_progress(training.query.lastProgress, logged)
             if training.query.isActive:
                 logger.info("stopping the training query after its current batch")
                 training.stop()
