@@ -32,7 +32,12 @@ the trainer's process tree (CLI + JVM + Python workers), sampled every second fr
 Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
 "freshness_p50_last_fifth_s", "throughput_rps", "devices", "peak_rss_mb",
 "rate_rps", "trigger", "steady_readings", "uncovered_readings", "device_batches",
-"newest_freshness_p50_s", "newest_freshness_p95_s", "trainer_exit", "baseline_throughput_rps"}
+"newest_freshness_p50_s", "newest_freshness_p95_s", "trainer_exit", "baseline_throughput_rps",
+"cpu_s", "loadavg_1m"}
+
+``cpu_s``: CPU seconds of the trainer's JVM, its Python workers and its driver process from
+the start of the steady phase to the end of the drain; ``loadavg_1m``: the machine's 1-minute
+load average at those two moments (the machine may be shared)
 """
 
 from __future__ import annotations
@@ -101,13 +106,32 @@ def tree_rss_mb(pid: int) -> float:
     return sum(rss_mb(p) for p in tree(pid))
 
 
+def cpu_s(pid: int) -> tuple[str, float]:
+    """A process's class (``jvm``, ``python_workers``, ``driver``) and the CPU seconds it used
+    so far (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "gone", 0.0
+    ticks = sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:13])
+    what = "jvm" if b"java" in cmdline else "driver"
+    if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
+        what = "python_workers"
+    return what, ticks / os.sysconf("SC_CLK_TCK")
+
+
 class PeakRss:
-    """Samples the tree's total RSS every ``interval_s`` in a thread; :attr:`peak_mb`."""
+    """Samples the tree's total RSS every ``interval_s`` in a thread; :attr:`peak_mb`. Also the
+    CPU time of each process of the tree, last seen (:meth:`cpu_s`: a Python worker that
+    exits between two samples loses at most one interval of it)."""
 
     def __init__(self, pid: int, interval_s: float = 1.0) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.peak_mb = 0.0
+        self._cpu: dict[int, tuple[str, float]] = {}
+        self._cpu_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -122,7 +146,24 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak_mb = max(self.peak_mb, tree_rss_mb(self.pid))
+            self._sample_cpu()
             self._stop.wait(self.interval_s)
+
+    def _sample_cpu(self) -> None:
+        for p in tree(self.pid):
+            what, seconds = cpu_s(p)
+            if what != "gone":
+                with self._cpu_lock:
+                    self._cpu[p] = (what, seconds)
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds used so far by the trainer's processes, per class of process."""
+        self._sample_cpu()
+        out = {"jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+        with self._cpu_lock:
+            for what, seconds in self._cpu.values():
+                out[what] += seconds
+        return out
 
 
 def now_ms() -> int:
@@ -245,10 +286,13 @@ def isolated_env(settings: Settings, run_dir: Path) -> tuple[TopicSettings, dict
     return topics, env
 
 
-def wait_for(condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+def wait_for(
+    condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes], log: Path
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if proc.poll() is not None:
+            print(log.read_text()[-4000:], file=sys.stderr)
             raise SystemExit(f"the trainer exited {proc.returncode} while waiting for {what}")
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
@@ -336,9 +380,17 @@ def main() -> None:
                     stderr=subprocess.STDOUT,
                 )
             with PeakRss(trainer.pid) as rss:
-                wait_for(lambda: watch.devices() >= args.devices, 600, "warm-up", trainer)
+                wait_for(
+                    lambda: watch.devices() >= args.devices,
+                    600,
+                    "warm-up",
+                    trainer,
+                    run_dir / "train.log",
+                )
                 print(f"warm: {args.devices} devices have parameters", flush=True)
                 first_round = len(fleet.rounds)
+                load_from = os.getloadavg()[0]
+                cpu_from = rss.cpu_s()
                 steady_from = now_ms()
                 steady(fleet, args.rate, args.duration)
                 steady_to = now_ms()
@@ -355,6 +407,8 @@ def main() -> None:
                 deadline = time.monotonic() + args.drain
                 while time.monotonic() < deadline and not caught_up():
                     time.sleep(1.0)
+                cpu_to = rss.cpu_s()
+                load_to = os.getloadavg()[0]
                 trainer.send_signal(signal.SIGTERM)
                 try:
                     code: int | None = trainer.wait(timeout=180)
@@ -405,6 +459,8 @@ def main() -> None:
         "newest_freshness_p95_s": percentile(newest, 95),
         "trainer_exit": code,
         "baseline_throughput_rps": None if base is None else round(base),
+        "cpu_s": {k: round(cpu_to[k] - cpu_from[k], 1) for k in cpu_to},
+        "loadavg_1m": [round(load_from, 2), round(load_to, 2)],
     }
     print(json.dumps(figures))
 

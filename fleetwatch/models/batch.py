@@ -10,8 +10,8 @@ so each detector maps them to its own arrays with a lookup of a few names, not o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,8 @@ class Batch:
     value: npt.NDArray[np.float64]
     order: npt.NDArray[np.intp] | None
     """The permutation that sorted the caller's rows (``None`` when they were in order)."""
+    _memo: dict[object, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """What :meth:`times` and :meth:`lookup` worked out (a batch's arrays never change)."""
 
     @classmethod
     def of(cls, readings: pd.DataFrame | Batch) -> Batch:
@@ -60,7 +62,7 @@ class Batch:
             raise BatchError(f"event_ms must be integers and value numbers: {exc}") from exc
         if not event_ms.shape == value.shape == np.shape(metric):
             raise BatchError("event_ms, metric and value must have one entry per row")
-        codes, uniques = pd.factorize(np.asarray(metric), sort=True)
+        codes, uniques = _factorize(np.asarray(metric))
         if (codes < 0).any():
             raise BatchError("metric must not be missing")
         order: npt.NDArray[np.intp] | None = None
@@ -82,6 +84,20 @@ class Batch:
     def __len__(self) -> int:
         return int(self.event_ms.size)
 
+    def times(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
+        """The distinct event times (ascending) and each row's index into them: what
+        ``np.unique(event_ms, return_inverse=True)`` gives, worked out once per batch (the
+        detectors that need it share it; the arrays are read-only)."""
+        held = self._memo.get("times")
+        if held is None:
+            t = self.event_ms
+            starts = np.empty(t.size, dtype=bool)
+            starts[:1] = True
+            np.not_equal(t[1:], t[:-1], out=starts[1:])
+            inverse = np.cumsum(starts, dtype=np.intp) - 1
+            held = self._memo["times"] = (_frozen(t[starts]), _frozen(inverse))
+        return held
+
     def sorted_like(self, values: npt.NDArray[T]) -> npt.NDArray[T]:
         """A per-row array given in the caller's order, in this batch's (sorted) order."""
         return values if self.order is None else values[self.order]
@@ -95,11 +111,35 @@ class Batch:
         return out
 
     def lookup(self, known: Sequence[str]) -> npt.NDArray[np.intp]:
-        """Per row, the index of its metric in ``known`` (-1 when it is not there)."""
-        index = {name: i for i, name in enumerate(known)}
-        table = np.array([index.get(n, -1) for n in self.names], dtype=np.intp)
-        out: npt.NDArray[np.intp] = table[self.codes] if table.size else self.codes.copy()
+        """Per row, the index of its metric in ``known`` (-1 when it is not there); read-only,
+        and worked out once per batch and list of names."""
+        key = ("lookup", *known)
+        out: npt.NDArray[np.intp] | None = self._memo.get(key)
+        if out is None:
+            index = {name: i for i, name in enumerate(known)}
+            table = np.array([index.get(n, -1) for n in self.names], dtype=np.intp)
+            out = self._memo[key] = _frozen(table[self.codes] if table.size else self.codes.copy())
         return out
+
+
+def _frozen(values: npt.NDArray[T]) -> npt.NDArray[T]:
+    values.flags.writeable = False
+    return values
+
+
+def _factorize(metric: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], Sequence[Any]]:
+    """``pd.factorize(metric, sort=True)``: codes into the sorted distinct names (-1 for a
+    missing one). A batch's few names of text are factorised with a dict (pandas' hash table
+    costs about 0.2 ms a call, more than learning a small batch)."""
+    if metric.dtype == object:
+        rows = metric.tolist()
+        distinct = set(rows)
+        if all(type(n) is str for n in distinct):
+            names = sorted(distinct)
+            index = {name: i for i, name in enumerate(names)}
+            return np.fromiter(map(index.__getitem__, rows), np.intp, metric.size), names
+    codes, uniques = pd.factorize(metric, sort=True)
+    return codes.astype(np.intp), list(uniques)
 
 
 def extend_metrics(known: list[str], batch: Batch) -> list[str]:

@@ -67,8 +67,9 @@ def normal_two_sided_surprise(z: npt.ArrayLike) -> FloatArray:
 def normal_upper_surprise(z: npt.ArrayLike) -> FloatArray:
     """``-ln P(Z >= z)`` for a standard normal ``Z``."""
     z = np.asarray(z, dtype=np.float64)
-    half_tail = 0.5 * np.exp(log_erfc(np.abs(z) / math.sqrt(2.0)))
-    upper = math.log(2.0) - log_erfc(np.abs(z) / math.sqrt(2.0))
+    tail = log_erfc(np.abs(z) / math.sqrt(2.0))
+    half_tail = 0.5 * np.exp(tail)
+    upper = math.log(2.0) - tail
     out: FloatArray = np.where(z >= 0, upper, -np.log1p(-half_tail))
     return np.maximum(out, 0.0)
 

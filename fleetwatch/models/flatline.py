@@ -90,7 +90,7 @@ class FlatlineDetector(Detector):
 
     def _event_gaps(self, batch: Batch) -> tuple[Any, Any, FloatArray]:
         """Unique event times, each row's index into them, and the gap before each time."""
-        times, inverse = np.unique(batch.event_ms, return_inverse=True)
+        times, inverse = batch.times()
         before = np.concatenate([[np.nan if self.last_ms is None else self.last_ms], times[:-1]])
         return times, inverse, (times - before).astype(np.float64)
 

@@ -69,7 +69,7 @@ class PcaModel:
 def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
     """Unique event times, each row's index into them, and the (time, metric) value matrix."""
     codes = batch.lookup(metrics)
-    times, inverse = np.unique(batch.event_ms, return_inverse=True)
+    times, inverse = batch.times()
     matrix = np.full((times.size, len(metrics)), np.nan)
     known = codes >= 0
     matrix[inverse[known], codes[known]] = batch.value[known]

@@ -9,14 +9,23 @@ devices in one ``ValueState`` (:func:`encode`: a JSON object of device id → pa
 and emits the updates of all its devices that learned in one frame; the per-device work is
 the learning itself.
 
+The parameters text of a device is read into a detector once per Python worker, not once per
+batch: :class:`WarmBuckets` keeps, per bucket, the detectors a worker last wrote the bucket's
+state from, and hands them back when the state read is that same value (by digest). The state
+store stays the truth; a value that another worker, a restart or a retried batch wrote is not
+the one remembered, and is read from its text.
+
 ``BUCKETS`` is part of the trainer's plan (the state is keyed by it): changing it needs a new
 ``PLAN_VERSION`` (a fresh checkpoint, seeded from ``model.params``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetwatch.models import params
@@ -24,6 +33,8 @@ from fleetwatch.models.errors import ParamsError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+
+    from fleetwatch.models.base import Detector
 
 BUCKETS = 64
 """About 150 devices of a 10,000-device fleet per bucket (a state value of about 1 MB)."""
@@ -61,3 +72,43 @@ def merge_newer(bucket: dict[str, str], seeds: Iterable[tuple[str, str]]) -> Non
         held = bucket.get(device_id)
         if held is None or version_of(candidate) > version_of(held):
             bucket[device_id] = candidate
+
+
+def digest(value: str) -> bytes:
+    """A digest of a bucket's state value, to recognise it without keeping it."""
+    return hashlib.blake2b(value.encode(), digest_size=16).digest()
+
+
+@dataclass
+class Bucket:
+    """A bucket's parameters text per device, and the detectors already loaded from them."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    detectors: dict[str, Detector] = field(default_factory=dict)
+    """Per device, a detector whose parameters are ``texts[device]`` (any subset of devices)."""
+
+
+class WarmBuckets:
+    """Per bucket key, the :class:`Bucket` whose :func:`encode` was last written as its state.
+
+    :meth:`take` removes what it returns, so a bucket whose step failed half-way is never
+    handed out again; :meth:`keep` puts it back once its new value is written."""
+
+    def __init__(self) -> None:
+        self._held: dict[object, tuple[bytes, Bucket]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: object, value: str | None) -> Bucket:
+        """The bucket of state ``value`` (``None``: no state yet), warm when it is the one kept."""
+        with self._lock:
+            held = self._held.pop(key, None)
+        if value is None:
+            return Bucket()
+        if held is not None and held[0] == digest(value):
+            return held[1]
+        return Bucket(decode(value))
+
+    def keep(self, key: object, value: str, bucket: Bucket) -> None:
+        """Remember ``bucket`` as the one whose state value is now ``value``."""
+        with self._lock:
+            self._held[key] = (digest(value), bucket)

@@ -12,7 +12,9 @@ Thin Spark glue around :func:`fleetwatch.streaming.training.learn_device`:
 - per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
   state store. Each device's readings of the micro-batch are learned on top of its parameters
   (never refitted from history) and a row is emitted for each device whose parameters changed;
-  ``version`` goes up by one per batch learned;
+  ``version`` goes up by one per batch learned. A Python worker keeps the detectors of the
+  buckets it wrote last (:class:`~fleetwatch.streaming.device_buckets.WarmBuckets`), so a
+  bucket whose state is still that value is not read back from its text;
 - the rows are written to ``model.params`` (key = device id, value
   :func:`~fleetwatch.streaming.training.publication`) inside ``foreachBatch``, which also tells
   the :class:`~fleetwatch.streaming.observer.TrainingObserver` what the batch did.
@@ -58,6 +60,7 @@ import pandas as pd
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
+from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.registry import default_detector
@@ -68,11 +71,17 @@ from fleetwatch.streaming.device_batches import (
     pack_batches,
     per_device,
 )
-from fleetwatch.streaming.device_buckets import bucket_of, decode, encode, merge_newer
+from fleetwatch.streaming.device_buckets import (
+    WarmBuckets,
+    bucket_of,
+    decode,
+    encode,
+    merge_newer,
+)
 from fleetwatch.streaming.observer import TrainingObserver
 from fleetwatch.streaming.score import readings_frame
 from fleetwatch.streaming.session import wait_for_query
-from fleetwatch.streaming.training import learn_update, params_of, publication
+from fleetwatch.streaming.training import detector_of, learn_update, params_of, publication
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,6 +104,15 @@ UPDATE_SCHEMA = (
 for ``model.params`` and the event-time range of the readings it learned in this batch."""
 UPDATE_COLUMNS = ("device_id", "version", "batch_from_ms", "batch_to_ms", "value")
 SEED_SCHEMA = "device_id STRING, value STRING"
+_WARM = WarmBuckets()
+
+
+def warm_buckets() -> WarmBuckets:
+    """The detectors of the buckets this Python worker last wrote (see
+    :mod:`fleetwatch.streaming.device_buckets`): a reused worker skips reading their parameters.
+    (A function of the module, so that the processor is pickled with a reference to it, not
+    with the object.)"""
+    return _WARM
 
 
 class TrainError(FleetwatchError):
@@ -138,12 +156,17 @@ def _bucket_trainer() -> Any:
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            stored = self.params.get()
-            bucket = decode(None if stored is None else str(stored[0]))
-            updates = learn_bucket(bucket, per_device(rows))
+            stored = None if (held := self.params.get()) is None else str(held[0])
+            warm = warm_buckets()
+            bucket = warm.take(key, stored)
+            updates = learn_bucket(bucket.texts, per_device(rows), bucket.detectors)
             if updates.empty:
+                if stored is not None:
+                    warm.keep(key, stored, bucket)
                 return
-            self.params.update((encode(bucket),))
+            value = encode(bucket.texts)
+            self.params.update((value,))
+            warm.keep(key, value, bucket)
             yield updates
 
         def handleInitialState(
@@ -160,12 +183,26 @@ def _bucket_trainer() -> Any:
     return BucketTrainer()
 
 
-def learn_bucket(bucket: dict[str, str], batches: Iterable[tuple[str, Batch]]) -> pd.DataFrame:
+def learn_bucket(
+    bucket: dict[str, str],
+    batches: Iterable[tuple[str, Batch]],
+    detectors: dict[str, Detector] | None = None,
+) -> pd.DataFrame:
     """Each device learns its batch on top of its parameters in ``bucket`` (updated in place);
-    one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed."""
+    one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed.
+
+    ``detectors`` (device id → the detector of its parameters in ``bucket``) is used where it
+    has the device and filled in as devices learn, so that the next batch does not read their
+    parameters text again."""
     rows: list[tuple[str, int, int, int, str]] = []
     for device_id, batch in batches:
-        update = learn_update(bucket.get(device_id), batch)
+        previous = bucket.get(device_id)
+        detector = None if detectors is None else detectors.pop(device_id, None)
+        if detector is None:
+            detector = detector_of(previous)
+        update = learn_update(previous, batch, detector)
+        if detectors is not None:
+            detectors[device_id] = detector
         if update is None:
             continue
         bucket[device_id] = update.params_json
@@ -444,6 +481,26 @@ def start(
     return Training(query, publisher, checkpoint)
 
 
+def log_progress(progress: dict[str, Any] | None, logged: int | None) -> int | None:
+    """Log where a finished micro-batch's time went, once per batch; returns its id."""
+    if not progress or progress.get("batchId") == logged:
+        return logged
+    durations = progress.get("durationMs", {})
+    state = progress.get("stateOperators") or [{}]
+    logger.info(
+        "batch %s: %s readings in %s ms (add batch %s ms, of it state commits %s ms); "
+        "state %s rows, %s MB",
+        progress.get("batchId"),
+        progress.get("numInputRows"),
+        durations.get("triggerExecution"),
+        durations.get("addBatch"),
+        sum(int(op.get("commitTimeMs", 0)) for op in state),
+        sum(int(op.get("numRowsTotal", 0)) for op in state),
+        sum(int(op.get("memoryUsedBytes", 0)) for op in state) // 1_000_000,
+    )
+    return int(progress["batchId"])
+
+
 def run(
     settings: Settings,
     stop: threading.Event,
@@ -459,9 +516,11 @@ def run(
     try:
         training = start(spark, settings, observer, backfill)
         try:
+            logged: int | None = None
             while training.query.isActive and not stop.is_set():
                 if wait_for_query(training.query, 1):
                     break
+                logged = log_progress(training.query.lastProgress, logged)
             if training.query.isActive:
                 logger.info("stopping the training query after its current batch")
                 training.stop()

@@ -8,8 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pytest
 
 from fleetwatch.models.batch import Batch
+from fleetwatch.models.errors import BatchError
 from fleetwatch.streaming.device_batches import pack, pack_batches, unpack
 from fleetwatch.streaming.training import learn_device
 
@@ -108,3 +110,20 @@ def test_learning_the_packed_readings_equals_learning_the_long_form() -> None:
     direct = learn_device(learn_device(None, long_form(first)), long_form(second))
     assert packed is not None
     assert packed == direct
+
+
+def test_a_batch_factorises_and_groups_times_as_pandas_and_numpy_do() -> None:
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 7, 60):
+        names = np.array(["temp", "hum", "b", "Z", "é"], dtype=object)[rng.integers(0, 5, n)]
+        event_ms = rng.integers(0, 5, n).astype(np.int64) * 1000
+        batch = Batch.from_arrays(event_ms, names, rng.normal(size=n))
+        codes, uniques = pd.factorize(names, sort=True)
+        assert batch.names == tuple(uniques)
+        order = np.argsort(event_ms, kind="stable")
+        assert (batch.codes == codes[order]).all()
+        times, inverse = np.unique(batch.event_ms, return_inverse=True)
+        assert (batch.times()[0] == times).all()
+        assert (batch.times()[1] == inverse).all()
+    with pytest.raises(BatchError):
+        Batch.from_arrays(np.zeros(2, np.int64), np.array(["a", None], dtype=object), np.zeros(2))

@@ -11,7 +11,7 @@ import pytest
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
-from fleetwatch.streaming.device_buckets import decode, encode, merge_newer
+from fleetwatch.streaming.device_buckets import WarmBuckets, decode, encode, merge_newer
 from fleetwatch.streaming.train import learn_bucket, seeds
 from fleetwatch.streaming.training import learn_device, publication
 
@@ -68,3 +68,36 @@ def test_seeding_keeps_the_highest_version_per_device() -> None:
     bucket = {"c": two}
     merge_newer(bucket, seeds(records))
     assert bucket == {"a": two, "c": two}
+
+
+def test_a_warm_bucket_learns_exactly_as_one_read_from_its_state_value() -> None:
+    """Detectors kept between batches publish the bytes that parameters read back give."""
+    warm, cold_value = WarmBuckets(), None
+    value: str | None = None
+    for step in range(4):
+        batches = [(f"d{k}", Batch.of(frame(10 * k + step, 30 * step, 30))) for k in range(3)]
+        bucket = warm.take(5, value)
+        warm_rows = learn_bucket(bucket.texts, batches, bucket.detectors)
+        value = encode(bucket.texts)
+        warm.keep(5, value, bucket)
+        cold = decode(cold_value)
+        cold_rows = learn_bucket(cold, batches)
+        cold_value = encode(cold)
+        assert value == cold_value
+        strip = [v[: v.index(',"published_ms"')] for v in warm_rows["value"]]
+        assert strip == [v[: v.index(',"published_ms"')] for v in cold_rows["value"]]
+        assert set(bucket.detectors) == {"d0", "d1", "d2"}
+
+
+def test_a_warm_bucket_is_handed_out_once_and_only_for_the_value_it_wrote() -> None:
+    warm = WarmBuckets()
+    texts = {"d1": str(learn_device(None, frame(1, 0, 12)))}
+    bucket = warm.take(1, encode(texts))
+    learn_bucket(bucket.texts, [("d1", Batch.of(frame(1, 12, 12)))], bucket.detectors)
+    value = encode(bucket.texts)
+    warm.keep(1, value, bucket)
+    assert warm.take(1, encode(texts)).detectors == {}  # another value: read from its text
+    assert warm.take(1, value).detectors == {}  # taken above, so not kept any more
+    warm.keep(1, value, bucket)
+    assert warm.take(1, value) is bucket
+    assert warm.take(2, None).texts == {}

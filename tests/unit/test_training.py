@@ -144,3 +144,23 @@ def test_publishing_with_the_header_gives_the_same_bytes() -> None:
     for update in (one, two):
         fast = publication('d"7,"published_ms":1', update.params_json, 123, update.header)
         assert fast == publication('d"7,"published_ms":1', update.params_json, 123)
+
+
+def test_a_batch_progress_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from fleetwatch.streaming.train import log_progress
+
+    progress = {
+        "batchId": 3,
+        "numInputRows": 200,
+        "durationMs": {"triggerExecution": 900, "addBatch": 700},
+        "stateOperators": [{"commitTimeMs": 40, "numRowsTotal": 64, "memoryUsedBytes": 5_000_000}],
+    }
+    with caplog.at_level("INFO", logger="fleetwatch.streaming.train"):
+        assert log_progress(None, None) is None
+        assert log_progress(progress, None) == 3
+        assert log_progress(progress, 3) == 3
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "batch 3: 200 readings in 900 ms (add batch 700 ms, of it state commits 40 ms); "
+        "state 64 rows, 5 MB"
+    ]

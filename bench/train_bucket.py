@@ -1,0 +1,101 @@
+"""One bucket of devices through the trainer's Python step, without Spark.
+
+``--devices`` warm devices (``--warm`` readings of temperature and humidity each, as in
+``bench/train.py``) share one bucket; ``--batches`` consecutive micro-batches of ``--rounds``
+readings per device go through what the processor does per bucket: the state value read, each
+device's readings as a batch (:func:`~fleetwatch.streaming.device_batches.per_device`), the
+learning (:func:`~fleetwatch.streaming.train.learn_bucket`) and the state value written. Twice:
+``cold``, every batch reading the devices' parameters from the state value's text, and
+``warm``, through :class:`~fleetwatch.streaming.device_buckets.WarmBuckets` as a reused Python
+worker does. Both must publish the same bytes (checked). CPU time, the least of ``--repeat``.
+
+    python bench/train_bucket.py [--devices 156] [--rounds 40] [--batches 5]
+
+Last line: {"cold_ms_per_device", "warm_ms_per_device", "cold_readings_per_cpu_s",
+"warm_readings_per_cpu_s", "devices", "rounds"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import pandas as pd
+from train_step import readings  # bench/train_step.py
+
+from fleetwatch.models import params
+from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.device_batches import per_device
+from fleetwatch.streaming.device_buckets import WarmBuckets, decode, encode
+from fleetwatch.streaming.train import learn_bucket
+
+
+def packed(ids: list[str], start: int, rounds: int) -> pd.DataFrame:
+    """One packed row per device (the processor's input), ``rounds`` readings each."""
+    frames = [readings(start, rounds, seed=k) for k in range(len(ids))]
+    return pd.DataFrame(
+        {
+            "device_id": ids,
+            **{c: [f[c].to_numpy() for f in frames] for c in ("event_ms", "metric", "value")},
+        }
+    )
+
+
+def run(state: str, chunks: list[pd.DataFrame], warm: bool) -> list[str]:
+    """The batches in turn; the records published, without their publication time."""
+    buckets = WarmBuckets()
+    published: list[str] = []
+    for chunk in chunks:
+        if warm:
+            bucket = buckets.take(0, state)
+            rows = learn_bucket(bucket.texts, per_device([chunk]), bucket.detectors)
+            state = encode(bucket.texts)
+            buckets.keep(0, state, bucket)
+        else:
+            texts = decode(state)
+            rows = learn_bucket(texts, per_device([chunk]))
+            state = encode(texts)
+        published += [v[: v.index(',"published_ms"')] for v in rows["value"]]
+    return [*published, state]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, default=156, help="10,000 devices / 64 buckets")
+    parser.add_argument("--warm", type=int, default=400, help="readings learned before timing")
+    parser.add_argument("--rounds", type=int, default=40, help="readings per device per batch")
+    parser.add_argument("--batches", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    ids = [f"dev-{k:05d}" for k in range(args.devices)]
+    texts = {}
+    for k, device_id in enumerate(ids):
+        detector = default_detector()
+        for lo in range(0, args.warm, 20):
+            detector.learn(readings(lo, 20, seed=k))
+        texts[device_id] = params.dumps(detector.to_params())
+    state = encode(texts)
+    chunks = [packed(ids, args.warm + b * args.rounds, args.rounds) for b in range(args.batches)]
+    if run(state, chunks, warm=False) != run(state, chunks, warm=True):
+        raise SystemExit("warm and cold buckets published different parameters")
+
+    figures: dict[str, float] = {}
+    for mode in ("cold", "warm"):
+        best = float("inf")
+        for _ in range(args.repeat):
+            began = time.process_time()
+            run(state, chunks, warm=mode == "warm")
+            best = min(best, time.process_time() - began)
+        device_batches = args.devices * args.batches
+        figures[f"{mode}_ms_per_device"] = round(best / device_batches * 1e3, 3)
+        figures[f"{mode}_readings_per_cpu_s"] = round(device_batches * args.rounds / best)
+    figures |= {"devices": args.devices, "rounds": args.rounds}
+    for name, value in figures.items():
+        print(f"{name:>24}: {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
