@@ -30,6 +30,14 @@ TrackingUri = Annotated[
     ),
 ]
 Name = Annotated[str, typer.Argument(help="registered model name, e.g. fleetwatch-hvac")]
+Publish = Annotated[
+    bool,
+    typer.Option(
+        "--publish/--no-publish",
+        help="put the new champion on model.params for the scorer (needs Kafka); "
+        "--no-publish moves the alias only (`models publish` later)",
+    ),
+]
 
 
 def _registry(tracking_uri: str | None) -> ModelRegistry:
@@ -116,6 +124,7 @@ def promote(
         int | None, typer.Option(min=1, help="version to promote (default: the challenger)")
     ] = None,
     tracking_uri: TrackingUri = None,
+    publish: Publish = True,
 ) -> None:
     """Make a version the champion; the champion it replaces becomes previous-champion."""
     registry = _registry(tracking_uri)
@@ -124,11 +133,12 @@ def promote(
     except FleetwatchError as exc:
         fail(str(exc))
     _print_move(move)
-    _publish(registry, name, tracking_uri)
+    if publish:
+        _publish(registry, name, tracking_uri)
 
 
 @app.command()
-def rollback(name: Name, tracking_uri: TrackingUri = None) -> None:
+def rollback(name: Name, tracking_uri: TrackingUri = None, publish: Publish = True) -> None:
     """Move the champion back to the previous champion."""
     registry = _registry(tracking_uri)
     try:
@@ -136,7 +146,8 @@ def rollback(name: Name, tracking_uri: TrackingUri = None) -> None:
     except FleetwatchError as exc:
         fail(str(exc))
     _print_move(move)
-    _publish(registry, name, tracking_uri)
+    if publish:
+        _publish(registry, name, tracking_uri)
 
 
 @app.command()
@@ -165,17 +176,22 @@ def register_fleet(tracking_uri: TrackingUri = None) -> None:
 
 def _publish(registry: ModelRegistry, name: str, tracking_uri: str | None) -> None:
     """The champion of ``name`` onto ``model.params`` under ``fleet:{scope}``."""
+    from confluent_kafka import KafkaException
+
     from fleetwatch.models.mlflow_registry import CHAMPION, TAG_SCOPE
     from fleetwatch.models.mlflow_store import with_tracking_uri
     from fleetwatch.streaming.fleet_models import publish_champion
 
     try:
         scope = registry.version(name, alias=CHAMPION).tags.get(TAG_SCOPE)
-        if not scope:
-            fail(f"{name}: its champion has no {TAG_SCOPE} tag; cannot tell the scorer")
+    except FleetwatchError as exc:
+        fail(str(exc))
+    if not scope:
+        fail(f"{name}: its champion has no {TAG_SCOPE} tag; cannot tell the scorer")
+    try:
         published = publish_champion(with_tracking_uri(load_settings(), tracking_uri), scope)
-    except (FleetwatchError, TimeoutError) as exc:
-        fail(f"the scorer was not told: {exc}")
+    except (FleetwatchError, TimeoutError, KafkaException) as exc:
+        fail(f"{name}: the scorer was not told of its champion: {exc}; `models publish` retries")
     if published is None:
         fail(f"{name} has no champion to publish")
     console.print(f"{name}: version {published[1]} published as fleet:{scope} on model.params")

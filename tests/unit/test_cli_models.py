@@ -67,12 +67,12 @@ def test_show_gives_the_version_its_run_and_metrics(run: Invoke) -> None:
 
 
 def test_promote_and_rollback_move_the_champion(run: Invoke, store: Settings) -> None:
-    promoted = run("promote", "fleetwatch-hvac", "--version", "1")
+    promoted = run("promote", "fleetwatch-hvac", "--version", "1", "--no-publish")
     assert promoted.exit_code == 0, promoted.output
     assert "champion is version 1 (there was none)" in promoted.output
-    again = run("promote", "fleetwatch-hvac")  # the challenger, version 2
+    again = run("promote", "fleetwatch-hvac", "--no-publish")  # the challenger, version 2
     assert "champion is version 2 (was 1)" in again.output
-    back = run("rollback", "fleetwatch-hvac")
+    back = run("rollback", "fleetwatch-hvac", "--no-publish")
     assert back.exit_code == 0, back.output
     assert "champion is version 1 (was 2)" in back.output
     assert ModelRegistry(store).version("fleetwatch-hvac", alias=CHAMPION).version == 1
@@ -103,3 +103,14 @@ def test_tracking_uri_points_elsewhere(run: Invoke, tmp_path: Path) -> None:
     result = run("list", "--tracking-uri", f"sqlite:///{tmp_path}/other.db")
     assert result.exit_code == 0, result.output
     assert "no registered models" in result.output
+
+
+def test_a_champion_the_scorer_cannot_be_told_of_is_a_clear_error(
+    run: Invoke, store: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run("promote", "fleetwatch-hvac", "--version", "1", "--no-publish")  # (if it is not yet)
+    monkeypatch.setenv("FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing listens
+    result = run("publish", "fleetwatch-hvac")
+    assert result.exit_code == 1
+    assert "the scorer was not told" in result.output
+    assert "Traceback" not in result.output
