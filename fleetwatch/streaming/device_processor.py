@@ -35,20 +35,22 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.device_scoring import (
     ALERTS,
-    CACHE,
     LATE,
     SESSIONS,
     STATE,
-    FleetModel,
     Output,
     Policy,
-    best_params,
     expire,
-    fleet_model,
-    fleet_params,
     new_state,
     process,
     wants_timer,
+)
+from fleetwatch.streaming.observations import (
+    CACHE,
+    FleetModel,
+    best_params,
+    fleet_model,
+    fleet_params,
 )
 from fleetwatch.streaming.rows import Rows, by_device
 from fleetwatch.streaming.windows import WindowSpec

@@ -17,16 +17,9 @@ from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.device_scoring import (
-    ALERTS,
-    FleetModel,
-    Policy,
-    fleet_model,
-    fleet_params,
-    new_state,
-    process,
-)
+from fleetwatch.streaming.device_scoring import ALERTS, Policy, new_state, process
 from fleetwatch.streaming.fleet_models import champion_record, pooled_by_scope
+from fleetwatch.streaming.observations import FleetModel, fleet_model, fleet_params
 
 T0 = 1_763_700_000_000
 POLICY = Policy(

@@ -1,0 +1,287 @@
+"""What a device's readings look like to its alert lifecycle: the detectors that score them —
+its own learned parameters (parsed once per version and worker), the scope's fleet champion
+where ``score.fleet_model`` says so, or the fixed baseline — and their scores as
+:class:`~fleetwatch.streaming.episodes.Observation` s in event-time order. Pure; used by
+:mod:`fleetwatch.streaming.device_scoring`."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.contracts.fleet import scope_of_metrics
+from fleetwatch.models.base import Detector
+from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.combiner import CombinedDetector
+from fleetwatch.models.errors import ModelError
+from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.params import loads
+from fleetwatch.models.registry import load_params
+from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Observation
+from fleetwatch.streaming.rows import Rows
+from fleetwatch.streaming.training import params_of
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``)."""
+
+    label: str
+    detector: Detector
+
+
+FleetLookup = Callable[[str], FleetModel | None]
+"""Scope → its champion, if any (the processor's view of the fleet records it has seen)."""
+
+
+class DetectorCache:
+    """Parsed detectors by device, so a batch does not re-read 10 KB of JSON per device. The
+    state store holds the parameters; this only saves parsing them (a miss re-reads them)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[int, Detector]] = OrderedDict()
+
+    def get(self, device_id: str, version: int) -> Detector | None:
+        item = self._items.get(device_id)
+        if item is None or item[0] != version:
+            return None
+        self._items.move_to_end(device_id)
+        return item[1]
+
+    def put(self, device_id: str, version: int, detector: Detector) -> None:
+        self._items[device_id] = (version, detector)
+        self._items.move_to_end(device_id)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+CACHE = DetectorCache()
+
+
+def best_params(values: list[str]) -> tuple[int, str] | None:
+    """The newest parameters among ``model.params`` record values (bad records skipped)."""
+    best: tuple[int, str] | None = None
+    for value in values:
+        try:
+            inner = params_of(value)
+            version = int(inner["version"])
+        except (ModelError, KeyError, TypeError, ValueError):
+            continue
+        if best is None or version > best[0]:
+            best = (version, json.dumps(inner, separators=(",", ":")))
+    return best
+
+
+def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
+    """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
+    JSON, label)`` (bad records skipped)."""
+    best: tuple[int, str, str] | None = None
+    for value in values:
+        try:
+            record = json.loads(value)
+            inner, version = record["params"], int(record["version"])
+            label = f"{record['model']}/{int(record['model_version'])}"
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(inner, dict) and (best is None or version > best[0]):
+            best = (version, json.dumps(inner, separators=(",", ":")), label)
+    return best
+
+
+def fleet_model(label: str, params_json: str) -> FleetModel | None:
+    try:
+        return FleetModel(label, load_params(loads(params_json)))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+
+
+def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
+    if version <= 0 or params_json is None:
+        return None
+    cached = CACHE.get(device_id, version)
+    if cached is not None:
+        return cached
+    try:
+        detector = load_params(loads(params_json))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+    CACHE.put(device_id, version, detector)
+    return detector
+
+
+Member = tuple[Detector, str | None]
+"""A detector the scorer runs for a device, and the fleet model's label when it is one."""
+
+
+def members_for(
+    detector: Detector | None,
+    st: dict[str, Any],
+    rows: Rows,
+    mode: str,
+    fleet: FleetLookup | None,
+) -> list[Member] | None:
+    """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
+    with its multivariate one replaced by the scope's champion as ``mode`` (``score.fleet_model``)
+    says."""
+    own = (
+        []
+        if detector is None
+        else detector.detectors
+        if isinstance(detector, CombinedDetector)
+        else [detector]
+    )
+    members: list[Member] = [(m, None) for m in own]
+    if fleet is None or mode == "off":
+        return members or None
+    pca = next((i for i, (m, _) in enumerate(members) if isinstance(m, PcaDetector)), None)
+    replace = mode == "always" or pca is None
+    if not replace and pca is not None:
+        own_pca = members[pca][0]
+        replace = isinstance(own_pca, PcaDetector) and own_pca.model() is None
+    if not replace:
+        return members
+    champion = fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    if champion is None:
+        return members or None
+    if pca is None:
+        members.append((champion.detector, champion.label))
+    else:
+        members[pca] = (champion.detector, champion.label)
+    return members
+
+
+def observations(
+    rows: Rows,
+    members: list[Member] | None,
+    baseline: FixedBaseline,
+    previous_ms: int | None,
+    active: set[str],
+    recent: dict[str, list[float]] | None = None,
+) -> list[Observation]:
+    """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
+    comes back when it is not calm, or when an episode of its key (``active``) is under way —
+    the only calm rows the lifecycle needs are those that may close an episode. ``members``
+    (:func:`members_for`): ``None`` scores with the fixed ``baseline``; a device with no learned
+    parameters but a fleet champion gets both.
+
+    The flat-line detector's windows are the scorer's own: ``recent`` holds, per metric, the
+    values of the device's latest in-order readings (event-time order), so each window slides
+    over exactly the readings before it, not over the trainer's copy as of its last batch;
+    ``previous_ms`` is where the dropout gap is measured from."""
+    seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
+    found: list[tuple[int, int, Observation]] = []
+    if members is None or all(label is not None for _, label in members):
+        base = _baseline_observations(rows, baseline, seq, event_ms, received, active)
+        if not members:
+            return base
+        found.extend((obs.event_ms, -1, obs) for obs in base)
+    frame = rows.frame()
+    dropout_active = f"*\x1f{DROPOUT}" in active
+    for m_index, (member, label) in enumerate(members):
+        if isinstance(member, FlatlineDetector):
+            member.last_ms = previous_ms
+            if recent is not None:
+                member.tails = [list(recent.get(m, ())) for m in member.metrics]
+        scores = member.score(frame)
+        wanted = scores.score >= CALM_SCORE
+        if active or wanted.any():
+            keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
+            wanted = _with_keys(wanted, keys, active)
+        for i in np.flatnonzero(wanted):
+            obs = _observation(scores, int(i), seq, event_ms, received, label)
+            found.append((obs.event_ms, m_index, obs))
+        if dropout_active and isinstance(member, FlatlineDetector):
+            calm = np.flatnonzero(scores.reason != Reason.DROPOUT)
+            found.extend(
+                (int(event_ms[i]), m_index, _calm_dropout(int(i), seq, event_ms, received))
+                for i in calm
+            )
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [obs for _, _, obs in found]
+
+
+def _with_keys(
+    wanted: npt.NDArray[np.bool_], keys: list[str], active: set[str]
+) -> npt.NDArray[np.bool_]:
+    """Every row of a key that has an episode under way or a row worth looking at: calm rows
+    after an anomaly in the same batch are what closes its episode."""
+    hot = active | {keys[i] for i in np.flatnonzero(wanted)}
+    return np.fromiter((k in hot for k in keys), bool, len(keys))
+
+
+def _calm_dropout(i: int, seq: Any, event_ms: Any, received: Any) -> Observation:
+    nan = float("nan")
+    return Observation(
+        "*", DROPOUT, 0.0, int(seq[i]), int(event_ms[i]), int(received[i]), nan, nan, nan, ""
+    )
+
+
+def _observation(
+    scores: Scores, i: int, seq: Any, event_ms: Any, received: Any, model: str | None = None
+) -> Observation:
+    reason = int(scores.reason[i])
+    kind = DROPOUT if reason == Reason.DROPOUT else str(scores.detector[i])
+    score = float(scores.score[i])
+    gap_from = None
+    if kind == DROPOUT:
+        gap_from = int(event_ms[i]) - int(scores.observed[i])
+    return Observation(
+        metric="*" if kind == DROPOUT else str(scores.metric[i]),
+        kind=kind,
+        score=score,
+        seq=int(seq[i]),
+        event_ms=int(event_ms[i]),
+        received_ms=int(received[i]),
+        value=float(scores.observed[i]),
+        expected=float(scores.expected[i]),
+        band=float(scores.band[i]),
+        reason=scores.explain(i) if score >= ALERT_SCORE else "",
+        gap_from_ms=gap_from,
+        model=model,
+    )
+
+
+def _baseline_observations(
+    rows: Rows,
+    baseline: FixedBaseline,
+    seq: Any,
+    event_ms: Any,
+    received: Any,
+    active: set[str],
+) -> list[Observation]:
+    metric, value = rows["metric"], rows["value"]
+    result = baseline.score(metric, value)
+    wanted = result.anomalous.copy()
+    if active or wanted.any():
+        keys = [f"{m}\x1f{baseline.kind}" for m in metric]
+        wanted = _with_keys(wanted, keys, active)
+    out = []
+    for i in np.flatnonzero(wanted & ~np.isnan(result.expected)):
+        anomalous = bool(result.anomalous[i])
+        score = 0.5 + 0.5 * float(result.score[i]) if anomalous else 0.0
+        exp, band, v = float(result.expected[i]), float(result.band[i]), float(value[i])
+        out.append(
+            Observation(
+                metric=str(metric[i]),
+                kind=baseline.kind,
+                score=score,
+                seq=int(seq[i]),
+                event_ms=int(event_ms[i]),
+                received_ms=int(received[i]),
+                value=v,
+                expected=exp,
+                band=band,
+                reason=f"{metric[i]}={v:.6g} outside {exp:.6g}±{band:.6g}" if anomalous else "",
+            )
+        )
+    return out
