@@ -1,24 +1,42 @@
 """The change detector: two-sided CUSUM on each metric's standardised residual.
 
-The reference is a slow seasonal profile (the same machinery as the seasonal baseline, with a
-long half-life: by default 30 days). For each reading, ``z = (value - expected) / std`` and two
-cumulative sums run through the device's readings in event time::
+A change must stand out against two references at once:
 
-    S⁺ = max(0, S⁺ + z - drift)        S⁻ = max(0, S⁻ - z - drift)
+- the *profile*, a slow seasonal profile (the same machinery as the seasonal baseline, with a
+  long half-life: by default 30 days): ``z_p = (value - expected) / std``;
+- the *local* reference, a line through the metric's earlier readings weighted with a
+  half-life of ``local_halflife`` readings (:mod:`trend`):
+  ``z_l = (value - predicted) / s_l``, ``s_l`` the learned root mean square of that residual.
 
-A level shift of ``δ`` standard deviations adds ``δ - drift`` per reading; a gradual drift
-starts adding once it exceeds ``drift``. Calibration (Siegmund's approximation for a Gaussian
-CUSUM): under no change ``P(S >= h) ≈ exp(-2·drift·h)``, so the surprise of ``S`` is
-``2·drift·S - ln 2`` (two sides). A row alerts when that reaches the common alert level, i.e. at
-``h ≈ 14.5`` for ``drift = 0.5``: a 3-sigma shift is flagged after about 6 readings, a drift of
-0.01 sigma per reading after about 100. With ``reset`` a side restarts from 0 after it alerts, so
-the detector re-arms for the next change (a shift that persists alerts again every ``h/(δ -
-drift)`` readings, until the trainer accepts the new level).
+The upper sum adds ``min(z_p, z_l)``, the lower ``max(z_p, z_l)``: a reading counts as far as
+both agree. Against the profile alone, a signal that moves on its own faster than the profile's
+hour buckets resolve (a 10-30 minute load cycle, a steady discharge) leaves long runs of
+same-signed residuals, which a CUSUM reads as a shift or a drift; against the local line alone,
+a return from a fault to normal would look like a change. A level shift or a drift of the kind
+the detector is for moves away from both. The price: a drift slow enough for the local line to
+follow (a few noise deviations per half-life) is left to the seasonal detector, which flags it
+once it leaves the profile's band. Measured on simulated series (half-life 30 readings): a
+3-sigma shift alerts after a median 6 readings, a 20-sigma drift over 120 readings after 18, a
+6-sigma one after 57 (7 % missed), and a ±600 W load cycle of 10 minutes under 45 W of noise
+raises no alert in an hour (the profile alone: an alert every few minutes).
 
-The sums are state: they are carried in the parameters and continued by the next batch, and the
-reference learns only from rows not excluded (see :mod:`base`). Each metric's recursion is
-solved with cumulative sums (Lindley's form ``S_t = C_t - min(-S_0, min_{j<=t} C_j)``); with
-resets, once per alert, not once per row.
+Two cumulative sums run through the device's readings in event time::
+
+    S⁺ = max(0, S⁺ + z⁺ - drift)        S⁻ = max(0, S⁻ - z⁻ - drift)
+
+with ``z⁺ = min(z_p, z_l)``, ``z⁻ = max(z_p, z_l)``. A level shift of ``δ`` standard deviations
+adds ``δ - drift`` per reading while the local line has not absorbed it; a gradual drift starts
+adding once it exceeds ``drift``. Calibration (Siegmund's approximation for a Gaussian CUSUM):
+under no change ``P(S >= h) ≈ exp(-2·drift·h)``, so the surprise of ``S`` is ``2·drift·S - ln 2``
+(two sides). A row alerts when that reaches the common alert level, i.e. at ``h ≈ 14.5`` for
+``drift = 0.5``. With ``reset`` a side restarts from 0 after it alerts, so the detector re-arms
+for the next change.
+
+The sums are state: they are carried in the parameters and continued by the next batch, as are
+the local line's weighted sums (the scorer keeps its own, newer ones, as it keeps the flat-line
+detector's windows); the references learn only from rows not excluded (see :mod:`base`). Each
+metric's recursion is solved with cumulative sums (Lindley's form ``S_t = C_t - min(-S_0,
+min_{j<=t} C_j)``); with resets, once per alert, not once per row.
 
 Incremental learning: the CUSUM sums after k mini-batches equal those of one batch; the
 reference moments update after each batch, so the z of later mini-batches may differ slightly
@@ -35,10 +53,12 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.models import trend
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
-from fleetwatch.models.params import array, floats
+from fleetwatch.models.params import array, floats, ints
+from fleetwatch.models.profile import decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.seasonal import check_profile_hyper, new_profile
 
@@ -86,10 +106,13 @@ class ChangeDetector(Detector):
         warmup: int = 100,
         bucket_warmup: int = 20,
         min_std: float = 1e-3,
+        local_halflife: float = 30.0,
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
         if not drift > 0:
             raise ConfigurationError(f"drift must be > 0, got {drift}")
+        if not local_halflife > 0:
+            raise ConfigurationError(f"local_halflife must be > 0 readings, got {local_halflife}")
         self.drift = drift
         self.reset = reset
         self.halflife_hours = halflife_hours
@@ -98,11 +121,20 @@ class ChangeDetector(Detector):
         self.warmup = warmup
         self.bucket_warmup = bucket_warmup
         self.min_std = min_std
+        self.local_halflife = local_halflife
         self.profile = new_profile(halflife_hours, buckets, period_hours)
         self.upper = np.zeros(0)
         self.lower = np.zeros(0)
+        self.local = np.zeros((0, 2))
+        """Per metric [W, Σw·r²] of the residual from the local reference."""
+        self.local_counts = np.zeros(0, np.int64)
+        self.trends = np.zeros((0, trend.CARRY))
+        """Per metric, the local line's carried sums (:mod:`trend`)."""
+        self._learned_trends = self.trends
         self._last_run: tuple[Batch, tuple[dict[str, FloatArray], FloatArray, FloatArray]] | None
         self._last_run = None
+        self._last_local: tuple[Batch, int, tuple[FloatArray, FloatArray, FloatArray]] | None
+        self._last_local = None
 
     @property
     def limit(self) -> float:
@@ -125,29 +157,97 @@ class ChangeDetector(Detector):
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
         )
-        z = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
+        z_p = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
+        ref, scale, _ = self._local(batch, codes)
+        ok &= np.isfinite(ref) & np.isfinite(scale)
+        z_l = np.where(ok, (batch.value - ref) / np.where(ok, scale, 1.0), 0.0)
         n = len(batch)
         out = {name: np.zeros(n) for name in ("upper", "lower")}
         alarm = {name: np.zeros(n, bool) for name in ("upper", "lower")}
         upper, lower = self.upper.copy(), self.lower.copy()
+        up_z, down_z = np.minimum(z_p, z_l), -np.maximum(z_p, z_l)
         for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
             live = rows[ok[rows]]
-            for name, sign, carry in (("upper", 1.0, upper), ("lower", -1.0, lower)):
+            for name, z, carry in (("upper", up_z, upper), ("lower", down_z, lower)):
                 sums, alarms, carry[m] = cusum(
-                    sign * z[live] - self.drift, float(carry[m]), self.limit, self.reset
+                    z[live] - self.drift, float(carry[m]), self.limit, self.reset
                 )
                 out[name][live], alarm[name][live] = sums, alarms
-        out.update(mean=mean, std=std, ok=ok.astype(np.float64))
+        local_binds = np.abs(z_l) < np.abs(z_p)
+        out.update(
+            mean=np.where(local_binds, ref, mean),
+            std=np.where(local_binds, scale, std),
+            ok=ok.astype(np.float64),
+        )
         return out, upper, lower
+
+    def _local(
+        self, batch: Batch, codes: npt.NDArray[np.intp]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per row: the local line's prediction and the local scale (NaN while the metric is
+        warming up); and the local line's sums after the batch, per metric. Kept for the batch:
+        :meth:`learn` scores it with the same lines before it learns the metrics' new scales."""
+        known = len(self.profile.metrics)
+        memo = self._last_local
+        if memo is not None and memo[0] is batch and memo[1] == known:
+            return memo[2]
+        n = len(batch)
+        ref, scale = np.full(n, np.nan), np.full(n, np.nan)
+        carries = self.trends.copy()
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            start = carries[m] if m < len(carries) else trend.empty()
+            ref[rows], after = trend.predict(batch.value[rows], start, self.local_halflife)
+            if m < len(carries):
+                carries[m] = after
+            if m < self.local_counts.size and self.local_counts[m] >= self.warmup:
+                w, sq = self.local[m]
+                if w > 0:
+                    scale[rows] = max(math.sqrt(sq / w), self.min_std)
+        self._last_local = (batch, known, (ref, scale, carries))
+        return ref, scale, carries
+
+    def use_trends(self, held: Mapping[str, Any]) -> None:
+        """Continue from the local lines the caller kept (metric → carried sums) instead of
+        those in the parameters: the scorer's are newer than the trainer's last batch. A metric
+        the caller holds none for starts from the parameters' own (not from an earlier call's)."""
+        self.trends = self._learned_trends.copy()
+        for i, metric in enumerate(self.profile.metrics):
+            carry = held.get(metric)
+            if carry is not None and len(carry) == trend.CARRY:
+                self.trends[i] = carry
+        self._last_run = self._last_local = None
+
+    def trends_after(self, batch: Batch) -> dict[str, list[float]]:
+        """Metric → the local line's sums after ``batch`` (to keep for :meth:`use_trends`)."""
+        carries = self._local(batch, batch.lookup(self.profile.metrics))[2]
+        present = set(batch.names)
+        return {m: carries[i].tolist() for i, m in enumerate(self.profile.metrics) if m in present}
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if self.profile.metrics:
             _, self.upper, self.lower = self._run(batch)
         self._last_run = None
-        self.profile.learn(batch, keep)
+        before = self.profile.ref_ms
+        codes = self.profile.learn(batch, keep)
         grow = len(self.profile.metrics) - self.upper.size
         self.upper = np.concatenate([self.upper, np.zeros(grow)])
         self.lower = np.concatenate([self.lower, np.zeros(grow)])
+        grow = len(self.profile.metrics) - len(self.trends)
+        self.local = np.concatenate([self.local, np.zeros((grow, 2))])
+        self.local_counts = np.concatenate([self.local_counts, np.zeros(grow, np.int64)])
+        self.trends = np.concatenate([self.trends, np.zeros((grow, trend.CARRY))])
+        to_ms = int(self.profile.ref_ms or 0)
+        self.local *= decay_factor(before, to_ms, self.profile.halflife_ms)
+        ref, _, self.trends = self._local(batch, codes)
+        self._learned_trends = self.trends.copy()
+        self._last_local = None
+        learn = keep & np.isfinite(ref)
+        r = batch.value - ref
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            used = rows[learn[rows]]
+            w = row_weights(batch.event_ms[used], to_ms, self.profile.halflife_ms)
+            self.local[m] += (w.sum(), (w * r[used] ** 2).sum())
+            self.local_counts[m] += used.size
 
     def _surprise_of(self, run: dict[str, FloatArray]) -> FloatArray:
         stat = np.maximum(run["upper"], run["lower"])
@@ -170,11 +270,26 @@ class ChangeDetector(Detector):
         return Scores.build(self.kind, surprise, names, batch.value, run["mean"], band, reason)
 
     def _state(self) -> dict[str, Any]:
-        return {**self.profile.state(), "upper": floats(self.upper), "lower": floats(self.lower)}
+        return {
+            **self.profile.state(),
+            "upper": floats(self.upper),
+            "lower": floats(self.lower),
+            "local": floats(self.local),
+            "local_counts": ints(self.local_counts),
+            "trends": floats(self.trends),
+        }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
-        self._last_run = None
+        self._last_run = self._last_local = None
         self.profile.load(state)
         k = len(self.profile.metrics)
         self.upper = array(state, "upper", (k,))
         self.lower = array(state, "lower", (k,))
+        if "local" in state:
+            self.local = array(state, "local", (k, 2))
+            self.local_counts = array(state, "local_counts", (k,)).astype(np.int64)
+            self.trends = array(state, "trends", (k, trend.CARRY))
+        else:  # parameters from before the local reference: it starts learning now
+            self.local, self.local_counts = np.zeros((k, 2)), np.zeros(k, np.int64)
+            self.trends = np.zeros((k, trend.CARRY))
+        self._learned_trends = self.trends.copy()

@@ -107,6 +107,7 @@ def new_state() -> dict[str, Any]:
         "late": 0,  # readings behind the watermark, so far
         "heard_ms": None,  # newest event time among them (they were sent: no dropout)
         "recent": {},  # metric -> values of the latest in-order readings (flat-line windows)
+        "trend": {},  # metric -> the change detector's local line after them (models.trend)
         "win": {},  # open event-time windows: start -> metric -> accumulators
         "windows": {},  # metric -> features of its newest closed window
         "dups": 0,  # repeated readings dropped, so far
@@ -222,7 +223,9 @@ def process(
         heard = st.get("heard_ms")
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
         recent: dict[str, list[float]] = st.setdefault("recent", {})
-        for obs in observations(in_order, members, policy.baseline, gap_from, active, recent):
+        trends: dict[str, list[float]] = st.setdefault("trend", {})
+        scored = observations(in_order, members, policy.baseline, gap_from, active, recent, trends)
+        for obs in scored:
             lifecycle.observe(obs)
         _advance(st, in_order)
         _slide(recent, in_order, _window(members) - 1)

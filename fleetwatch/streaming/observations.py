@@ -18,7 +18,9 @@ import numpy.typing as npt
 from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.models.base import Detector
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.flatline import FlatlineDetector
@@ -167,6 +169,7 @@ def observations(
     previous_ms: int | None,
     active: set[str],
     recent: dict[str, list[float]] | None = None,
+    trends: dict[str, list[float]] | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -177,7 +180,9 @@ def observations(
     The flat-line detector's windows are the scorer's own: ``recent`` holds, per metric, the
     values of the device's latest in-order readings (event-time order), so each window slides
     over exactly the readings before it, not over the trainer's copy as of its last batch;
-    ``previous_ms`` is where the dropout gap is measured from."""
+    ``previous_ms`` is where the dropout gap is measured from. Likewise the change detector's
+    local lines continue from ``trends`` (metric → carried sums), which are then moved on past
+    these rows."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -185,14 +190,18 @@ def observations(
         if not members:
             return base
         found.extend((obs.event_ms, -1, obs) for obs in base)
-    frame = rows.frame()
+    frame = Batch.of(rows.frame())
     dropout_active = f"*\x1f{DROPOUT}" in active
     for m_index, (member, label) in enumerate(members):
         if isinstance(member, FlatlineDetector):
             member.last_ms = previous_ms
             if recent is not None:
                 member.tails = [list(recent.get(m, ())) for m in member.metrics]
+        if isinstance(member, ChangeDetector) and trends is not None:
+            member.use_trends(trends)
         scores = member.score(frame)
+        if isinstance(member, ChangeDetector) and trends is not None:
+            trends.update(member.trends_after(frame))
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]

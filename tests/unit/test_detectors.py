@@ -218,3 +218,21 @@ def test_bad_input_and_bad_parameters_raise_typed_errors() -> None:
     with pytest.raises(ParamsError):
         params.loads("[1, 2]")
     assert issubclass(UnknownDetector, FleetwatchError)
+
+
+def test_cusum_follows_a_load_cycle_faster_than_its_profile_and_still_sees_a_shift() -> None:
+    """A 10-minute ±600 W cycle at one reading a second: against the hour-bucket profile alone
+    the residuals run same-signed for minutes (the old reference alerted every few minutes)."""
+    rng = np.random.default_rng(4)
+    t = np.arange(5400)
+    values = 1550.0 + 600.0 * np.sin(2 * np.pi * t / 600.0) + rng.normal(0.0, 45.0, t.size)
+    values[4800:4840] += 1500.0
+    frame = series(values, interval_ms=1000)
+    detector = ChangeDetector()
+    alerts = np.zeros(t.size, bool)
+    for lo in range(0, t.size, 10):  # score then learn, 10 s batches, as the pipeline does
+        part = frame.iloc[lo : lo + 10]
+        alerts[lo : lo + 10] = detector.score(part).alert
+        detector.learn(part, exclude=alerts[lo : lo + 10])
+    assert not alerts[1800:4800].any(), np.flatnonzero(alerts[1800:4800])
+    assert alerts[4800:4806].any()

@@ -269,3 +269,19 @@ def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
         found += [(i, a["status"]) for a in of(outs[0], ALERTS) if a["detector"] == "flatline"]
     window = FlatlineDetector().window
     assert found[0] == (5 + window - 1, "open")  # the first window of stuck readings only
+
+
+def test_the_change_detectors_local_line_continues_from_the_scorers_own_readings() -> None:
+    p = trained_params()  # the trainer's line ends at its last batch, 600 readings in
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    rng = np.random.default_rng(12)
+    state, _ = run([frame([(600, t, 21.0)])])
+    state["v"] = version
+    origins = []
+    for i in range(1, 40):  # a batch per reading; parameters unchanged
+        reading = frame([(600 + i, t + i * 1000, 21 + rng.normal(0, 0.3))])
+        state, _ = run([reading], state=state, params_json=p)
+        origins.append(state["trend"]["temperature"][0])
+    trainer_origin = params.loads(p)["state"]["members"][1]["state"]["trends"][0][0]
+    assert origins == [trainer_origin + i for i in range(1, 40)]  # one position per reading
