@@ -1,7 +1,8 @@
 """Scoring alerts against the simulator's truth, event by event.
 
 An anomaly is *detected* when an alert opens for its device (and one of its metrics, when the
-alert names a metric the anomaly does not list it is no match) with an event time inside
+alert names a metric the anomaly does not list it is no match; a device-wide alert, metric
+``*`` as the scorer's dropout alerts have, names none) with an event time inside
 ``[start_ms, end_ms + tolerance]``. An opened alert is a *true* alert when it matches at least
 one anomaly, else a *false* alert. Detection delay is the event time of the first matching
 alert minus the anomaly's start (event time, so replays score the same as live runs).
@@ -22,6 +23,8 @@ from typing import Any
 import numpy as np
 
 DAY_MS = 24 * 3600 * 1000
+DEVICE_WIDE = ("", "*")
+"""Alert metrics that name no single metric: the alert is about the device as a whole."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 def matches(alert: AlertEvent, event: TruthEvent, tolerance_ms: int) -> bool:
     return (
         alert.device_id == event.device_id
-        and (not alert.metric or not event.metrics or alert.metric in event.metrics)
+        and (alert.metric in DEVICE_WIDE or not event.metrics or alert.metric in event.metrics)
         and event.start_ms <= alert.event_ms <= event.end_ms + tolerance_ms
     )
 

@@ -5,6 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetwatch.cli.main import app
+from fleetwatch.simulator.evaluate import AlertEvent, TruthEvent, matches
 
 TRUTH = [
     {
@@ -122,3 +123,13 @@ def test_eval_reads_device_days_from_the_run_sidecar(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["false_alerts_per_device_day"] == pytest.approx(0.5)
     assert (report["precision"], report["recall"]) == (0.0, 0.0)
+
+
+def test_a_device_wide_alert_matches_an_anomaly_of_any_of_its_metrics() -> None:
+    gap = TruthEvent("d3", "dropout", ("temperature", "humidity"), 40_000, 55_000)
+    shift = TruthEvent("d3", "level_shift", ("humidity",), 80_000, 90_000)
+    after_gap = AlertEvent("d3", "*", 56_000)  # the first reading after the gap carries it
+    assert matches(after_gap, gap, 2_000)
+    assert not matches(after_gap, shift, 2_000)  # outside the shift's time
+    assert not matches(AlertEvent("d3", "temperature", 85_000), shift, 2_000)
+    assert matches(AlertEvent("d3", "*", 85_000), shift, 2_000)
