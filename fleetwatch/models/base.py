@@ -20,8 +20,9 @@ Training on anomalies. ``exclude`` is a per-row boolean mask of readings to keep
 learned statistics (the detector still advances its memory through them). The trainer passes
 the alerts the scorer raised, so a long fault does not become the new normal. When ``exclude``
 is ``None`` a fitted detector gates itself: rows it scores as alerts with its parameters before
-the batch are left out. The price is that a genuine, permanent change of level keeps alerting
-until the device is re-learned (``clone()`` and learn) or the trainer stops excluding it.
+the batch are left out (the combined detector lets a device back in once all its metrics have
+alerted without a break for ``adapt_s`` of event time: a machine's new operating state is
+learned, not excluded for ever; see :mod:`combiner`).
 
 Every concrete subclass with a ``kind`` is registered here; see :mod:`registry`.
 """
@@ -52,6 +53,8 @@ _KINDS: dict[str, type[Detector]] = {}
 class Detector(ABC):
     kind: ClassVar[str]
     schema: ClassVar[int] = 1
+    per_metric: ClassVar[bool] = True
+    """Whether a row's score is about its own metric (not the device's metrics together)."""
 
     version: int = 0
     trained_from_ms: int | None = None
@@ -96,7 +99,7 @@ class Detector(ABC):
         if len(batch) == 0:
             return self
         if exclude is None:
-            keep = ~self._alerts(batch) if self.fitted else np.ones(len(batch), bool)
+            keep = self._gate(batch) if self.fitted else np.ones(len(batch), bool)
         else:
             mask = np.asarray(exclude, dtype=bool)
             if mask.shape != (len(batch),):
@@ -130,6 +133,12 @@ class Detector(ABC):
         """``_score(batch).surprise`` alone (sorted row order). Detectors override it with a
         path that skips the explanation fields: the self-gate of :meth:`learn` needs only this."""
         return self._score(batch).surprise
+
+    def _gate(self, batch: Batch) -> npt.NDArray[np.bool_]:
+        """The rows a fitted detector learns when the caller says nothing: those it does not
+        alert on with its parameters before the batch."""
+        keep: npt.NDArray[np.bool_] = ~self._alerts(batch)
+        return keep
 
     def _alerts(self, batch: Batch) -> npt.NDArray[np.bool_]:
         """``_score(batch).alert``, from :meth:`_surprise` (the same calibration, so the same

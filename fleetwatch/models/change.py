@@ -6,7 +6,9 @@ A change must stand out against two references at once:
   long half-life: by default 30 days): ``z_p = (value - expected) / std``;
 - the *local* reference, a line through the metric's earlier readings weighted with a
   half-life of ``local_halflife`` readings (:mod:`trend`):
-  ``z_l = (value - predicted) / s_l``, ``s_l`` the learned root mean square of that residual.
+  ``z_l = (value - predicted) / s_l``, ``s_l`` the learned root mean square of that residual,
+  or the line's recent one where that is larger (a machine that starts up and runs noisier
+  than the parameters have seen yet is not a stream of small level shifts).
 
 The upper sum adds ``min(z_p, z_l)``, the lower ``max(z_p, z_l)``: a reading counts as far as
 both agree. Against the profile alone, a signal that moves on its own faster than the profile's
@@ -196,13 +198,14 @@ class ChangeDetector(Detector):
         carries = self.trends.copy()
         for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
             start = carries[m] if m < len(carries) else trend.empty()
-            ref[rows], after = trend.predict(batch.value[rows], start, self.local_halflife)
+            ref[rows], recent, after = trend.predict(batch.value[rows], start, self.local_halflife)
             if m < len(carries):
                 carries[m] = after
             if m < self.local_counts.size and self.local_counts[m] >= self.warmup:
                 w, sq = self.local[m]
                 if w > 0:
-                    scale[rows] = max(math.sqrt(sq / w), self.min_std)
+                    learned = max(math.sqrt(sq / w), self.min_std)
+                    scale[rows] = np.fmax(recent, learned)
         self._last_local = (batch, known, (ref, scale, carries))
         return ref, scale, carries
 

@@ -13,7 +13,12 @@ small shift. The explanation of a row is that of the most surprised member.
 
 Members learn from the same batch with the same exclusion mask; when none is given, the
 combined pre-batch alerts are excluded from every member, so a spike seen by one detector does
-not leak into the others' statistics.
+not leak into the others' statistics. Except for a lasting change of the whole device: once
+every metric has alerted on every reading for ``adapt_s`` seconds of event time, the readings
+are learned again. A machine that stops or starts moves all its signals at once and stays so
+for many minutes; it becomes one of the device's normal states (alerted on when first seen,
+then learned) instead of alerting until it ends. A single metric off on its own — a failing
+sensor, however long — stays out. ``None`` never adapts.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy.typing as npt
 
 from fleetwatch.models.base import Detector, detector_class
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import score_from_surprise
+from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.flatline import FlatlineDetector
@@ -43,22 +48,66 @@ def default_members() -> list[Detector]:
 class CombinedDetector(Detector):
     kind: ClassVar[str] = "combined"
 
-    def __init__(self, detectors: Sequence[Detector] | None = None) -> None:
+    def __init__(
+        self, detectors: Sequence[Detector] | None = None, adapt_s: float | None = 300.0
+    ) -> None:
         self.detectors: list[Detector] = default_members() if detectors is None else list(detectors)
         if not self.detectors:
             raise ParamsError("a combined detector needs at least one member")
+        if adapt_s is not None and not adapt_s > 0:
+            raise ParamsError(f"adapt_s must be > 0 or None, got {adapt_s}")
+        self.adapt_s = adapt_s
+        self.alerting: dict[str, int] = {}
+        """Metric → event time since which every reading of it alerted (the gate's memory)."""
 
     def hyper_json(self) -> dict[str, Any]:
-        return {"detectors": [{"kind": d.kind, "hyper": d.hyper_json()} for d in self.detectors]}
+        return {
+            "detectors": [{"kind": d.kind, "hyper": d.hyper_json()} for d in self.detectors],
+            "adapt_s": self.adapt_s,
+        }
 
     @classmethod
     def from_hyper(cls, hyper: Mapping[str, Any]) -> CombinedDetector:
         try:
             specs = list(hyper["detectors"])
             members = [detector_class(s["kind"]).from_hyper(s["hyper"]) for s in specs]
-        except (KeyError, TypeError) as exc:
+            adapt = hyper.get("adapt_s", 300.0)
+            return cls(members, None if adapt is None else float(adapt))
+        except (KeyError, TypeError, ValueError) as exc:
             raise ParamsError(f"bad combined hyperparameters {dict(hyper)!r}") from exc
-        return cls(members)
+
+    def _gate(self, batch: Batch) -> npt.NDArray[np.bool_]:
+        """The pre-batch alerts are left out, but for a device in a lasting new state: a row is
+        learned once every metric of the batch has alerted without a break for ``adapt_s``, each
+        on its own (a per-metric member's alert; the multivariate one flags every metric of a
+        broken reading). One metric off on its own is a fault of that sensor, and stays out."""
+        each = [m._surprise(batch) for m in self.detectors]
+        alerts = score_from_surprise(np.max(each, axis=0)) >= ALERT_SCORE
+        if self.adapt_s is None or (not alerts.any() and not self.alerting):
+            self.alerting.clear()
+            keep: npt.NDArray[np.bool_] = ~alerts
+            return keep
+        keep = ~alerts
+        own = [s for m, s in zip(self.detectors, each, strict=True) if m.per_metric]
+        moved = (
+            score_from_surprise(np.max(own, axis=0)) >= ALERT_SCORE
+            if own
+            else np.zeros(len(batch), bool)
+        )
+        limit = self.adapt_s * 1000.0
+        since: dict[str, int | None] = {name: self.alerting.get(name) for name in batch.names}
+        rows = zip(batch.codes.tolist(), batch.event_ms.tolist(), strict=True)
+        for i, (code, t) in enumerate(rows):
+            name = batch.names[code]
+            if not moved[i]:
+                since[name] = None
+                continue
+            if since[name] is None:
+                since[name] = t
+            if alerts[i]:
+                keep[i] = all(s is not None and t - s >= limit for s in since.values())
+        self.alerting = {m: s for m, s in since.items() if s is not None}
+        return keep
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         for member in self.detectors:
@@ -89,9 +138,11 @@ class CombinedDetector(Detector):
         return out
 
     def _state(self) -> dict[str, Any]:
-        return {"members": [member.to_params() for member in self.detectors]}
+        members = [member.to_params() for member in self.detectors]
+        return {"members": members, "alerting": dict(sorted(self.alerting.items()))}
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
+        self.alerting = {str(m): int(t) for m, t in state.get("alerting", {}).items()}
         members = list(state["members"])
         if len(members) != len(self.detectors):
             raise ParamsError(f"{len(members)} member parameters for {len(self.detectors)} members")

@@ -78,6 +78,7 @@ def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
 
 class PcaDetector(Detector):
     kind: ClassVar[str] = "pca"
+    per_metric: ClassVar[bool] = False
 
     def __init__(
         self,

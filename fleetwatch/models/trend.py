@@ -7,7 +7,12 @@ least-squares line through the earlier readings ``(j, x_j)``, weights ``w_j = 2^
 j)/halflife)`` (Brown's linear exponential smoothing). A slow movement of the signal (a load
 cycle, a steady discharge) is followed with little lag; a step is absorbed over a few half-lives.
 
-The five weighted sums are linear in the weights, so every row of a batch is predicted at once
+With the same weights the carry also keeps the mean square of the line's own residuals, the
+signal's recent *volatility*: how far off its predictions have lately been. A metric whose noise
+grows (a machine starting up, more vibration when running) is seen as noisier within a few
+half-lives, not only by the next model a trainer publishes.
+
+The weighted sums are linear in the weights, so every row of a batch is predicted at once
 from prefix sums: with weights ``2^((j - origin)/halflife)`` the common factor ``2^(-(i -
 origin)/halflife)`` cancels in the intercept. The sums carried between batches are kept relative
 to the last position (every weight at most 1) and re-based when a batch runs far ahead of it.
@@ -19,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
-CARRY = 6
-"""``[origin, Σw, Σw·u, Σw·u², Σw·x, Σw·u·x]``: ``u = j - origin``, origin the last position."""
+CARRY = 8
+"""``[origin, Σw, Σw·u, Σw·u², Σw·x, Σw·u·x, Σw', Σw'·r²]``: ``u = j - origin``, origin the
+last position; ``w'`` the weights of readings with a prediction, ``r`` its residual."""
 _SPAN = 400.0
 """Half-lives a chunk may run past its origin (weights up to 2^400, far from overflow)."""
 
@@ -31,9 +37,9 @@ def empty() -> FloatArray:
 
 def _rebase(carry: FloatArray, origin: float, halflife: float) -> FloatArray:
     """The same sums relative to a later ``origin``."""
-    o, s0, su, suu, sx, sux = carry
+    o, s0, su, suu, sx, sux, wr, sr2 = carry
     if s0 == 0:
-        return np.array([origin, 0.0, 0.0, 0.0, 0.0, 0.0])
+        return np.array([origin, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     d = origin - o
     f = 2.0 ** (-d / halflife)
     return np.array(
@@ -44,23 +50,26 @@ def _rebase(carry: FloatArray, origin: float, halflife: float) -> FloatArray:
             f * (suu - 2 * d * su + d * d * s0),
             f * sx,
             f * (sux - d * sx),
+            f * wr,
+            f * sr2,
         ]
     )
 
 
 def predict(
     values: FloatArray, carry: FloatArray, halflife: float
-) -> tuple[FloatArray, FloatArray]:
-    """Per reading (event-time order, following those the carry has seen), the prediction from
-    the readings before it (NaN while fewer than two are known); and the carry after the last."""
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per reading (event-time order, following those the carry has seen): the prediction from
+    the readings before it (NaN while fewer than two are known) and the root mean square of the
+    residuals before it (NaN before the first); and the carry after the last reading."""
     n = values.size
-    out = np.full(n, np.nan)
+    out, vol = np.full(n, np.nan), np.full(n, np.nan)
     carry = np.asarray(carry, dtype=np.float64)
     if n == 0:
-        return out, carry
+        return out, vol, carry
     first = float(carry[0]) + 1.0 if carry[1] > 0 else 0.0
     if carry[1] == 0:
-        carry = np.array([first, 0.0, 0.0, 0.0, 0.0, 0.0])
+        carry = np.array([first, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     step = max(1, int(_SPAN * halflife))
     for start in range(0, n, step):
         stop = min(n, start + step)
@@ -70,7 +79,7 @@ def predict(
         w = np.exp2(u / halflife)
         terms = np.stack([w, w * u, w * u * u, w * x, w * u * x])
         totals = np.cumsum(terms, axis=1)
-        before = np.concatenate([np.zeros((5, 1)), totals[:, :-1]], axis=1) + carry[1:, None]
+        before = _exclusive(totals) + carry[1:6, None]
         p0, pu, puu, px, pux = before
         s1 = pu - u * p0
         s2 = puu - 2 * u * pu + u * u * p0
@@ -79,7 +88,20 @@ def predict(
         with np.errstate(divide="ignore", invalid="ignore"):
             a = (s2 * px - s1 * s1x) / det
         good = (p0 > 0) & (det > 1e-9 * np.maximum(p0 * s2, 1e-300))
-        out[start:stop] = np.where(good, a, np.nan)
-        last = np.concatenate([[origin], carry[1:] + totals[:, -1]])
+        a = np.where(good, a, np.nan)
+        out[start:stop] = a
+        wr = np.where(good, w, 0.0)
+        r2 = np.where(good, (x - np.where(good, a, 0.0)) ** 2, 0.0)
+        spread = np.cumsum(np.stack([wr, wr * r2]), axis=1)
+        seen = _exclusive(spread) + carry[6:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vol[start:stop] = np.where(seen[0] > 0, np.sqrt(seen[1] / seen[0]), np.nan)
+        sums = np.concatenate([totals[:, -1], spread[:, -1]])
+        last = np.concatenate([[origin], carry[1:] + sums])
         carry = _rebase(last, origin + float(u[-1]), halflife)
-    return out, carry
+    return out, vol, carry
+
+
+def _exclusive(running: FloatArray) -> FloatArray:
+    """Running totals along axis 1 shifted by one: each column the sum before it."""
+    return np.concatenate([np.zeros((running.shape[0], 1)), running[:, :-1]], axis=1)

@@ -23,25 +23,27 @@ def naive(values: np.ndarray, halflife: float) -> np.ndarray:
 @pytest.mark.parametrize("halflife", [3.0, 30.0])
 def test_prefix_sums_equal_a_fresh_weighted_fit_per_reading(halflife: float) -> None:
     values = np.random.default_rng(0).normal(5.0, 1.0, 300)
-    predicted, _ = trend.predict(values, trend.empty(), halflife)
+    predicted, _, _ = trend.predict(values, trend.empty(), halflife)
     assert np.isnan(predicted[:2]).all()
     np.testing.assert_allclose(predicted[2:], naive(values, halflife)[2:], rtol=1e-7, atol=1e-7)
 
 
 def test_batches_carried_from_one_to_the_next_equal_one_batch() -> None:
     values = np.random.default_rng(1).normal(0.0, 1.0, 5000).cumsum()
-    whole, end = trend.predict(values, trend.empty(), 30.0)
-    parts, carry = [], trend.empty()
+    whole, whole_vol, end = trend.predict(values, trend.empty(), 30.0)
+    parts, vols, carry = [], [], trend.empty()
     for chunk in np.array_split(values, [1, 7, 500, 4000]):
-        got, carry = trend.predict(chunk, carry, 30.0)
+        got, vol, carry = trend.predict(chunk, carry, 30.0)
         parts.append(got)
+        vols.append(vol)
     np.testing.assert_allclose(np.concatenate(parts), whole, rtol=1e-9, atol=1e-8, equal_nan=True)
+    np.testing.assert_allclose(np.concatenate(vols), whole_vol, rtol=1e-9, equal_nan=True)
     np.testing.assert_allclose(carry, end, rtol=1e-9)
 
 
 def test_a_long_batch_is_cut_where_the_weights_would_overflow() -> None:
     values = np.linspace(0.0, 1.0, 20_000)
-    predicted, carry = trend.predict(values, trend.empty(), 5.0)
+    predicted, _, carry = trend.predict(values, trend.empty(), 5.0)
     assert np.isfinite(carry).all()
     np.testing.assert_allclose(predicted[2:], values[2:], atol=1e-9)  # a line is predicted exactly
 
@@ -49,9 +51,22 @@ def test_a_long_batch_is_cut_where_the_weights_would_overflow() -> None:
 def test_a_step_is_absorbed_and_a_slow_cycle_followed() -> None:
     i = np.arange(3000, dtype=float)
     step = np.where(i < 1500, 0.0, 10.0)
-    predicted, _ = trend.predict(step, trend.empty(), 30.0)
+    predicted, _, _ = trend.predict(step, trend.empty(), 30.0)
     assert predicted[1500] == pytest.approx(0.0, abs=1e-9)  # the step itself is a surprise
     assert abs(predicted[1500 + 300] - 10.0) < 0.1  # ten half-lives later it is the level
     cycle = 600.0 * np.sin(2 * np.pi * i / 600.0)  # a 10-minute cycle at one reading a second
-    predicted, _ = trend.predict(cycle, trend.empty(), 30.0)
+    predicted, _, _ = trend.predict(cycle, trend.empty(), 30.0)
     assert np.abs(predicted[300:] - cycle[300:]).max() < 0.2 * 600.0  # curvature: ~17 %
+
+
+def test_the_volatility_is_the_weighted_rms_of_earlier_residuals_and_follows_the_noise() -> None:
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(0.0, 0.03, 600), rng.normal(4.0, 0.3, 600)])
+    predicted, vol, _ = trend.predict(values, trend.empty(), 30.0)
+    i = 700
+    r2 = (values[:i] - predicted[:i]) ** 2
+    w = 2.0 ** (-(i - np.arange(i)) / 30.0)
+    known = np.isfinite(r2)
+    assert vol[i] == pytest.approx(np.sqrt((w * r2)[known].sum() / w[known].sum()), rel=1e-9)
+    assert vol[590] < 0.05  # quiet while off
+    assert 0.25 < vol[1190] < 0.45  # the running noise within a few half-lives
