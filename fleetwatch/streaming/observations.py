@@ -28,6 +28,8 @@ from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.streaming.device_moves import KEY as STATE_KEY
+from fleetwatch.streaming.device_moves import fold_moves, readings_of
 from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.rows import Rows
 from fleetwatch.streaming.training import params_of
@@ -182,7 +184,8 @@ def observations(
     over exactly the readings before it, not over the trainer's copy as of its last batch;
     ``previous_ms`` is where the dropout gap is measured from. Likewise the change detector's
     local lines continue from ``trends`` (metric → carried sums), which are then moved on past
-    these rows."""
+    these rows. A reading on which every metric moved at once comes back as one device-wide
+    observation (:mod:`~fleetwatch.streaming.device_moves`)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -216,7 +219,11 @@ def observations(
                 for i in calm
             )
     found.sort(key=lambda t: (t[0], t[1]))
-    return [obs for _, _, obs in found]
+    scored = [obs for _, _, obs in found]
+    if not scored and STATE_KEY not in active:
+        return scored
+    readings = readings_of(event_ms, rows["metric"], seq, received)
+    return fold_moves(scored, readings, active)
 
 
 def _with_keys(

@@ -1,0 +1,101 @@
+"""When every metric of a device moves at once: one device-wide alert, not one per metric.
+
+A machine that starts or stops, a device moved to another room, a reading that is off on every
+sensor: at that event time each of the device's metrics is anomalous on its own (a per-metric
+detector — seasonal, change, flat line — alerts on it). Reported per metric and detector, that
+is half a dozen alerts about one event. Here they become one observation of the device,
+metric ``*`` and kind :data:`STATE` ("the device as a whole moved"), carrying the strongest
+score and naming every metric's value in its reason; it opens, updates and resolves like any
+episode. A reading with a single metric, or where some metric is calm on its own, is left as
+it is — so is a dropout (already device-wide). Pure: a step of
+:func:`~fleetwatch.streaming.observations.observations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import groupby
+from typing import NamedTuple
+
+from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.streaming.episodes import DROPOUT, Observation
+
+STATE = "state"
+"""The kind of a device-wide alert: every metric moved at once."""
+PER_METRIC = frozenset({"seasonal", "cusum", "flatline"})
+"""Detector kinds whose alert is about one metric on its own."""
+KEY = f"*\x1f{STATE}"
+
+
+class Reading(NamedTuple):
+    """What the folding needs of one reading: its metrics, sequence number and arrival."""
+
+    metrics: frozenset[str]
+    seq: int
+    received_ms: int
+
+
+def fold_moves(
+    found: list[Observation], readings: dict[int, Reading], active: set[str]
+) -> list[Observation]:
+    """``found`` (event-time order) with each reading on which all its metrics (two or more)
+    moved at once folded into one :data:`STATE` observation. ``readings``: by event time, every
+    reading scored; ``active``: episode keys under way (a state episode gets a calm observation
+    at every other reading, which is what closes it)."""
+    under_way = KEY in active
+    if not under_way and not found:
+        return found
+    by_time = {t: list(g) for t, g in groupby(found, key=lambda o: o.event_ms)}
+    out: list[Observation] = []
+    for event_ms in sorted(by_time.keys() | readings.keys()):
+        at = by_time.get(event_ms, [])
+        reading = readings.get(event_ms)
+        present = reading.metrics if reading is not None else frozenset()
+        moved = {o.metric for o in at if o.kind in PER_METRIC and o.score >= ALERT_SCORE}
+        if len(present) >= 2 and present <= moved:
+            out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
+            out.append(_state(at, present))
+            under_way = True
+            continue
+        out.extend(at)
+        if under_way and reading is not None:
+            nan = float("nan")
+            calm = Observation(
+                "*", STATE, 0.0, reading.seq, event_ms, reading.received_ms, nan, nan, nan, ""
+            )
+            out.append(calm)
+    return out
+
+
+def readings_of(
+    event_ms: Iterable[int], metrics: Iterable[str], seq: Iterable[int], received: Iterable[int]
+) -> dict[int, Reading]:
+    """:class:`Reading` s by event time, from the scored rows' columns."""
+    grouped: dict[int, tuple[set[str], int, int]] = {}
+    for t, metric, n, rx in zip(event_ms, metrics, seq, received, strict=True):
+        entry = grouped.setdefault(int(t), (set(), int(n), int(rx)))
+        entry[0].add(str(metric))
+    return {t: Reading(frozenset(m), n, rx) for t, (m, n, rx) in grouped.items()}
+
+
+def _state(at: list[Observation], present: frozenset[str]) -> Observation:
+    bad = [o for o in at if o.score >= ALERT_SCORE and o.kind != DROPOUT]
+    top = max(bad, key=lambda o: o.score)
+    values: dict[str, float] = {}
+    for o in sorted(bad, key=lambda o: -o.score):
+        if o.metric in present:
+            values.setdefault(o.metric, o.value)
+    moved = ", ".join(f"{m}={v:.6g}" for m, v in sorted(values.items()))
+    return Observation(
+        metric="*",
+        kind=STATE,
+        score=top.score,
+        seq=top.seq,
+        event_ms=top.event_ms,
+        received_ms=top.received_ms,
+        value=top.value,
+        expected=top.expected,
+        band=top.band,
+        reason=f"every metric moved at once ({moved}); strongest: {top.reason}",
+        model=top.model,
+    )

@@ -1,0 +1,53 @@
+"""A reading on which every metric of the device moved at once is one device-wide alert."""
+
+from __future__ import annotations
+
+from fleetwatch.streaming.device_moves import KEY, STATE, Reading, fold_moves
+from fleetwatch.streaming.episodes import Lifecycle, Observation
+
+NAN = float("nan")
+
+
+def obs(metric: str, kind: str, score: float, t: int, value: float = 1.0) -> Observation:
+    return Observation(metric, kind, score, t // 1000, t, t + 5, value, 0.0, 1.0, f"{kind} says")
+
+
+def readings(*times: int, metrics: tuple[str, ...] = ("rms", "rpm")) -> dict[int, Reading]:
+    return {t: Reading(frozenset(metrics), t // 1000, t + 5) for t in times}
+
+
+def test_every_metric_anomalous_on_its_own_is_one_state_observation() -> None:
+    found = [
+        obs("rms", "seasonal", 0.99, 1000, 4.2),
+        obs("rpm", "seasonal", 1.0, 1000, 1478.0),
+        obs("rms", "cusum", 0.9, 1000),
+        obs("rpm", "pca", 1.0, 1000),
+    ]
+    out = fold_moves(found, readings(1000), set())
+    assert [(o.metric, o.kind) for o in out] == [("*", STATE)]
+    assert out[0].score == 1.0
+    assert "rms=4.2" in out[0].reason and "rpm=1478" in out[0].reason
+
+
+def test_one_metric_off_on_its_own_is_left_as_it_is() -> None:
+    found = [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "pca", 0.99, 1000)]
+    assert fold_moves(found, readings(1000), set()) == found  # rpm: only the joint detector
+    single = [obs("rms", "seasonal", 0.99, 1000)]
+    assert fold_moves(single, readings(1000, metrics=("rms",)), set()) == single
+
+
+def test_a_state_episode_gets_calm_readings_and_resolves() -> None:
+    moved = [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "seasonal", 0.99, 1000)]
+    out = fold_moves(moved, readings(1000, 2000, 3000, 4000), set())
+    assert [(o.kind, o.score, o.event_ms) for o in out] == [
+        (STATE, 0.99, 1000),
+        (STATE, 0.0, 2000),
+        (STATE, 0.0, 3000),
+        (STATE, 0.0, 4000),
+    ]
+    lifecycle = Lifecycle("d1", 3, 10_000)
+    for o in out:
+        lifecycle.observe(o)
+    assert [e["status"] for e in lifecycle.events] == ["open", "resolve"]
+    assert {e["metric"] for e in lifecycle.events} == {"*"}
+    assert fold_moves([], readings(5000), {KEY})[0].kind == STATE  # a later batch, nothing else
