@@ -26,7 +26,8 @@ def test_every_metric_anomalous_on_its_own_is_one_state_observation() -> None:
     out = fold_moves(found, readings(1000), set())
     assert [(o.metric, o.kind) for o in out] == [("*", STATE)]
     assert out[0].score == 1.0
-    assert "rms=4.2" in out[0].reason and "rpm=1478" in out[0].reason
+    assert "rms=4.2" in out[0].reason
+    assert "rpm=1478" in out[0].reason
 
 
 def test_one_metric_off_on_its_own_is_left_as_it_is() -> None:
