@@ -40,8 +40,11 @@ def fold_moves(
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
     moved at once folded into one :data:`STATE` observation. ``readings``: by event time, every
-    reading scored; ``active``: episode keys under way (a state episode gets a calm observation
-    at every other reading, which is what closes it)."""
+    reading scored; ``active``: episode keys under way. While a state episode is under way, every
+    other reading gets a :data:`STATE` observation too, scored with the weakest metric's own
+    score: calm (it closes the episode) once some metric is calm on its own, in the hysteresis
+    band while every metric is still unusual, so a device settling into its new state is one
+    episode, not a string of them."""
     under_way = KEY in active
     if not under_way and not found:
         return found
@@ -59,12 +62,28 @@ def fold_moves(
             continue
         out.extend(at)
         if under_way and reading is not None:
+            weakest = min(_own_score(at, metric) for metric in present) if present else 0.0
             nan = float("nan")
-            calm = Observation(
-                "*", STATE, 0.0, reading.seq, event_ms, reading.received_ms, nan, nan, nan, ""
+            out.append(
+                Observation(
+                    "*",
+                    STATE,
+                    weakest,
+                    reading.seq,
+                    event_ms,
+                    reading.received_ms,
+                    nan,
+                    nan,
+                    nan,
+                    "",
+                )
             )
-            out.append(calm)
     return out
+
+
+def _own_score(at: list[Observation], metric: str) -> float:
+    """The highest score a per-metric detector gave ``metric`` at this reading (0: none)."""
+    return max((o.score for o in at if o.metric == metric and o.kind in PER_METRIC), default=0.0)
 
 
 def readings_of(

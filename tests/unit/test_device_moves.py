@@ -52,3 +52,23 @@ def test_a_state_episode_gets_calm_readings_and_resolves() -> None:
     assert [e["status"] for e in lifecycle.events] == ["open", "resolve"]
     assert {e["metric"] for e in lifecycle.events} == {"*"}
     assert fold_moves([], readings(5000), {KEY})[0].kind == STATE  # a later batch, nothing else
+
+
+def test_a_device_settling_into_its_new_state_stays_one_episode() -> None:
+    """After the move, both metrics are still unusual but not both at the alert level: the
+    state episode neither closes nor reopens until one metric is calm on its own."""
+    found = [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "seasonal", 0.99, 1000)]
+    for t in (2000, 3000, 4000, 5000):
+        found += [obs("rms", "seasonal", 0.99, t), obs("rpm", "seasonal", 0.4, t)]
+    out = [o for o in fold_moves(found, readings(1000, 2000, 3000, 4000, 5000), set())]
+    lifecycle = Lifecycle("d1", 3, 10_000)
+    for o in out:
+        lifecycle.observe(o)
+    assert [(e["status"], e["metric"]) for e in lifecycle.events] == [
+        ("open", "*"),
+        ("open", "rms"),
+    ]
+    calm = fold_moves([], readings(6000, 7000, 8000), {KEY})
+    for o in calm:
+        lifecycle.observe(o)
+    assert [e["status"] for e in lifecycle.events if e["metric"] == "*"] == ["open", "resolve"]
