@@ -22,8 +22,12 @@ no distribution to calibrate against. The components are the eigenvectors scikit
 
 Calibration: with Gaussian readings ``Q`` is χ² with ``metrics - components`` degrees of
 freedom; the Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise. Residual
-eigenvalues are floored at ``min_residual_var`` so nearly collinear metrics do not make every
-rounding error an anomaly. The explanation blames the metric with the largest standardised
+eigenvalues are floored at ``min_residual_var`` (of a standardised metric's unit variance) so
+nearly collinear metrics do not make every rounding error an anomaly — nor a device that has
+learned two operating states (a machine on and off): its principal axis then runs between the
+two, with only the little noise of the newer one off it, and with a floor of 1e-3 every reading
+of that state "broke the pattern" until hundreds of them were learned (100-device emulation:
+30 of 68 false alerts; with 0.02, 1, and no anomaly less found). The explanation blames the metric with the largest standardised
 residual and gives its reconstruction as the expected value.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
@@ -85,7 +89,7 @@ class PcaDetector(Detector):
         components: int = 1,
         halflife_hours: float | None = 168.0,
         warmup: int = 50,
-        min_residual_var: float = 1e-3,
+        min_residual_var: float = 0.02,
     ) -> None:
         if components < 1:
             raise ConfigurationError(f"components must be >= 1, got {components}")
