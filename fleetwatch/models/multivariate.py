@@ -27,8 +27,9 @@ nearly collinear metrics do not make every rounding error an anomaly — nor a d
 learned two operating states (a machine on and off): its principal axis then runs between the
 two, with only the little noise of the newer one off it, and with a floor of 1e-3 every reading
 of that state "broke the pattern" until hundreds of them were learned (100-device emulation:
-30 of 68 false alerts; with 0.02, 1, and no anomaly less found). The explanation blames the metric with the largest standardised
-residual and gives its reconstruction as the expected value.
+30 of 68 false alerts; with 0.02, 1, and no anomaly less found). The explanation blames the
+metric with the largest standardised residual and gives its reconstruction as the expected
+value.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
 is fixed by the first batch that has at least ``components + 1`` metrics.
