@@ -1,12 +1,19 @@
 """Stuck sensors and dropouts: a metric that stops moving, a device that stops sending.
 
 Flat line. Over each window of ``window`` consecutive readings of a metric the statistic is the
-range ``r = max - min``. The device's noise ``sigma`` is learned from first differences
-(``E[d²] = 2 sigma²``, which ignores slow trends and the daily cycle). For ``k`` independent normal
-readings ``P(range <= r) ≈ √k · (r / (sigma·√(2π)))^(k-1)`` when ``r`` is small, so the surprise is
-``(k-1)·ln(sigma·√(2π) / r) - ½ ln k``. ``r`` is floored at the sensor's resolution (the smallest
-non-zero step ever learned), so a quantised sensor that legitimately repeats a value is not a
-stuck one, and a constant series scores high but finite.
+range ``r = max - min``; a window is a candidate only when its readings repeat one value, to
+within the sensor's resolution (a quiet signal that still moves is not a stuck sensor: a machine
+at rest reads lower noise than one running). The device's noise ``sigma`` is learned from first
+differences (``E[d²] = 2 sigma²``, which ignores slow trends and the daily cycle). For ``k``
+independent normal readings ``P(range <= r) ≈ √k · (r / (sigma·√(2π)))^(k-1)`` when ``r`` is
+small, so the surprise is ``(k-1)·ln(sigma·√(2π) / r) - ½ ln k``. ``r`` is floored at the
+sensor's resolution (the smallest non-zero step ever learned), so a quantised sensor that
+legitimately repeats a value is not a stuck one, and a constant series scores high but finite.
+
+Rest values. A value the metric sat on for whole windows among the readings learned (not
+excluded: its device was in a normal state) — a stopped machine's 0 rpm — is where the metric
+rests, not where it is stuck; windows at one of its last ``max_rests`` rest values seen at least
+``rest_windows`` times score 0.
 
 Dropout. Between consecutive event times of the device, a gap ``g`` against the learned typical
 interval ``τ`` (time-decayed mean of the gaps, leaving out gaps over ``gap_factor·τ``) has
@@ -15,13 +22,13 @@ scaled so that a gap of exactly ``gap_factor·τ`` sits at the alert level. The 
 by the first reading after the gap. (A device that sends nothing at all is found by the
 scorer's timers, not here: nothing arrives to be scored.)
 
-State: noise sums, resolution, the last ``window - 1`` values per metric (so windows continue
-across batches) and the last event time. Learning in k mini-batches gives the same state as one
-batch up to float rounding, except that the dropout gate (``gap_factor·τ``) uses ``τ`` as it was
-before each batch.
+State: noise sums, resolution, rest values, the last ``window - 1`` values per metric (so
+windows continue across batches) and the last event time. Learning in k mini-batches gives the
+same state as one batch up to float rounding, except that the dropout gate (``gap_factor·τ``)
+uses ``τ`` as it was before each batch.
 
 Hyperparameters: ``window``, ``gap_factor``, ``halflife_hours``, ``warmup`` (differences and
-gaps learned before scoring).
+gaps learned before scoring), ``max_rests``, ``rest_windows``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class FlatlineDetector(Detector):
         gap_factor: float = 5.0,
         halflife_hours: float | None = 168.0,
         warmup: int = 30,
+        max_rests: int = 4,
+        rest_windows: int = 5,
     ) -> None:
         if window < 3:
             raise ConfigurationError(f"window must be >= 3 readings, got {window}")
@@ -66,12 +75,16 @@ class FlatlineDetector(Detector):
         self.gap_factor = gap_factor
         self.halflife_hours = halflife_hours
         self.warmup = warmup
+        self.max_rests = max_rests
+        self.rest_windows = rest_windows
         self.metrics: list[str] = []
         self.noise = np.zeros((0, 2))
         """Per metric [W, Σw·d²] of first differences."""
         self.counts = np.zeros(0, np.int64)
         self.resolution = np.zeros(0)
         self.tails: list[list[float]] = []
+        self.rests: list[list[list[float]]] = []
+        """Per metric, ``[value, windows]`` of its rest values, the newest last."""
         self.gaps = np.zeros(2)
         """[W, Σw·gap] of gaps between event times."""
         self.gap_count = 0
@@ -102,6 +115,7 @@ class FlatlineDetector(Detector):
         self.counts = np.concatenate([self.counts, np.zeros(grow, np.int64)])
         self.resolution = np.concatenate([self.resolution, np.zeros(grow)])
         self.tails += [[] for _ in range(grow)]
+        self.rests += [[] for _ in range(grow)]
         end = int(batch.event_ms[-1])
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         factor = decay_factor(self.ref_ms, to_ms, self._halflife_ms)
@@ -125,6 +139,7 @@ class FlatlineDetector(Detector):
                 self.resolution[m] = (
                     low if self.resolution[m] == 0 else min(low, self.resolution[m])
                 )
+            self._learn_rests(m, batch.value[rows], keep[rows])
             self.tails[m] = (self.tails[m] + batch.value[rows].tolist())[-(self.window - 1) :]
         times, _, gap = self._event_gaps(batch)
         tau = self.typical_interval_ms
@@ -135,6 +150,45 @@ class FlatlineDetector(Detector):
         self.gaps += (w.sum(), (w * gap[use_gap]).sum())
         self.gap_count += int(use_gap.sum())
         self.last_ms = int(times[-1]) if self.last_ms is None else max(self.last_ms, int(times[-1]))
+
+    def _repeat_floor(self, m: int, sd: float) -> float:
+        """The range under which a window repeats one value: the sensor's resolution."""
+        return max(float(self.resolution[m]), 1e-6 * sd)
+
+    def _learn_rests(self, m: int, values: FloatArray, keep: npt.NDArray[np.bool_]) -> None:
+        """Count the learned windows that repeat one value, by that value."""
+        k = self.window
+        tail = self.tails[m][-(k - 1) :]
+        series = np.concatenate([tail, values])
+        kept = np.concatenate([np.ones(len(tail), bool), keep])
+        if series.size < k:
+            return
+        windows = sliding_window_view(series, k)
+        sd = (
+            math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
+            if self.noise[m, 0]
+            else 0
+        )
+        flat = (windows.max(axis=1) - windows.min(axis=1) <= self._repeat_floor(m, sd)) & (
+            sliding_window_view(kept, k).all(axis=1)
+        )
+        rests = self.rests[m]
+        for value in windows[flat, -1].tolist():
+            match = next((r for r in rests if abs(r[0] - value) <= self._repeat_floor(m, sd)), None)
+            if match is None:
+                rests.append([value, 1.0])
+            else:
+                rests.remove(match)
+                rests.append([match[0], match[1] + 1.0])
+        del rests[: max(0, len(rests) - self.max_rests)]
+
+    def _at_rest(self, m: int, values: FloatArray, floor: float) -> npt.NDArray[np.bool_]:
+        """Per window (its last value), whether it sits on one of the metric's rest values."""
+        out = np.zeros(values.size, bool)
+        for value, count in self.rests[m] if m < len(self.rests) else ():
+            if count >= self.rest_windows:
+                out |= np.abs(values - value) <= floor
+        return out
 
     def _flat(self, batch: Batch) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per row: surprise of its window's range, the range, and the metric's noise sigma."""
@@ -155,9 +209,11 @@ class FlatlineDetector(Detector):
             r = windows.max(axis=1) - windows.min(axis=1)
             scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
             r = r[r.size - scored.size :]
-            floor = max(float(self.resolution[m]), 1e-6 * sd)
+            floor = self._repeat_floor(m, sd)
             s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
-            surprise[scored], spread[scored], sigma[scored] = s, r, sd
+            repeat = (r <= floor) & ~self._at_rest(m, windows[-scored.size :, -1], floor)
+            surprise[scored] = np.where(repeat, s, 0.0)
+            spread[scored], sigma[scored] = r, sd
         return np.maximum(surprise, 0.0), spread, sigma
 
     def _dropout(self, batch: Batch) -> tuple[FloatArray, FloatArray]:
@@ -199,6 +255,7 @@ class FlatlineDetector(Detector):
             "counts": ints(self.counts),
             "resolution": floats(self.resolution),
             "tails": [floats(t) for t in self.tails],
+            "rests": [[floats(r) for r in rests] for rests in self.rests],
             "gaps": floats(self.gaps),
             "gap_count": self.gap_count,
             "last_ms": self.last_ms,
@@ -212,6 +269,8 @@ class FlatlineDetector(Detector):
         self.counts = array(state, "counts", (k,)).astype(np.int64)
         self.resolution = array(state, "resolution", (k,))
         self.tails = [[float(v) for v in t] for t in state["tails"]]
+        rests = state.get("rests") or [[] for _ in range(k)]  # none before rest values existed
+        self.rests = [[[float(v), float(c)] for v, c in r] for r in rests]
         self.gaps = array(state, "gaps", (2,))
         self.gap_count = int(state["gap_count"])
         self.last_ms = None if state["last_ms"] is None else int(state["last_ms"])

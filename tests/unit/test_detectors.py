@@ -236,3 +236,28 @@ def test_cusum_follows_a_load_cycle_faster_than_its_profile_and_still_sees_a_shi
         detector.learn(part, exclude=alerts[lo : lo + 10])
     assert not alerts[1800:4800].any(), np.flatnonzero(alerts[1800:4800])
     assert alerts[4800:4806].any()
+
+
+def test_flatline_leaves_a_quiet_signal_that_still_moves_alone() -> None:
+    """A machine at rest: the same sensor with a tenth of the noise is not stuck."""
+    rng = np.random.default_rng(5)
+    running = np.round(rng.normal(4.0, 0.3, 600), 3)
+    resting = np.round(0.15 + 0.03 * np.abs(rng.normal(0.0, 1.0, 300)), 3)
+    detector = FlatlineDetector().learn(series(running))
+    assert not detector.score(series(resting)).alert.any()
+    stuck = np.full(30, resting[-1])
+    assert detector.score(series(np.concatenate([resting, stuck]))).alert[-5:].all()
+
+
+def test_flatline_learns_where_a_metric_rests() -> None:
+    """0 rpm for minutes, learned as normal (kept rows): later runs of 0 are rest, not stuck;
+    a repeat of another value still is."""
+    rng = np.random.default_rng(6)
+    on = np.round(rng.normal(1480.0, 4.0, 300), 1)
+    detector = FlatlineDetector().learn(series(on))
+    off = np.zeros(120)
+    assert detector.score(series(off)).alert[9:].all()  # never seen: stuck
+    detector.learn(series(off), exclude=np.zeros(off.size, bool))  # learned as normal
+    assert not detector.score(series(np.zeros(60))).alert.any()
+    frozen = np.full(30, on[-1])
+    assert detector.score(series(frozen)).alert[-5:].all()
