@@ -31,12 +31,13 @@ reference the benchmarks compare against.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -257,11 +258,34 @@ def run(settings: Settings, stop: threading.Event) -> None:
         spark.stop()
 
 
+BATCH_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+"""The parts of a micro-batch's ``durationMs`` on every reading's path (``getBatch`` is ~0)."""
+
+
+def batch_anatomy(progress: dict[str, Any]) -> str:
+    """One line of where a micro-batch's time went, from a progress report
+    (``StreamingQueryProgress.json``, parsed): the trigger's total, its phases, and the state
+    operator's commit (summed over the partitions, inside ``addBatch``)."""
+    durations = progress.get("durationMs") or {}
+    phases = " ".join(f"{k}={durations[k]}" for k in BATCH_PHASES if k in durations)
+    line = (
+        f"batch {progress.get('batchId')}: {progress.get('numInputRows', 0)} rows, "
+        f"{durations.get('triggerExecution', '?')} ms ({phases})"
+    )
+    for op in progress.get("stateOperators") or []:
+        line += (
+            f"; state {op.get('operatorName', '?')}: commit {op.get('commitTimeMs', '?')} ms, "
+            f"updates {op.get('allUpdatesTimeMs', '?')} ms, {op.get('numRowsTotal', '?')} rows"
+        )
+    return line
+
+
 def _log_progress(query: StreamingQuery, last_batch: int) -> int:
+    """Every new batch's anatomy at DEBUG (``FLEETWATCH_LOG_LEVEL=DEBUG``); only the latest
+    report is read, so at back-to-back batches some are skipped."""
     progress = query.lastProgress
     if progress is None or progress.batchId == last_batch:
         return last_batch
-    logger.debug(
-        "batch %s: %s rows in %s ms", progress.batchId, progress.numInputRows, progress.durationMs
-    )
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s", batch_anatomy(json.loads(progress.json)))
     return int(progress.batchId)

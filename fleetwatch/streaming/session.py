@@ -28,6 +28,24 @@ def kafka_connector_jars(settings: Settings) -> list[str]:
     return jars
 
 
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def session_conf(settings: Settings) -> dict[str, str]:
+    """The Spark confs every fleetwatch session gets (besides the master and the jars)."""
+    return {
+        "spark.driver.memory": settings.spark.driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # see SparkSettings.state_changelog: the state commit on every micro-batch's path
+        CHANGELOG: str(settings.spark.state_changelog).lower(),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """A session with the Kafka connector on the classpath and the workers on this interpreter.
 
@@ -44,17 +62,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if not conf.contains("spark.master"):
         builder = builder.master(settings.spark.master)
-    session = (
-        builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
-        .config("spark.driver.memory", settings.spark.driver_memory)
-        .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    builder = builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
+    for key, value in session_conf(settings).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     logger.info("spark session %s on %s", app_name, session.sparkContext.master)
     return session
