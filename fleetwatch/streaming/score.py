@@ -47,7 +47,7 @@ from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.rows import INTEGERS, READING
 from fleetwatch.streaming.scoring import score_batch
-from fleetwatch.streaming.session import wait_for_query
+from fleetwatch.streaming.session import stop_after_batch, wait_for_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -250,8 +250,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
                 break
             last_batch = _log_progress(query, last_batch)
         if query.isActive:
-            logger.info("stopping the scoring query")
-            query.stop()
+            logger.info("stopping the scoring query after its current micro-batch")
+            if not stop_after_batch(query):
+                logger.warning("micro-batch not done in 60 s; it runs again on the next start")
         if query.exception() is not None:
             raise ScoringError(f"scoring query failed: {query.exception()}")
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.errors import ConfigurationError
@@ -81,3 +82,28 @@ def wait_for_query(query: StreamingQuery, timeout_s: int) -> bool:
         return bool(query.awaitTermination(timeout_s))
     except StreamingQueryException:
         return True
+
+
+def stop_after_batch(query: StreamingQuery, timeout_s: float = 60.0, poll_s: float = 0.1) -> bool:
+    """Stop the query once the micro-batch under way, if any, has completed: Spark's
+    ``stop()`` alone interrupts it, and its work is then done again on the next start. True if
+    no batch was cut short; after ``timeout_s`` the query is stopped regardless (the batch is
+    run again from the checkpoint, with the same results)."""
+    deadline = time.monotonic() + timeout_s
+    started = _last_batch_id(query)
+    finished = True
+    while query.isActive and query.status.get("isTriggerActive"):
+        if _last_batch_id(query) != started:
+            break
+        if time.monotonic() >= deadline:
+            finished = False
+            break
+        time.sleep(poll_s)
+    if query.isActive:
+        query.stop()
+    return finished
+
+
+def _last_batch_id(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress.batchId)
