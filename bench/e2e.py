@@ -112,7 +112,9 @@ def tree_rss_mb(pid: int) -> float:
     total = 0.0
     for p in tree:
         with contextlib.suppress(OSError):
-            total += rss_mb(p)
+            rss = rss_mb(p)
+            if rss == rss:  # a zombie has no VmRSS (NaN), which made every sum NaN and the peak 0
+                total += rss
     return total
 
 
