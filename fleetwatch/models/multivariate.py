@@ -28,8 +28,12 @@ learned two operating states (a machine on and off): its principal axis then run
 two, with only the little noise of the newer one off it, and with a floor of 1e-3 every reading
 of that state "broke the pattern" until hundreds of them were learned (100-device emulation:
 30 of 68 false alerts; with 0.02, 1, and no anomaly less found). The explanation blames the
-metric with the largest standardised residual and gives its reconstruction as the expected
-value.
+metric which, corrected alone, best explains the reading — the largest drop in the Mahalanobis
+distance, ``(Pz)_j² / P_jj`` with ``P`` the inverse of the (floored) correlation matrix — and
+gives its value expected from the other metrics, ``z_j - (Pz)_j / P_jj``, and that
+expectation's band. The residual off the subspace alone cannot tell which metric moved (with
+two metrics it is the same for both); the principal axis can: a temperature 18σ from its mean
+beside a usual humidity is the temperature's fault, not the humidity's.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
 is fixed by the first batch that has at least ``components + 1`` metrics.
@@ -67,8 +71,8 @@ class PcaModel:
     """(metrics, metrics - components), the residual eigenvectors."""
     residual_var: FloatArray
     """Their (floored) eigenvalues."""
-    residual_std: FloatArray
-    """Per metric, the standard deviation of its standardised residual."""
+    precision: FloatArray
+    """(metrics, metrics), the inverse of the correlation matrix with floored eigenvalues."""
 
 
 def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
@@ -153,11 +157,9 @@ class PcaDetector(Detector):
         eigval, eigvec = np.linalg.eigh(corr)
         k = self.components
         axes = eigvec[:, -k:]
-        residual = np.maximum(eigval[:-k], self.min_residual_var)
-        projector = np.eye(len(std)) - axes @ axes.T
-        resid_cov = projector @ corr @ projector
-        residual_std = np.sqrt(np.maximum(np.diag(resid_cov), self.min_residual_var))
-        return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], residual, residual_std)
+        floored = np.maximum(eigval, self.min_residual_var)
+        precision = (eigvec / floored) @ eigvec.T
+        return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision)
 
     def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
         """Per event time: each row's index into them, the value matrix, whether it is
@@ -188,12 +190,13 @@ class PcaDetector(Detector):
             reason = np.full(n, Reason.WARMUP, np.int8)
             return Scores.build(self.kind, np.zeros(n), names, batch.value, nan, nan, reason)
         inverse, matrix, complete, z, surprise = self._residual(batch, model)
-        fitted = (z @ model.axes) @ model.axes.T
-        resid = z - fitted
-        blame = np.argmax(np.abs(resid) / model.residual_std, axis=1)
+        pz = z @ model.precision
+        diag = np.diag(model.precision)
+        blame = np.argmax(pz**2 / diag, axis=1)
         at = np.arange(blame.size)
-        expected = model.mean[blame] + model.std[blame] * fitted[at, blame]
-        band = ALERT_Z * model.std[blame] * model.residual_std[blame]
+        conditional = z[at, blame] - pz[at, blame] / diag[blame]
+        expected = model.mean[blame] + model.std[blame] * conditional
+        band = ALERT_Z * model.std[blame] / np.sqrt(diag[blame])
         reason = np.where(complete, Reason.PATTERN, Reason.WARMUP).astype(np.int8)
         metric_names = np.asarray(self.metrics, dtype=object)
         return Scores.build(

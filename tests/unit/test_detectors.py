@@ -165,6 +165,29 @@ def test_pca_components_are_those_of_scikit_learn() -> None:
     np.testing.assert_allclose(np.sort(overlap.max(axis=1)), [1.0, 1.0], atol=1e-6)
 
 
+def two_coupled_metrics(n: int, seed: int) -> pd.DataFrame:
+    """A temperature and a humidity that falls as it warms (as the simulator's sensor)."""
+    rng = np.random.default_rng(seed)
+    temp = 21.0 + 0.3 * rng.normal(size=n)
+    humidity = 55.0 - 2.0 * (temp - 21.0) + rng.normal(size=n)
+    times = np.arange(n, dtype=np.int64) * 60_000
+    return signals.long(pd.DataFrame({"event_ms": times, "temperature": temp, "humidity": humidity}))
+
+
+@pytest.mark.parametrize(("metric", "offset"), [("temperature", 6.0), ("humidity", 15.0)])
+def test_pca_blames_the_metric_that_moved_not_its_partner(metric: str, offset: float) -> None:
+    """With two metrics the residual off the axis is the same for both; the blamed one is the
+    metric that, corrected alone, explains the reading (the other is where it should be)."""
+    detector = PcaDetector(halflife_hours=None).learn(two_coupled_metrics(500, seed=11))
+    reading = two_coupled_metrics(501, seed=12).tail(2).copy()
+    reading.loc[reading.metric == metric, "value"] += offset
+    scores = detector.score(reading)
+    assert scores.alert.all()
+    assert set(scores.metric) == {metric}
+    expected = float(scores.expected[0])
+    assert abs(expected - float(reading.loc[reading.metric == metric, "value"].iloc[0])) > offset / 2
+
+
 def test_pca_needs_two_metrics_and_says_so() -> None:
     detector = PcaDetector().learn(series(np.random.default_rng(7).normal(0, 1, 200)))
     assert detector.model() is None
