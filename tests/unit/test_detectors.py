@@ -171,7 +171,8 @@ def two_coupled_metrics(n: int, seed: int) -> pd.DataFrame:
     temp = 21.0 + 0.3 * rng.normal(size=n)
     humidity = 55.0 - 2.0 * (temp - 21.0) + rng.normal(size=n)
     times = np.arange(n, dtype=np.int64) * 60_000
-    return signals.long(pd.DataFrame({"event_ms": times, "temperature": temp, "humidity": humidity}))
+    frame = pd.DataFrame({"event_ms": times, "temperature": temp, "humidity": humidity})
+    return signals.long(frame)
 
 
 @pytest.mark.parametrize(("metric", "offset"), [("temperature", 6.0), ("humidity", 15.0)])
@@ -184,8 +185,8 @@ def test_pca_blames_the_metric_that_moved_not_its_partner(metric: str, offset: f
     scores = detector.score(reading)
     assert scores.alert.all()
     assert set(scores.metric) == {metric}
-    expected = float(scores.expected[0])
-    assert abs(expected - float(reading.loc[reading.metric == metric, "value"].iloc[0])) > offset / 2
+    moved = float(reading.loc[reading.metric == metric, "value"].iloc[0])
+    assert abs(float(scores.expected[0]) - moved) > offset / 2
 
 
 def test_pca_needs_two_metrics_and_says_so() -> None:
