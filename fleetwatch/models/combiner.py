@@ -15,10 +15,10 @@ Members learn from the same batch with the same exclusion mask; when none is giv
 combined pre-batch alerts are excluded from every member, so a spike seen by one detector does
 not leak into the others' statistics. Except for a lasting change of the whole device: once
 every metric has alerted on every reading for ``adapt_s`` seconds of event time, the readings
-are learned again. A machine that stops or starts moves all its signals at once and stays so
-for many minutes; it becomes one of the device's normal states (alerted on when first seen,
-then learned) instead of alerting until it ends. A single metric off on its own — a failing
-sensor, however long — stays out. ``None`` never adapts.
+are learned again, alerts and all, for another ``adapt_s``. A machine that stops or starts moves
+all its signals at once and stays so for many minutes; it becomes one of the device's normal
+states (alerted on when first seen, then learned) instead of alerting until it ends. A single
+metric off on its own — a failing sensor, however long — stays out. ``None`` never adapts.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class CombinedDetector(Detector):
         self.adapt_s = adapt_s
         self.alerting: dict[str, int] = {}
         """Metric → event time since which every reading of it alerted (the gate's memory)."""
+        self.adapting_until: int | None = None
+        """Event time until which a device that moved as a whole is learned, alerts and all."""
 
     def hyper_json(self) -> dict[str, Any]:
         return {
@@ -80,7 +82,11 @@ class CombinedDetector(Detector):
         """The pre-batch alerts are left out, but for a device in a lasting new state: a row is
         learned once every metric of the batch has alerted without a break for ``adapt_s``, each
         on its own (a per-metric member's alert; the multivariate one flags every metric of a
-        broken reading). One metric off on its own is a fault of that sensor, and stays out."""
+        broken reading), and from then on for another ``adapt_s``: the members take in the new
+        state at their own pace, and a metric whose band has widened enough stops alerting
+        before the others have learned it (were the learning to stop with it, the others would
+        alert for as long as the state lasts). One metric off on its own is a fault of that
+        sensor, and stays out."""
         each = [m._surprise(batch) for m in self.detectors]
         alerts = score_from_surprise(np.max(each, axis=0)) >= ALERT_SCORE
         if self.adapt_s is None or (not alerts.any() and not self.alerting):
@@ -95,18 +101,21 @@ class CombinedDetector(Detector):
             else np.zeros(len(batch), bool)
         )
         limit = self.adapt_s * 1000.0
+        until = self.adapting_until
         since: dict[str, int | None] = {name: self.alerting.get(name) for name in batch.names}
         rows = zip(batch.codes.tolist(), batch.event_ms.tolist(), strict=True)
         for i, (code, t) in enumerate(rows):
             name = batch.names[code]
             if not moved[i]:
                 since[name] = None
-                continue
-            if since[name] is None:
+            elif since[name] is None:
                 since[name] = t
+            if moved[i] and all(s is not None and t - s >= limit for s in since.values()):
+                until = max(until or 0, t + int(limit))
             if alerts[i]:
-                keep[i] = all(s is not None and t - s >= limit for s in since.values())
+                keep[i] = until is not None and t <= until
         self.alerting = {m: s for m, s in since.items() if s is not None}
+        self.adapting_until = until
         return keep
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
@@ -139,10 +148,16 @@ class CombinedDetector(Detector):
 
     def _state(self) -> dict[str, Any]:
         members = [member.to_params() for member in self.detectors]
-        return {"members": members, "alerting": dict(sorted(self.alerting.items()))}
+        return {
+            "members": members,
+            "alerting": dict(sorted(self.alerting.items())),
+            "adapting_until": self.adapting_until,
+        }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.alerting = {str(m): int(t) for m, t in state.get("alerting", {}).items()}
+        until = state.get("adapting_until")
+        self.adapting_until = None if until is None else int(until)
         members = list(state["members"])
         if len(members) != len(self.detectors):
             raise ParamsError(f"{len(members)} member parameters for {len(self.detectors)} members")

@@ -128,6 +128,35 @@ def test_a_lasting_new_state_of_the_whole_device_is_learned() -> None:
     assert load_params(json.loads(moved)).score(probe).alert.mean() < 0.1
 
 
+def machine(start_s: int, n: int, on: bool, seed: int) -> pd.DataFrame:
+    """A machine's vibration and speed every second: running (4 ± 1, 1480 ± 4 rpm) or
+    stopped (0.15 + 0.03·|noise|, 0 rpm), like the simulator's vibration sensor."""
+    rng = np.random.default_rng([seed, start_s])
+    noise = rng.normal(size=(2, n))
+    rms = 4.0 + 1.0 * noise[0] if on else 0.15 + 0.03 * np.abs(noise[0])
+    rpm = 1480.0 + 4.0 * noise[1] if on else np.zeros(n)
+    t = np.repeat(np.arange(start_s, start_s + n, dtype=np.int64) * 1000, 2)
+    values = np.column_stack([rms, rpm]).ravel()
+    metric = np.tile(np.array(["vibration_rms", "rpm"], dtype=object), n)
+    return pd.DataFrame({"event_ms": t, "metric": metric, "value": values})
+
+
+def test_a_new_state_is_learned_until_every_metric_is_calm_not_until_the_first_is() -> None:
+    """A machine that starts for the first time: once it has run for ``adapt_s`` its readings
+    are learned, and they go on being learned while any metric still alerts. The vibration's
+    band takes in the running level after a few readings, the speed's after many more; were
+    the learning to stop with the first calm metric, the speed would alert for as long as the
+    machine ran."""
+    starts = 193  # not on a batch boundary: the first batch learned holds only 7 readings
+    readings = pd.concat([machine(0, starts, False, 0), machine(starts, 1400 - starts, True, 0)])
+    p: str | None = None
+    for lo in range(0, 1400, 10):
+        p = learn_device(p, readings[readings.event_ms // 10_000 == lo // 10])
+    assert p is not None
+    running = load_params(json.loads(p)).score(machine(1400, 120, on=True, seed=100))
+    assert running.alert.mean() < 0.02
+
+
 def test_the_record_lifts_the_header_out_of_the_parameters() -> None:
     p = learn_device(None, readings(0, 12))
     assert p is not None
