@@ -152,6 +152,24 @@ def test_a_gap_alerts_past_gap_factor_typical_intervals(gap: int, alerts: bool) 
         assert Reason(int(scores.reason[50])) == Reason.DROPOUT
 
 
+def test_between_two_hours_of_different_kinds_either_is_expected() -> None:
+    """A machine stopped through one hour and running through the next: just after the hour
+    its speed is that of either hour, not a half speed with the spread of one of them."""
+    hour = 3_600_000
+    rng = np.random.default_rng(13)
+    stopped = series(np.zeros(360), interval_ms=10_000)
+    running = series(1480.0 + 4.0 * rng.normal(size=360), interval_ms=10_000)
+    running["event_ms"] += hour
+    detector = SeasonalBaseline().learn(pd.concat([stopped, running], ignore_index=True))
+    after_the_hour = series(np.array([1480.0, 0.0, 740.0]), interval_ms=0)
+    after_the_hour["event_ms"] = hour + 2 * 60_000
+    scores = detector.score(after_the_hour)
+    assert scores.alert.tolist() == [False, False, False]
+    assert float(scores.band[0]) > 500.0
+    at_the_centre = series(np.array([0.0]), interval_ms=0).assign(event_ms=hour // 2)
+    assert float(detector.score(at_the_centre).band[0]) < 1.0  # the stopped hour's own spread
+
+
 def test_pca_components_are_those_of_scikit_learn() -> None:
     data = signals.long(signals.wide(2000, seed=5).assign(pressure=lambda w: w.temperature * 0.5))
     data.loc[data.metric == "pressure", "value"] += np.random.default_rng(6).normal(0, 0.4, 2000)
