@@ -17,12 +17,12 @@ their parameters. The streaming order for one device is therefore ``score(batch)
 ``learn(batch, exclude=scores.alert)``.
 
 Training on anomalies. ``exclude`` is a per-row boolean mask of readings to keep out of the
-learned statistics (the detector still advances its memory through them). The trainer passes
-the alerts the scorer raised, so a long fault does not become the new normal. When ``exclude``
-is ``None`` a fitted detector gates itself: rows it scores as alerts with its parameters before
-the batch are left out (the combined detector lets a device back in once all its metrics have
-alerted without a break for ``adapt_s`` of event time: a machine's new operating state is
-learned, not excluded for ever; see :mod:`combiner`).
+learned statistics (the detector still advances its memory through them), so a long fault
+does not become the new normal. When ``exclude`` is ``None`` — as the trainer calls it — a
+fitted detector gates itself: rows it scores as alerts with its parameters before the batch are
+left out (the combined detector lets a device of two or more metrics back in once every metric
+it has has alerted without a break for ``adapt_s`` of event time: a machine's new operating
+state is learned, not excluded for ever; see :mod:`combiner`).
 
 Every concrete subclass with a ``kind`` is registered here; see :mod:`registry`.
 """
@@ -59,6 +59,10 @@ class Detector(ABC):
     version: int = 0
     trained_from_ms: int | None = None
     trained_to_ms: int | None = None
+
+    def learned_metrics(self) -> list[str]:
+        """The metrics this detector has learned anything of, in the order first seen."""
+        return []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -272,6 +272,9 @@ class ChangeDetector(Detector):
         band = self.drift * run["std"]
         return Scores.build(self.kind, surprise, names, batch.value, run["mean"], band, reason)
 
+    def learned_metrics(self) -> list[str]:
+        return list(self.profile.metrics)
+
     def _state(self) -> dict[str, Any]:
         return {
             **self.profile.state(),

@@ -47,6 +47,7 @@ def default_members() -> list[Detector]:
 
 class CombinedDetector(Detector):
     kind: ClassVar[str] = "combined"
+    per_metric: ClassVar[bool] = False
 
     def __init__(
         self, detectors: Sequence[Detector] | None = None, adapt_s: float | None = 300.0
@@ -86,7 +87,8 @@ class CombinedDetector(Detector):
         state at their own pace, and a metric whose band has widened enough stops alerting
         before the others have learned it (were the learning to stop with it, the others would
         alert for as long as the state lasts). One metric off on its own is a fault of that
-        sensor, and stays out."""
+        sensor, and stays out, as does any lasting change of a device of one metric. "Every metric"
+        is every metric the device has: one a batch lacks keeps its streak from earlier batches."""
         each = [m._surprise(batch) for m in self.detectors]
         alerts = score_from_surprise(np.max(each, axis=0)) >= ALERT_SCORE
         if self.adapt_s is None or (not alerts.any() and not self.alerting):
@@ -100,9 +102,13 @@ class CombinedDetector(Detector):
             if own
             else np.zeros(len(batch), bool)
         )
+        known = dict.fromkeys([*self.learned_metrics(), *batch.names])
+        if len(known) < 2:
+            self.alerting.clear()
+            return keep
         limit = self.adapt_s * 1000.0
         until = self.adapting_until
-        since: dict[str, int | None] = {name: self.alerting.get(name) for name in batch.names}
+        since: dict[str, int | None] = {name: self.alerting.get(name) for name in known}
         rows = zip(batch.codes.tolist(), batch.event_ms.tolist(), strict=True)
         for i, (code, t) in enumerate(rows):
             name = batch.names[code]
@@ -117,6 +123,12 @@ class CombinedDetector(Detector):
         self.alerting = {m: s for m, s in since.items() if s is not None}
         self.adapting_until = until
         return keep
+
+    def learned_metrics(self) -> list[str]:
+        names: dict[str, None] = {}
+        for member in self.detectors:
+            names.update(dict.fromkeys(member.learned_metrics()))
+        return list(names)
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         for member in self.detectors:

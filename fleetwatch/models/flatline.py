@@ -6,9 +6,11 @@ within the sensor's resolution (a quiet signal that still moves is not a stuck s
 at rest reads lower noise than one running). The device's noise ``sigma`` is learned from first
 differences (``E[d²] = 2 sigma²``, which ignores slow trends and the daily cycle). For ``k``
 independent normal readings ``P(range <= r) ≈ √k · (r / (sigma·√(2π)))^(k-1)`` when ``r`` is
-small, so the surprise is ``(k-1)·ln(sigma·√(2π) / r) - ½ ln k``. ``r`` is floored at the
-sensor's resolution (the smallest non-zero step ever learned), so a quantised sensor that
-legitimately repeats a value is not a stuck one, and a constant series scores high but finite.
+small, so the surprise is ``(k-1)·ln(sigma·√(2π) / r) - ½ ln k`` with ``r`` floored at the
+sensor's resolution (the smallest non-zero step ever learned). Since only windows within that
+resolution are candidates, a stuck window's surprise is that of a range of one resolution step:
+a quantised sensor that legitimately repeats a value is not a stuck one, and a constant series
+scores high but finite.
 
 Rest values. A value the metric sat on for whole windows among the readings learned (not
 excluded: its device was in a normal state) — a stopped machine's 0 rpm — is where the metric
@@ -247,6 +249,9 @@ class FlatlineDetector(Detector):
             np.where(is_drop, self.gap_factor * tau_ms, sigma),
             np.where(is_drop, Reason.DROPOUT, Reason.FLATLINE).astype(np.int8),
         )
+
+    def learned_metrics(self) -> list[str]:
+        return list(self.metrics)
 
     def _state(self) -> dict[str, Any]:
         return {

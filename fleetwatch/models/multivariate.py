@@ -210,6 +210,9 @@ class PcaDetector(Detector):
             reason[inverse],
         )
 
+    def learned_metrics(self) -> list[str]:
+        return list(self.metrics)
+
     def _state(self) -> dict[str, Any]:
         return {
             "metrics": list(self.metrics),

@@ -97,6 +97,9 @@ class SeasonalBaseline(Detector):
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         return Scores.build(self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason)
 
+    def learned_metrics(self) -> list[str]:
+        return list(self.profile.metrics)
+
     def _state(self) -> dict[str, Any]:
         return self.profile.state()
 

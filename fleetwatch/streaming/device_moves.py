@@ -18,11 +18,12 @@ from itertools import groupby
 from typing import NamedTuple
 
 from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.episodes import DROPOUT, Observation
 
 STATE = "state"
 """The kind of a device-wide alert: every metric moved at once."""
-PER_METRIC = frozenset({"seasonal", "cusum", "flatline"})
+PER_METRIC = frozenset(kind for kind, cls in KINDS.items() if cls.per_metric)
 """Detector kinds whose alert is about one metric on its own."""
 KEY = f"*\x1f{STATE}"
 

@@ -196,12 +196,15 @@ def observations(
     frame = Batch.of(rows.frame())
     dropout_active = f"*\x1f{DROPOUT}" in active
     for m_index, (member, label) in enumerate(members):
+        # Late readings come without the scorer's windows and lines: their windows start empty
+        # and their lines are the parameters', never what an earlier call on the cached
+        # detector left behind (the same readings score the same, cached or not).
         if isinstance(member, FlatlineDetector):
             member.last_ms = previous_ms
-            if recent is not None:
-                member.tails = [list(recent.get(m, ())) for m in member.metrics]
-        if isinstance(member, ChangeDetector) and trends is not None:
-            member.use_trends(trends)
+            held = recent or {}
+            member.tails = [list(held.get(m, ())) for m in member.metrics]
+        if isinstance(member, ChangeDetector):
+            member.use_trends(trends or {})
         scores = member.score(frame)
         if isinstance(member, ChangeDetector) and trends is not None:
             trends.update(member.trends_after(frame))

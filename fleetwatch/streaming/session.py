@@ -87,8 +87,9 @@ def wait_for_query(query: StreamingQuery, timeout_s: int) -> bool:
 def stop_after_batch(query: StreamingQuery, timeout_s: float = 60.0, poll_s: float = 0.1) -> bool:
     """Stop the query once the micro-batch under way, if any, has completed: Spark's
     ``stop()`` alone interrupts it, and its work is then done again on the next start. True if
-    no batch was cut short; after ``timeout_s`` the query is stopped regardless (the batch is
-    run again from the checkpoint, with the same results)."""
+    that batch completed (with back-to-back triggers the next one may have just begun, and is
+    cut short at its start); after ``timeout_s`` the query is stopped regardless. A batch cut
+    short runs again from the checkpoint, with the same results."""
     deadline = time.monotonic() + timeout_s
     started = _last_batch_id(query)
     finished = True

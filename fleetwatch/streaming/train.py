@@ -36,8 +36,10 @@ stream-stream join of ``alerts`` back into the trainer (which would wait for the
 couple a stopped scorer to a stalled trainer). The detectors still advance their memory
 through excluded rows (CUSUM sums, flat-line windows), so a long fault keeps alerting instead
 of becoming the new normal. Two consequences, by design: readings learned before a device is
-warmed up are all learned (there is no baseline to flag against yet), and a genuine, permanent
-change of level keeps alerting until the device's parameters are reset.
+warmed up are all learned (there is no baseline to flag against yet), and a permanent change of
+one metric keeps alerting until the device's parameters are reset — a lasting change of the
+whole device (every metric, for ``adapt_s``) is learned instead
+(:mod:`~fleetwatch.models.combiner`).
 
 Backfill is the same plan: ``trigger(availableNow=True)`` over a range of the log (Kafka
 ``startingTimestamp`` for the start, since the record timestamp is the event time, and a filter

@@ -11,7 +11,7 @@ import pytest
 
 from fleetwatch.models import params
 from fleetwatch.models.errors import ParamsError
-from fleetwatch.models.registry import default_detector, load_params
+from fleetwatch.models.registry import CombinedDetector, default_detector, load_params
 from fleetwatch.streaming.train import latest_params
 from fleetwatch.streaming.training import learn_device, learn_update, params_of, publication
 
@@ -155,6 +155,31 @@ def test_a_new_state_is_learned_until_every_metric_is_calm_not_until_the_first_i
     assert p is not None
     running = load_params(json.loads(p)).score(machine(1400, 120, on=True, seed=100))
     assert running.alert.mean() < 0.02
+
+
+def one_metric(start_s: int, n: int, level: float, metric: str = "x") -> pd.DataFrame:
+    rng = np.random.default_rng(start_s)
+    t = np.arange(start_s, start_s + n, dtype=np.int64) * 1000
+    return pd.DataFrame({"event_ms": t, "metric": metric, "value": level + rng.normal(size=n)})
+
+
+@pytest.mark.parametrize("partner", [None, "y"])
+def test_a_lasting_change_of_one_metric_is_never_learned(partner: str | None) -> None:
+    """A device of one metric, or one whose batches lately carry only the shifted metric: its
+    lasting change is one sensor's, not the whole device's, and stays out however long."""
+    p: str | None = None
+    for lo in range(0, 300, 10):
+        batch = one_metric(lo, 10, 0.0)
+        if partner is not None:
+            batch = pd.concat([batch, one_metric(lo, 10, 50.0, partner)])
+        p = learn_device(p, batch.sort_values("event_ms", kind="stable"))
+    for lo in range(300, 1500, 10):
+        p = learn_device(p, one_metric(lo, 10, 12.0))
+    assert p is not None
+    detector = load_params(json.loads(p))
+    assert isinstance(detector, CombinedDetector)
+    assert detector.adapting_until is None
+    assert detector.score(one_metric(1500, 60, 12.0)).alert.mean() > 0.9
 
 
 def test_the_record_lifts_the_header_out_of_the_parameters() -> None:
