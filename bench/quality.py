@@ -7,9 +7,13 @@ gateway, so a faster-than-real-time replay would compress them); by default the 
 ``deploy/scenarios/eval-500.toml``: 500 devices, 30 minutes, every anomaly kind, anomalies after
 each device's first 5 minutes, clock skew, offline buffering, duplicates and garbage. The
 trainer starts with the fleet (nothing learned beforehand): devices are scored with the fixed
-baseline until their first parameters arrive.
+baseline until their first parameters arrive. ``--fleet-s`` seconds in (default 120), the
+devices' multivariate models are pooled into one fleet model per scope, registered in MLflow
+and promoted, as an operator does once the devices have learned: from then on the scorer knows
+the states the fleet is in (a machine stopping for the first time is one of them).
 
     python bench/quality.py [--scenario FILE] [--devices N] [--minutes M] [--tolerance S]
+        [--fleet-s S]
 
 Prints ``sim eval``'s table, then a last line: {"f1", "precision", "recall", "anomalies",
 "alerts", "false_alerts", "false_alerts_per_device_day", "delay_p50_s", "delay_p95_s",
@@ -32,6 +36,7 @@ from typing import Any
 from _common import end_offsets, isolated_env, stage, wait  # bench/_common.py
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.models.mlflow_registry import model_name
 from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
@@ -59,6 +64,21 @@ def alive(stages: dict[str, subprocess.Popen[bytes]]) -> None:
             raise SystemExit(f"bench: the {name} exited with {p.returncode}: see {name}.log")
 
 
+def register_fleet(env: dict[str, str], settings: Settings) -> list[str]:
+    """As an operator does once the devices have learned: pool their multivariate models into
+    one per scope (``models register-fleet``), and make each the champion (``models promote``,
+    which publishes it to ``model.params`` for the scorer)."""
+    done = fleetwatch(env, "models", "register-fleet")
+    if done.returncode != 0:
+        raise SystemExit(f"bench: models register-fleet failed: {done.stderr[-2000:]}")
+    scopes = [line.split(":")[0] for line in done.stdout.splitlines() if "registered" in line]
+    for scope in scopes:
+        promoted = fleetwatch(env, "models", "promote", model_name(settings, scope))
+        if promoted.returncode != 0:
+            raise SystemExit(f"bench: models promote failed: {promoted.stderr[-2000:]}")
+    return scopes
+
+
 def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-quality-"))
@@ -76,10 +96,24 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
             sim += ["--duration", str(args.minutes * 60)]
         started = time.monotonic()
         print(f"quality: fleet running ({' '.join(sim[2:])}); logs in {run_dir}", flush=True)
-        ran = fleetwatch(env, *sim)
+        err = run_dir / "sim.err"
+        with err.open("wb") as sink:
+            cmd = [sys.executable, "-m", "fleetwatch.cli.main", *sim]
+            fleet = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sink)
+            try:
+                if args.fleet_s >= 0:
+                    time.sleep(max(0.0, started + args.fleet_s - time.monotonic()))
+                    alive(stages)
+                    scopes = register_fleet(env, settings)
+                    print(f"quality: fleet models registered and promoted: {scopes}", flush=True)
+                code = fleet.wait()
+            finally:
+                if fleet.poll() is None:
+                    fleet.terminate()
+                    fleet.wait(60)
         alive(stages)
-        if ran.returncode != 0:
-            raise SystemExit(f"bench: the simulator failed: {ran.stderr[-2000:]}")
+        if code != 0:
+            raise SystemExit(f"bench: the simulator failed: {err.read_text()[-2000:]}")
         print(f"quality: fleet done in {time.monotonic() - started:.0f} s", flush=True)
         ends = end_offsets(settings.kafka.bootstrap_servers, topics.telemetry_raw)
 
@@ -114,6 +148,12 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=None, help="override the scenario's")
     parser.add_argument("--minutes", type=float, default=None, help="override the scenario's")
     parser.add_argument("--tolerance", type=float, default=30.0, help="sim eval --tolerance")
+    parser.add_argument(
+        "--fleet-s",
+        type=float,
+        default=120.0,
+        help="register and promote the fleet models this many seconds in (negative: never)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = Settings()

@@ -11,8 +11,11 @@ the watermark passed fall silent (:func:`~fleetwatch.streaming.device_scoring.ex
 the scorer's operator. Every ``--train-s`` of arrival time, each device's readings since the
 previous step, de-duplicated by sequence number as the trainer does, are learned with
 :func:`fleetwatch.streaming.training.learn_device`; new parameters take effect from the next
-scorer batch. No broker, Kafka or Spark: what differs from a live run (``bench/quality.py``)
-is mainly timing — the real batches' lengths and the parameters' publication delay.
+scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each scope's fleet model is
+pooled from the devices' parameters and put before the scorer, as ``fleetwatch models
+register-fleet`` and ``promote`` would. No broker, Kafka or Spark: what differs from a live
+run (``bench/quality.py``) is mainly timing — the real batches' lengths and the parameters'
+publication delay.
 
 Without ``--recording``, the scenario (default ``deploy/scenarios/eval-500.toml``, cut to 100
 devices and 12 minutes) is recorded first into a temporary directory, starting now, as
@@ -20,7 +23,7 @@ devices and 12 minutes) is recorded first into a temporary directory, starting n
 recording back with ``--recording`` to compare runs on the same input.
 
     python bench/quality_offline.py [--recording FILE | --scenario FILE --devices N --minutes M]
-        [--train-s S] [--batch-ms MS] [--tolerance S] [--alerts FILE]
+        [--train-s S] [--batch-ms MS] [--fleet-s S] [--tolerance S] [--alerts FILE]
 
 Prints progress and a per-kind table on stderr, then a last line: {"f1", "precision",
 "recall", "anomalies", "alerts", "false_alerts", "devices", "minutes", "readings", "seconds"
@@ -46,6 +49,7 @@ import pandas as pd
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
+from fleetwatch.models.registry import load_params
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.recording import read_header, record, recorded
@@ -59,6 +63,8 @@ from fleetwatch.streaming.device_scoring import (
     process,
     wants_timer,
 )
+from fleetwatch.streaming.fleet_models import pooled_by_scope
+from fleetwatch.streaming.observations import FleetModel
 from fleetwatch.streaming.rows import COLUMNS, by_device
 from fleetwatch.streaming.training import learn_device
 
@@ -67,6 +73,8 @@ TOLERANCE_S = 30.0
 """``fleetwatch sim eval --tolerance``'s default."""
 DEFAULT_DEVICES, DEFAULT_MINUTES = 100, 12.0
 TOP_FALSE = 15
+FLEET_S = 120.0
+"""When the fleet models are pooled, as an operator registers them once devices have learned."""
 
 _UNIT_MS = {
     "millisecond": 1,
@@ -186,6 +194,8 @@ class Scorer:
     states: dict[str, dict[str, Any]] = field(default_factory=dict)
     newest_ms: int | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
+    champions: dict[str, FleetModel] = field(default_factory=dict)
+    """Scope → its fleet champion (:func:`champions`), once registered."""
 
     def __post_init__(self) -> None:
         self.policy = policy_of(self.settings)
@@ -206,6 +216,7 @@ class Scorer:
                     watermark,
                     now_ms,
                     self.policy,
+                    self.champions.get,
                 )
                 wants_timer(state, self.policy)
                 self.states[device_id] = state
@@ -242,8 +253,22 @@ class Replay:
     seconds: float
 
 
-def replay(path: Path, settings: Settings, train_ms: int, batch_ms: int) -> Replay:
-    """The recording through gateway → trainer and scorer, in arrival-time order."""
+def champions(params: dict[str, str]) -> dict[str, FleetModel]:
+    """Each scope's fleet model pooled from the devices' parameters, as ``fleetwatch models
+    register-fleet`` and ``promote`` make it and the scorer reads it from ``model.params``."""
+    table = {device: {"params": json.loads(text)} for device, text in params.items()}
+    return {
+        scope: FleetModel(f"fleet-{scope}/1", load_params(pooled))
+        for scope, (pooled, _) in pooled_by_scope(table).items()
+    }
+
+
+def replay(
+    path: Path, settings: Settings, train_ms: int, batch_ms: int, fleet_ms: int | None
+) -> Replay:
+    """The recording through gateway → trainer and scorer, in arrival-time order; the fleet
+    models are pooled and put before the scorer at the first training step ``fleet_ms`` of
+    arrival time after the start (``None``: never)."""
     _, start_ms = read_header(path)
     clocks = ClockOffsets()
     trainer = Trainer(interval_ms(settings.score.dedup_window))
@@ -266,6 +291,12 @@ def replay(path: Path, settings: Settings, train_ms: int, batch_ms: int) -> Repl
             if batch_end >= next_train:
                 scorer.new_versions(trainer.learn())
                 next_train += train_ms
+                if (
+                    fleet_ms is not None
+                    and not scorer.champions
+                    and batch_end >= start_ms + fleet_ms
+                ):
+                    scorer.champions = champions(trainer.params)
             batch_end += batch_ms
         topic = settings.mqtt.telemetry_topic(item.device_id)
         limit = settings.gateway.max_payload_bytes
@@ -360,6 +391,12 @@ def main() -> None:
     parser.add_argument("--train-s", type=float, default=10.0, help="trainer step (arrival time)")
     parser.add_argument("--batch-ms", type=int, default=1000, help="scorer batch (arrival time)")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE_S, help="sim eval's")
+    parser.add_argument(
+        "--fleet-s",
+        type=float,
+        default=FLEET_S,
+        help="pool the fleet models this many seconds in (negative: never)",
+    )
     parser.add_argument("--alerts", type=Path, help="also write the alert events here (JSONL)")
     args = parser.parse_args()
     if args.recording and (args.devices is not None or args.minutes is not None):
@@ -369,7 +406,8 @@ def main() -> None:
         scenario, _ = read_header(path)
     except (SimulatorError, OSError, ValueError) as exc:
         raise SystemExit(f"bench: {exc}") from exc
-    run = replay(path, Settings(), round(args.train_s * 1000), args.batch_ms)
+    fleet_ms = None if args.fleet_s < 0 else round(args.fleet_s * 1000)
+    run = replay(path, Settings(), round(args.train_s * 1000), args.batch_ms, fleet_ms)
     if args.alerts:
         args.alerts.write_text("".join(json.dumps(a) + "\n" for a in run.alerts))
     report = summary(run, scenario, args.tolerance)

@@ -16,6 +16,11 @@ The result equals the moments of one detector that learned every device's rows (
 rounding), so its PCA is the PCA of the concatenated data. Averaging per-device means or
 correlation matrices instead would drop the between-device spread.
 
+The pooled model also keeps the fleet's range of each metric: from the lowest to the highest
+value some device holds normal (its mean ∓ ``ALERT_Z`` of its own standard deviations). With
+the pooled correlations it tells a state the fleet knows — a machine stopped, as others of its
+kind are — from one none of them is in (:meth:`PcaDetector.familiar_times`).
+
 Devices that have learned nothing yet are left out. Devices whose metric sets or
 hyperparameters differ from the rest cannot be pooled and are refused with the device named.
 """
@@ -28,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
@@ -65,7 +71,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     halflife_ms = None if first.halflife_hours is None else first.halflife_hours * HOUR_MS
     ref_ms = max(det.ref_ms for det in fitted.values() if det.ref_ms is not None)
 
-    weights, means, scatters = [], [], []
+    weights, means, scatters, spreads = [], [], [], []
     for det in fitted.values():
         order = [det.metrics.index(m) for m in metrics]
         factor = decay_factor(det.ref_ms, ref_ms, halflife_ms)
@@ -76,11 +82,13 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         weights.append(weight)
         means.append(det.shift[order] + local_mean)
         scatters.append(weight * central)
+        spreads.append(np.sqrt(np.maximum(np.diag(central), 0.0)))
     w = np.asarray(weights)
     m: FloatArray = np.asarray(means)
     total = float(w.sum())
     pooled_mean: FloatArray = (w @ m) / total
     dev = m - pooled_mean
+    s: FloatArray = np.asarray(spreads)
     scatter = np.sum(scatters, axis=0) + (dev * w[:, None]).T @ dev
 
     fleet = PcaDetector(**hyper)
@@ -91,6 +99,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     fleet.scatter = scatter
     fleet.count = sum(det.count for det in fitted.values())
     fleet.ref_ms = ref_ms
+    fleet.bounds = np.stack([(m - ALERT_Z * s).min(axis=0), (m + ALERT_Z * s).max(axis=0)])
     fleet.version = 1
     froms = [det.trained_from_ms for det in fitted.values() if det.trained_from_ms is not None]
     tos = [det.trained_to_ms for det in fitted.values() if det.trained_to_ms is not None]

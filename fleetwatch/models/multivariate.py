@@ -52,7 +52,7 @@ import numpy.typing as npt
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import ALERT_Z, normal_upper_surprise
+from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -114,6 +114,9 @@ class PcaDetector(Detector):
         self.scatter = np.zeros((0, 0))
         self.count = 0
         self.ref_ms: int | None = None
+        self.bounds: FloatArray | None = None
+        """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
+        model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
         self._model: PcaModel | None = None
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
@@ -210,6 +213,20 @@ class PcaDetector(Detector):
             reason[inverse],
         )
 
+    def familiar_times(self, batch: Batch) -> set[int]:
+        """The event times of ``batch`` whose reading the fleet knows: every metric within
+        :attr:`bounds` and the metrics together as the pooled devices' are (the residual's
+        surprise under the alert level). Empty without bounds or a fitted model."""
+        model = self.model()
+        if model is None or self.bounds is None or len(batch) == 0:
+            return set()
+        times, _, matrix = wide(batch, self.metrics)
+        inside = ((matrix >= self.bounds[0]) & (matrix <= self.bounds[1])).all(axis=1)
+        if not inside.any():
+            return set()
+        *_, surprise = self._residual(batch, model)
+        return {int(t) for t in times[inside & (surprise < S_ALERT)]}
+
     def learned_metrics(self) -> list[str]:
         return list(self.metrics)
 
@@ -222,6 +239,7 @@ class PcaDetector(Detector):
             "scatter": floats(self.scatter),
             "count": self.count,
             "ref_ms": self.ref_ms,
+            **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -233,4 +251,5 @@ class PcaDetector(Detector):
         self.scatter = array(state, "scatter", (d, d))
         self.count = int(state["count"])
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
+        self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
         self._model = None

@@ -13,7 +13,7 @@ it is — so is a dropout (already device-wide). Pure: a step of
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import groupby
 from typing import NamedTuple
 
@@ -37,7 +37,10 @@ class Reading(NamedTuple):
 
 
 def fold_moves(
-    found: list[Observation], readings: dict[int, Reading], active: set[str]
+    found: list[Observation],
+    readings: dict[int, Reading],
+    active: set[str],
+    familiar: Callable[[], set[int]] | None = None,
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
     moved at once folded into one :data:`STATE` observation. ``readings``: by event time, every
@@ -45,10 +48,14 @@ def fold_moves(
     other reading gets a :data:`STATE` observation too, scored with the weakest metric's own
     score: calm (it closes the episode) once some metric is calm on its own, in the hysteresis
     band while every metric is still unusual, so a device settling into its new state is one
-    episode, not a string of them."""
+    episode, not a string of them. ``familiar`` (asked once, at the first move) gives the event
+    times whose reading is a state the fleet knows (:meth:`PcaDetector.familiar_times` of the
+    scope's champion): a move into one is no alert — a machine stopping for the first time, as
+    others of its kind do — and reads as calm."""
     under_way = KEY in active
     if not under_way and not found:
         return found
+    known: set[int] | None = None
     by_time = {t: list(g) for t, g in groupby(found, key=lambda o: o.event_ms)}
     out: list[Observation] = []
     for event_ms in sorted(by_time.keys() | readings.keys()):
@@ -57,29 +64,29 @@ def fold_moves(
         present = reading.metrics if reading is not None else frozenset()
         moved = {o.metric for o in at if o.kind in PER_METRIC and o.score >= ALERT_SCORE}
         if len(present) >= 2 and present <= moved:
+            if known is None:
+                known = familiar() if familiar is not None else set()
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
+            if event_ms in known:
+                if under_way and reading is not None:
+                    out.append(_settling(reading, event_ms, 0.0))
+                continue
             out.append(_state(at, present))
             under_way = True
             continue
         out.extend(at)
         if under_way and reading is not None:
             weakest = min(_own_score(at, metric) for metric in present) if present else 0.0
-            nan = float("nan")
-            out.append(
-                Observation(
-                    "*",
-                    STATE,
-                    weakest,
-                    reading.seq,
-                    event_ms,
-                    reading.received_ms,
-                    nan,
-                    nan,
-                    nan,
-                    "",
-                )
-            )
+            out.append(_settling(reading, event_ms, weakest))
     return out
+
+
+def _settling(reading: Reading, event_ms: int, score: float) -> Observation:
+    """The device-wide observation of a reading while a state episode is under way."""
+    nan = float("nan")
+    return Observation(
+        "*", STATE, score, reading.seq, event_ms, reading.received_ms, nan, nan, nan, ""
+    )
 
 
 def _own_score(at: list[Observation], metric: str) -> float:

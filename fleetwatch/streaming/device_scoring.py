@@ -49,6 +49,7 @@ from fleetwatch.streaming.observations import (
     FleetLookup,
     Member,
     detector_for,
+    fleet_prior,
     members_for,
     observations,
 )
@@ -211,11 +212,12 @@ def process(
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
     detector = detector_for(device_id, int(st["v"]), params_json)
     members = members_for(detector, st, fresh, policy.fleet_model, fleet)
+    prior = fleet_prior(st, fresh, policy.fleet_model, fleet)
     if len(older):
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
             lifecycle.late_reading(seq, ev, rx)
-        for obs in observations(older, members, policy.baseline, None, set()):
+        for obs in observations(older, members, policy.baseline, None, set(), prior=prior):
             lifecycle.observe_late(obs)
     if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
@@ -224,7 +226,9 @@ def process(
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
         recent: dict[str, list[float]] = st.setdefault("recent", {})
         trends: dict[str, list[float]] = st.setdefault("trend", {})
-        scored = observations(in_order, members, policy.baseline, gap_from, active, recent, trends)
+        scored = observations(
+            in_order, members, policy.baseline, gap_from, active, recent, trends, prior
+        )
         for obs in scored:
             lifecycle.observe(obs)
         _advance(st, in_order)

@@ -164,6 +164,19 @@ def members_for(
     return members
 
 
+def fleet_prior(
+    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
+) -> PcaDetector | None:
+    """The scope's champion when it can tell a state the fleet knows (a pooled model with
+    bounds); ``None`` without one, or with fleet models off."""
+    if fleet is None or mode == "off":
+        return None
+    champion = fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    if champion is None or not isinstance(champion.detector, PcaDetector):
+        return None
+    return champion.detector if champion.detector.bounds is not None else None
+
+
 def observations(
     rows: Rows,
     members: list[Member] | None,
@@ -172,6 +185,7 @@ def observations(
     active: set[str],
     recent: dict[str, list[float]] | None = None,
     trends: dict[str, list[float]] | None = None,
+    prior: PcaDetector | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -185,7 +199,8 @@ def observations(
     ``previous_ms`` is where the dropout gap is measured from. Likewise the change detector's
     local lines continue from ``trends`` (metric → carried sums), which are then moved on past
     these rows. A reading on which every metric moved at once comes back as one device-wide
-    observation (:mod:`~fleetwatch.streaming.device_moves`)."""
+    observation (:mod:`~fleetwatch.streaming.device_moves`), unless ``prior`` (the scope's
+    champion, :func:`fleet_prior`) knows the state it moved into."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -226,7 +241,8 @@ def observations(
     if not scored and STATE_KEY not in active:
         return scored
     readings = readings_of(event_ms, rows["metric"], seq, received)
-    return fold_moves(scored, readings, active)
+    familiar = None if prior is None else (lambda: prior.familiar_times(frame))
+    return fold_moves(scored, readings, active, familiar)
 
 
 def _with_keys(

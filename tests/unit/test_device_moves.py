@@ -72,3 +72,24 @@ def test_a_device_settling_into_its_new_state_stays_one_episode() -> None:
     for o in calm:
         lifecycle.observe(o)
     assert [e["status"] for e in lifecycle.events if e["metric"] == "*"] == ["open", "resolve"]
+
+
+def test_a_move_into_a_state_the_fleet_knows_is_no_alert() -> None:
+    """The fleet knows the reading at 1000 (others of the kind are stopped) but not the one at
+    2000: the first is no state alert, the second is; asked once, however many moves."""
+    moved = [obs("rms", "seasonal", 0.99, t) for t in (1000, 2000)] + [
+        obs("rpm", "seasonal", 0.99, t) for t in (1000, 2000)
+    ]
+    moved.sort(key=lambda o: o.event_ms)
+    asked: list[int] = []
+
+    def familiar() -> set[int]:
+        asked.append(1)
+        return {1000}
+
+    out = fold_moves(moved, readings(1000, 2000), set(), familiar)
+    assert [(o.kind, o.event_ms) for o in out] == [(STATE, 2000)]
+    assert asked == [1]
+    # with a state episode under way, a familiar move reads as calm: it may close the episode
+    under_way = fold_moves(moved[:2], readings(1000), {KEY}, familiar)
+    assert [(o.kind, o.score) for o in under_way] == [(STATE, 0.0)]

@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 from sklearn.decomposition import PCA
 
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.multivariate import PcaDetector
@@ -95,3 +97,42 @@ def test_devices_with_other_metrics_or_settings_are_refused_by_name() -> None:
     slow = PcaDetector(halflife_hours=48.0).learn(device_readings(3, 0.0)).to_params()
     with pytest.raises(FleetModelError, match="'slow' has hyperparameters"):
         pool_pca({"a": base, "slow": slow})
+
+
+def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
+    frames = _devices(halflife_hours=None)
+    fleet = _pooled(frames, halflife_hours=None)
+    assert fleet.bounds is not None
+    wide = {
+        d: f.pivot(index="event_ms", columns="metric", values="value")[fleet.metrics]
+        for d, f in frames.items()
+    }
+    lo = np.min([w.mean() - ALERT_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    hi = np.max([w.mean() + ALERT_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    np.testing.assert_allclose(fleet.bounds, np.stack([lo, hi]), rtol=1e-9)
+    # and the bounds survive the parameters' round trip
+    again = PcaDetector.from_params(fleet.to_params())
+    assert again.bounds is not None
+    np.testing.assert_allclose(again.bounds, fleet.bounds)
+    assert PcaDetector.from_params(PcaDetector().to_params()).bounds is None
+
+    level = {d: w.mean() for d, w in wide.items()}
+    usual = level["dev-0"]  # a reading some device has as its usual one
+    far = usual + 10 * (fleet.bounds[1] - fleet.bounds[0])  # beyond every device's range
+    probe = pd.DataFrame(
+        [(1000, m, usual[m]) for m in fleet.metrics] + [(2000, m, far[m]) for m in fleet.metrics],
+        columns=["event_ms", "metric", "value"],
+    )
+    assert fleet.familiar_times(Batch.of(probe)) == {1000}
+    # within every metric's range, but against how the fleet's metrics move together
+    inside = dict(zip(fleet.metrics, fleet.bounds.mean(axis=0), strict=True))
+    half = dict(zip(fleet.metrics, (fleet.bounds[1] - fleet.bounds[0]) * 0.45, strict=True))
+    odd = {"humidity": inside["humidity"] + half["humidity"]}
+    odd["temperature"] = inside["temperature"] - half["temperature"]
+    against = pd.DataFrame(
+        [(3000, m, odd[m]) for m in fleet.metrics], columns=["event_ms", "metric", "value"]
+    )
+    assert fleet.familiar_times(Batch.of(against)) == set()
+    # a device's own model knows no fleet: nothing is familiar to it
+    own = PcaDetector(halflife_hours=None).learn(frames["dev-0"])
+    assert own.familiar_times(Batch.of(probe)) == set()

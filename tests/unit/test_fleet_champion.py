@@ -15,6 +15,7 @@ from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.device_scoring import ALERTS, Policy, new_state, process
@@ -175,3 +176,68 @@ def test_an_unreadable_champion_is_no_model() -> None:
     assert fleet_model("x/1", "{}") is None
     good = json.dumps(json.loads(champion_json())["params"])
     assert isinstance(fleet_model("x/1", good), FleetModel)
+
+
+def machine(n: int, seed: int, running: bool, start_ms: int = T0) -> pd.DataFrame:
+    """A vibration sensor on a machine that runs (4 mm/s at 1480 rpm) or stands still."""
+    rng = np.random.default_rng(seed)
+    t = start_ms + np.arange(n) * 1000
+    if running:
+        rms, rpm = 4.0 + rng.normal(0, 0.3, n), 1480.0 + rng.normal(0, 4.0, n)
+    else:
+        rms, rpm = 0.15 + np.abs(rng.normal(0, 0.03, n)), np.zeros(n)
+    return pd.concat(
+        [
+            pd.DataFrame({"event_ms": t, "metric": "vibration_rms", "value": rms}),
+            pd.DataFrame({"event_ms": t, "metric": "rpm", "value": rpm}),
+        ]
+    ).sort_values("event_ms", kind="stable")
+
+
+def scorer_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.reset_index(drop=True)
+    out["seq"] = (out["event_ms"] - out["event_ms"].min()) // 1000
+    for column in ("device_event_ms", "device_sent_ms"):
+        out[column] = out["event_ms"]
+    out["received_ms"] = out["event_ms"] + 20
+    out["clock_offset_ms"] = 0
+    out["firmware"] = out["status"] = None
+    return out
+
+
+def test_a_machine_stopping_as_others_of_its_kind_do_is_no_alert() -> None:
+    """A machine whose own model has only seen it running stops: every metric moves at once.
+    The fleet (one machine running, one stopped) knows that state, so no alert; a reading
+    no machine of the fleet gives (running fast at a standstill's vibration) still alerts."""
+    learned = 900
+    own = default_detector()
+    history = machine(learned, seed=3, running=True)
+    for start in range(0, len(history), 200):
+        own.learn(history.iloc[start : start + 200])
+    own_json, version = params.dumps(own.to_params()), int(own.to_params()["version"])
+    devices = {
+        "run": PcaDetector().learn(machine(600, seed=4, running=True)).to_params(),
+        "still": PcaDetector().learn(machine(600, seed=5, running=False)).to_params(),
+    }
+    champion = FleetModel(
+        "fleetwatch-rpm_vibration_rms/1", PcaDetector.from_params(pool_pca(devices))
+    )
+    stop_ms = T0 + learned * 1000
+    stopped = scorer_rows(machine(30, seed=6, running=False, start_ms=stop_ms))
+    broken = stopped.copy()
+    broken.loc[broken["metric"] == "rpm", "value"] = 1480.0  # full speed, yet no vibration
+
+    def alerts(rows: pd.DataFrame, lookup: Any) -> list[dict[str, Any]]:
+        state = {**new_state(), "v": version}
+        _, out = process("m1", state, own_json, rows, 0, stop_ms + 10**6, POLICY, lookup)
+        return [json.loads(v) for role, v in out.records if role == ALERTS]
+
+    def fleet(scope: str) -> FleetModel | None:
+        return champion if scope == "rpm_vibration_rms" else None
+
+    alone = alerts(stopped, None)
+    assert [(a["metric"], a["detector"], a["status"]) for a in alone][:1] == [
+        ("*", "state", "open")
+    ]
+    assert alerts(stopped, fleet) == []
+    assert [a["status"] for a in alerts(broken, fleet)][:1] == ["open"]
