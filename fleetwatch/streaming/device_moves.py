@@ -1,13 +1,15 @@
 """When every metric of a device moves at once: one device-wide alert, not one per metric.
 
 A machine that starts or stops, a device moved to another room, a reading that is off on every
-sensor: at that event time each of the device's metrics is anomalous on its own (a per-metric
-detector — seasonal, change, flat line — alerts on it). Reported per metric and detector, that
-is half a dozen alerts about one event. Here they become one observation of the device,
-metric ``*`` and kind :data:`STATE` ("the device as a whole moved"), carrying the strongest
-score and naming every metric's value in its reason; it opens, updates and resolves like any
-episode. A reading with a single metric, or where some metric is calm on its own, is left as
-it is — so is a dropout (already device-wide). Pure: a step of
+sensor: at that event time each of the device's metrics is unusual on its own (a per-metric
+detector — seasonal, change, flat line — finds it outside the calm level, ``p < 1e-3``) and
+some metric alerts. Reported per metric and detector, that is up to half a dozen alerts about
+one event — or, where the device has learned both states and its bands are wide, one metric's
+alert with its partner just under the alert level. Here they become one observation of the
+device, metric ``*`` and kind :data:`STATE` ("the device as a whole moved"), carrying the
+strongest score and naming every metric's value in its reason; it opens, updates and resolves
+like any episode. A reading with a single metric, or where some metric is calm on its own, is
+left as it is — so is a dropout (already device-wide). Pure: a step of
 :func:`~fleetwatch.streaming.observations.observations`.
 """
 
@@ -19,7 +21,7 @@ from typing import NamedTuple
 
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS
-from fleetwatch.streaming.episodes import DROPOUT, Observation
+from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Observation
 
 STATE = "state"
 """The kind of a device-wide alert: every metric moved at once."""
@@ -43,7 +45,8 @@ def fold_moves(
     familiar: Callable[[], set[int]] | None = None,
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
-    moved at once folded into one :data:`STATE` observation. ``readings``: by event time, every
+    moved at once — every one unusual on its own, one alerting — folded into one
+    :data:`STATE` observation. ``readings``: by event time, every
     reading scored; ``active``: episode keys under way. While a state episode is under way, every
     other reading gets a :data:`STATE` observation too, scored with the weakest metric's own
     score: calm (it closes the episode) once some metric is calm on its own, in the hysteresis
@@ -62,8 +65,10 @@ def fold_moves(
         at = by_time.get(event_ms, [])
         reading = readings.get(event_ms)
         present = reading.metrics if reading is not None else frozenset()
-        moved = {o.metric for o in at if o.kind in PER_METRIC and o.score >= ALERT_SCORE}
-        if len(present) >= 2 and present <= moved:
+        own = [o for o in at if o.kind in PER_METRIC]
+        moved = any(o.score >= ALERT_SCORE for o in own)
+        unusual = {o.metric for o in own if o.score >= CALM_SCORE}
+        if len(present) >= 2 and moved and present <= unusual:
             if known is None:
                 known = familiar() if familiar is not None else set()
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
@@ -109,7 +114,8 @@ def _state(at: list[Observation], present: frozenset[str]) -> Observation:
     bad = [o for o in at if o.score >= ALERT_SCORE and o.kind != DROPOUT]
     top = max(bad, key=lambda o: o.score)
     values: dict[str, float] = {}
-    for o in sorted(bad, key=lambda o: -o.score):
+    unusual = [o for o in at if o.score >= CALM_SCORE and o.kind != DROPOUT]
+    for o in sorted(unusual, key=lambda o: -o.score):
         if o.metric in present:
             values.setdefault(o.metric, o.value)
     moved = ", ".join(f"{m}={v:.6g}" for m, v in sorted(values.items()))
