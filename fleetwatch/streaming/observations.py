@@ -154,7 +154,7 @@ def members_for(
         replace = isinstance(own_pca, PcaDetector) and own_pca.model() is None
     if not replace:
         return members
-    champion = fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    champion = champion_of(st, rows, fleet)
     if champion is None:
         return members or None
     if pca is None:
@@ -164,6 +164,11 @@ def members_for(
     return members
 
 
+def champion_of(st: dict[str, Any], rows: Rows, fleet: FleetLookup) -> FleetModel | None:
+    """The champion of the device's scope (the metrics it has reported), if any."""
+    return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+
+
 def fleet_prior(
     st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
 ) -> PcaDetector | None:
@@ -171,7 +176,7 @@ def fleet_prior(
     bounds); ``None`` without one, or with fleet models off."""
     if fleet is None or mode == "off":
         return None
-    champion = fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    champion = champion_of(st, rows, fleet)
     if champion is None or not isinstance(champion.detector, PcaDetector):
         return None
     return champion.detector if champion.detector.bounds is not None else None
