@@ -48,6 +48,7 @@ from fleetwatch.streaming.episodes import DROPOUT, Lifecycle
 from fleetwatch.streaming.observations import (
     FleetLookup,
     Member,
+    champion_of,
     detector_for,
     fleet_prior,
     members_for,
@@ -211,8 +212,9 @@ def process(
 
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
     detector = detector_for(device_id, int(st["v"]), params_json)
-    members = members_for(detector, st, fresh, policy.fleet_model, fleet)
-    prior = fleet_prior(st, fresh, policy.fleet_model, fleet)
+    champion = champion_of(st, fresh, policy.fleet_model, fleet)
+    members = members_for(detector, policy.fleet_model, champion)
+    prior = fleet_prior(champion)
     if len(older):
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):

@@ -128,15 +128,11 @@ Member = tuple[Detector, str | None]
 
 
 def members_for(
-    detector: Detector | None,
-    st: dict[str, Any],
-    rows: Rows,
-    mode: str,
-    fleet: FleetLookup | None,
+    detector: Detector | None, mode: str, champion: FleetModel | None
 ) -> list[Member] | None:
     """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
-    with its multivariate one replaced by the scope's champion as ``mode`` (``score.fleet_model``)
-    says."""
+    with its multivariate one replaced by the scope's ``champion`` (:func:`champion_of`) as
+    ``mode`` (``score.fleet_model``) says."""
     own = (
         []
         if detector is None
@@ -145,7 +141,7 @@ def members_for(
         else [detector]
     )
     members: list[Member] = [(m, None) for m in own]
-    if fleet is None or mode == "off":
+    if champion is None or mode == "off":
         return members or None
     pca = next((i for i, (m, _) in enumerate(members) if isinstance(m, PcaDetector)), None)
     replace = mode == "always" or pca is None
@@ -154,9 +150,6 @@ def members_for(
         replace = isinstance(own_pca, PcaDetector) and own_pca.model() is None
     if not replace:
         return members
-    champion = champion_of(st, rows, fleet)
-    if champion is None:
-        return members or None
     if pca is None:
         members.append((champion.detector, champion.label))
     else:
@@ -164,19 +157,19 @@ def members_for(
     return members
 
 
-def champion_of(st: dict[str, Any], rows: Rows, fleet: FleetLookup) -> FleetModel | None:
-    """The champion of the device's scope (the metrics it has reported), if any."""
+def champion_of(
+    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
+) -> FleetModel | None:
+    """The champion of the device's scope (the metrics it has reported), if any; ``None``
+    with fleet models off."""
+    if fleet is None or mode == "off":
+        return None
     return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
 
 
-def fleet_prior(
-    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
-) -> PcaDetector | None:
-    """The scope's champion when it can tell a state the fleet knows (a pooled model with
-    bounds); ``None`` without one, or with fleet models off."""
-    if fleet is None or mode == "off":
-        return None
-    champion = champion_of(st, rows, fleet)
+def fleet_prior(champion: FleetModel | None) -> PcaDetector | None:
+    """The champion's model when it can tell a state the fleet knows (a pooled model with
+    bounds)."""
     if champion is None or not isinstance(champion.detector, PcaDetector):
         return None
     return champion.detector if champion.detector.bounds is not None else None
