@@ -74,6 +74,8 @@ def cusum(
 
     Returns the sums, the rows where a sum reached ``limit`` (after which it restarts from 0
     when ``reset``), and the sum to carry into the next batch."""
+    if steps.size <= trend.SMALL:
+        return _cusum_steps(steps, start, limit, reset)
     sums = np.empty_like(steps)
     alarms = np.zeros(steps.size, dtype=bool)
     begin, init = 0, start
@@ -93,6 +95,28 @@ def cusum(
     if reset and steps.size and alarms[-1]:
         end = 0.0
     return sums, alarms, end
+
+
+def _cusum_steps(
+    steps: FloatArray, start: float, limit: float, reset: bool
+) -> tuple[FloatArray, npt.NDArray[np.bool_], float]:
+    """:func:`cusum` one step at a time (a live batch's few rows: numpy costs more per call)."""
+    sums: list[float] = []
+    alarms: list[bool] = []
+    total = start
+    for step in steps.tolist():
+        total += step
+        if total < 0.0:
+            total = 0.0
+        alarm = total >= limit
+        sums.append(total)
+        alarms.append(alarm)
+        if alarm and reset:
+            total = 0.0
+    end = sums[-1] if sums else 0.0
+    if reset and alarms and alarms[-1]:
+        end = 0.0
+    return np.array(sums, dtype=np.float64), np.array(alarms, dtype=bool), end
 
 
 class ChangeDetector(Detector):

@@ -50,6 +50,7 @@ from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.trend import SMALL
 
 FloatArray = npt.NDArray[np.float64]
 SQRT_2PI = math.sqrt(2.0 * math.pi)
@@ -196,6 +197,7 @@ class FlatlineDetector(Detector):
         """Per row: surprise of its window's range, the range, and the metric's noise sigma."""
         n = len(batch)
         surprise, spread, sigma = np.zeros(n), np.full(n, np.nan), np.full(n, np.nan)
+        out = (surprise, spread, sigma)
         codes = batch.lookup(self.metrics)
         k = self.window
         for m, rows in per_metric_runs(codes, len(self.metrics)):
@@ -204,6 +206,9 @@ class FlatlineDetector(Detector):
             sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
             if sd == 0:
                 continue
+            floor = self._repeat_floor(m, sd)
+            if rows.size <= SMALL and self._flat_steps(m, batch.value, rows, sd, floor, out):
+                continue
             values = np.concatenate([self.tails[m], batch.value[rows]])
             if values.size < k:
                 continue
@@ -211,12 +216,45 @@ class FlatlineDetector(Detector):
             r = windows.max(axis=1) - windows.min(axis=1)
             scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
             r = r[r.size - scored.size :]
-            floor = self._repeat_floor(m, sd)
             s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
             repeat = (r <= floor) & ~self._at_rest(m, windows[-scored.size :, -1], floor)
             surprise[scored] = np.where(repeat, s, 0.0)
             spread[scored], sigma[scored] = r, sd
         return np.maximum(surprise, 0.0), spread, sigma
+
+    def _flat_steps(
+        self,
+        m: int,
+        value: FloatArray,
+        rows: npt.NDArray[np.intp],
+        sd: float,
+        floor: float,
+        out: tuple[FloatArray, FloatArray, FloatArray],
+    ) -> bool:
+        """:meth:`_flat` for one metric's few rows, window by window in plain floats (a live
+        batch: numpy's per-call cost is most of the work). ``False``, nothing written, when a
+        value is NaN (left to the array path)."""
+        batch_values = value[rows].tolist()
+        if any(v != v for v in batch_values):
+            return False
+        k = self.window
+        values = [*self.tails[m], *batch_values]
+        first = len(values) - len(batch_values)
+        held = self.rests[m] if m < len(self.rests) else []
+        rests = [v for v, c in held if c >= self.rest_windows]
+        tail = -0.5 * math.log(k)
+        surprise, spread, sigma = out
+        for j, row in enumerate(rows.tolist()):
+            end = first + j + 1
+            if end < k:
+                continue
+            window = values[end - k : end]
+            r = max(window) - min(window)
+            last = window[-1]
+            repeat = r <= floor and not any(abs(last - v) <= floor for v in rests)
+            s = (k - 1) * math.log(sd * SQRT_2PI / max(r, floor)) + tail if repeat else 0.0
+            surprise[row], spread[row], sigma[row] = s, r, sd
+        return True
 
     def _dropout(self, batch: Batch) -> tuple[FloatArray, FloatArray]:
         """Per row: the surprise of the gap before its event time, and that gap."""

@@ -62,6 +62,12 @@ class SeasonalProfile:
     """(metric, bucket, [W, Sx, Sxx]); bucket index ``buckets`` holds the overall sums."""
     counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     ref_ms: int | None = None
+    _memo: dict[tuple[float, int, int], tuple[FloatArray, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """What :meth:`expect` derives from the sums, per (min_std, bucket_warmup, warmup): the
+    scorer asks a detector's unchanged profile every batch. :meth:`learn` and :meth:`load`
+    clear it."""
 
     def __post_init__(self) -> None:
         if self.sums.shape[1:] != (self.buckets + 1, 3):
@@ -77,6 +83,7 @@ class SeasonalProfile:
 
     def learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> npt.NDArray[np.intp]:
         """Add the kept rows; returns the per-row metric indices (for the caller's own use)."""
+        self._memo.clear()
         known = extend_metrics(self.metrics, batch)
         codes = batch.lookup(known)
         if len(known) > len(self.metrics):
@@ -135,18 +142,32 @@ class SeasonalProfile:
         known = codes >= 0
         if not known.any():
             return mean, std, known
-        mu, sd = self.moments(min_std)
-        warm = (self.counts >= bucket_warmup) & (self.sums[..., 0] > 0)
+        mu, var_b, warm, ready = self._tables(min_std, bucket_warmup, warmup)
         m = np.where(known, codes, 0)
         b0, b1, frac = self.bucket_position(event_ms)
         overall = self.buckets
         seasonal = warm[m, b0] & warm[m, b1]
         mean = np.where(seasonal, (1 - frac) * mu[m, b0] + frac * mu[m, b1], mu[m, overall])
         gap = mu[m, b1] - mu[m, b0]
-        blend = (1 - frac) * sd[m, b0] ** 2 + frac * sd[m, b1] ** 2 + frac * (1 - frac) * gap**2
-        var = np.where(seasonal, blend, sd[m, overall] ** 2)
-        ok = known & (self.counts[m, overall] >= warmup) & (self.sums[m, overall, 0] > 0)
+        blend = (1 - frac) * var_b[m, b0] + frac * var_b[m, b1] + frac * (1 - frac) * gap**2
+        var = np.where(seasonal, blend, var_b[m, overall])
+        ok = known & ready[m]
         return mean, np.sqrt(var), ok
+
+    def _tables(
+        self, min_std: float, bucket_warmup: int, warmup: int
+    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Per (metric, bucket) mean, variance and warm flag; per metric whether it is warm."""
+        key = (min_std, bucket_warmup, warmup)
+        held = self._memo.get(key)
+        if held is None:
+            mu, sd = self.moments(min_std)
+            warm = (self.counts >= bucket_warmup) & (self.sums[..., 0] > 0)
+            overall = self.buckets
+            ready = (self.counts[:, overall] >= warmup) & (self.sums[:, overall, 0] > 0)
+            held = (mu, sd**2, warm, ready)
+            self._memo[key] = held
+        return held[0], held[1], held[2], held[3]
 
     def state(self) -> dict[str, Any]:
         return {
@@ -158,6 +179,7 @@ class SeasonalProfile:
         }
 
     def load(self, state: Mapping[str, Any]) -> None:
+        self._memo.clear()
         self.metrics = [str(m) for m in state["metrics"]]
         k, width = len(self.metrics), self.buckets + 1
         self.shift = array(state, "shift", (k,))

@@ -20,6 +20,8 @@ to the last position (every weight at most 1) and re-based when a batch runs far
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -29,6 +31,10 @@ CARRY = 8
 last position; ``w'`` the weights of readings with a prediction, ``r`` its residual."""
 _SPAN = 400.0
 """Half-lives a chunk may run past its origin (weights up to 2^400, far from overflow)."""
+SMALL = 16
+"""Up to this many readings a call steps through them one by one in plain floats: numpy's
+per-call cost is most of a live batch's few readings per metric (agreement of the two paths
+to rounding is tested)."""
 
 
 def empty() -> FloatArray:
@@ -63,6 +69,8 @@ def predict(
     the readings before it (NaN while fewer than two are known) and the root mean square of the
     residuals before it (NaN before the first); and the carry after the last reading."""
     n = values.size
+    if 0 < n <= SMALL:
+        return _predict_steps(values, carry, halflife)
     out, vol = np.full(n, np.nan), np.full(n, np.nan)
     carry = np.asarray(carry, dtype=np.float64)
     if n == 0:
@@ -100,6 +108,43 @@ def predict(
         last = np.concatenate([[origin], carry[1:] + sums])
         carry = _rebase(last, origin + float(u[-1]), halflife)
     return out, vol, carry
+
+
+def _predict_steps(
+    values: FloatArray, carry: FloatArray, halflife: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`predict`, one reading at a time: the sums re-based to each reading's position
+    (its own ``u`` is 0), its prediction and volatility read off them, then it is added."""
+    o, s0, su, suu, sx, sux, wr, sr2 = (float(c) for c in carry)
+    if s0 == 0:
+        o, s0, su, suu, sx, sux, wr, sr2 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        pos = 0.0
+    else:
+        pos = o + 1.0
+    nan = math.nan
+    out: list[float] = []
+    vol: list[float] = []
+    for x in values.tolist():
+        d = pos - o
+        if d:
+            f = 2.0 ** (-d / halflife)
+            suu = f * (suu - 2 * d * su + d * d * s0)
+            sux = f * (sux - d * sx)
+            su = f * (su - d * s0)
+            s0, sx, wr, sr2 = f * s0, f * sx, f * wr, f * sr2
+            o = pos
+        det = s0 * suu - su * su
+        good = s0 > 0 and det > 1e-9 * max(s0 * suu, 1e-300)
+        a = (suu * sx - su * sux) / det if good else nan
+        out.append(a)
+        vol.append(math.sqrt(sr2 / wr) if wr > 0 else nan)
+        s0 += 1.0
+        sx += x
+        if good:
+            wr += 1.0
+            sr2 += (x - a) ** 2
+        pos += 1.0
+    return np.array(out), np.array(vol), np.array([o, s0, su, suu, sx, sux, wr, sr2])
 
 
 def _exclusive(running: FloatArray) -> FloatArray:

@@ -206,7 +206,7 @@ def observations(
         if not members:
             return base
         found.extend((obs.event_ms, -1, obs) for obs in base)
-    frame = Batch.of(rows.frame())
+    frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
     dropout_active = f"*\x1f{DROPOUT}" in active
     for m_index, (member, label) in enumerate(members):
         # Late readings come without the scorer's windows and lines: their windows start empty

@@ -55,16 +55,6 @@ class Rows:
     def where(self, mask: npt.NDArray[np.bool_]) -> Rows:
         return self.take(np.flatnonzero(mask))
 
-    def frame(self) -> pd.DataFrame:
-        """The long form the detectors read."""
-        return pd.DataFrame(
-            {
-                "event_ms": self.cols["event_ms"],
-                "metric": self.cols["metric"],
-                "value": self.cols["value"],
-            }
-        )
-
 
 def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
     """A bucket's readings split by device, each in (event_ms, seq) order."""

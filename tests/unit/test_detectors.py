@@ -77,6 +77,27 @@ def test_the_cumulative_sum_form_equals_the_recursion(seed: int) -> None:
     assert end == pytest.approx(0.0 if expected_alarms[-1] else expected[-1])
 
 
+@pytest.mark.parametrize("reset", [True, False])
+def test_a_few_steps_at_a_time_equal_the_recursion(reset: bool) -> None:
+    """Short inputs (a live batch's rows of one metric) take the one-step-at-a-time path."""
+    rng = np.random.default_rng(7)
+    start = 1.5
+    for n in range(1, 17):
+        steps = rng.normal(0.8, 2.0, n)
+        sums, alarms, end = cusum(steps, start, 3.0, reset)
+        s, expected, flagged = start, [], []
+        for x in steps:
+            s = max(0.0, s + x)
+            expected.append(s)
+            flagged.append(s >= 3.0)
+            if s >= 3.0 and reset:
+                s = 0.0
+        np.testing.assert_allclose(sums, expected, atol=1e-12)
+        np.testing.assert_array_equal(alarms, flagged)
+        assert end == pytest.approx(s)
+        start = end
+
+
 def test_cusum_flags_a_three_sigma_shift_within_a_few_readings() -> None:
     rng = np.random.default_rng(0)
     values = rng.normal(10.0, 1.0, 1000)
@@ -289,6 +310,39 @@ def test_flatline_leaves_a_quiet_signal_that_still_moves_alone() -> None:
     assert not detector.score(series(resting)).alert.any()
     stuck = np.full(30, resting[-1])
     assert detector.score(series(np.concatenate([resting, stuck]))).alert[-5:].all()
+
+
+def test_flatline_windows_of_a_few_rows_score_as_the_array_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live batch (a few rows per metric) is scored window by window in plain floats: the
+    same scores as the array path, on a noisy, a stuck and a resting stretch."""
+    from fleetwatch.models import flatline
+
+    rng = np.random.default_rng(8)
+    on = np.round(rng.normal(1480.0, 4.0, 300), 1)
+    detector = FlatlineDetector().learn(series(on))
+    detector.learn(series(np.zeros(120)), exclude=np.zeros(120, bool))
+    tail = np.concatenate([on[:40], np.full(12, on[-1]), np.zeros(12)])
+    frame = series(tail)
+    chunks = [frame.iloc[i : i + n] for i, n in zip(range(0, 64, 4), [4] * 16, strict=True)]
+    saved = [list(t) for t in detector.tails]
+
+    def run() -> list[np.ndarray]:
+        detector.tails = [list(t) for t in saved]
+        got = []
+        for chunk in chunks:
+            scores = detector.score(chunk)
+            got.append(np.stack([scores.score, scores.observed, scores.expected, scores.band]))
+            detector.tails = [[*detector.tails[0], *chunk["value"].tolist()][-detector.window :]]
+        return got
+
+    stepped = run()
+    monkeypatch.setattr(flatline, "SMALL", 0)
+    arrays = run()
+    for a, b in zip(stepped, arrays, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert np.concatenate([a[0] for a in stepped]).max() >= 0.5  # the stuck stretch alerts
 
 
 def test_flatline_learns_where_a_metric_rests() -> None:

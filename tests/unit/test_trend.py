@@ -41,6 +41,30 @@ def test_batches_carried_from_one_to_the_next_equal_one_batch() -> None:
     np.testing.assert_allclose(carry, end, rtol=1e-9)
 
 
+@pytest.mark.parametrize("halflife", [3.0, 30.0])
+def test_a_few_readings_stepped_one_by_one_equal_the_prefix_sums(
+    halflife: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live batches (a few readings per metric) take the one-by-one path: same predictions,
+    volatility and carry as the vectorised one, from an empty carry and from a warm one."""
+    rng = np.random.default_rng(2)
+    sizes = [1, 1, 2, 3, 16, 5, 1, 9]
+    chunks = [rng.normal(3.0, 1.0, n) + np.linspace(0.0, 0.5, n) for n in sizes]
+    stepped, carry = [], trend.empty()
+    for chunk in chunks:
+        assert chunk.size <= trend.SMALL
+        stepped.append(trend.predict(chunk, carry, halflife))
+        carry = stepped[-1][2]
+    monkeypatch.setattr(trend, "SMALL", 0)
+    carry = trend.empty()
+    for chunk, (pred, vol, after) in zip(chunks, stepped, strict=True):
+        want_pred, want_vol, carry = trend.predict(chunk, carry, halflife)
+        np.testing.assert_allclose(pred, want_pred, rtol=1e-10, atol=1e-10, equal_nan=True)
+        np.testing.assert_allclose(vol, want_vol, rtol=1e-10, atol=1e-10, equal_nan=True)
+        np.testing.assert_allclose(after, carry, rtol=1e-10, atol=1e-10)
+        carry = after
+
+
 def test_a_long_batch_is_cut_where_the_weights_would_overflow() -> None:
     values = np.linspace(0.0, 1.0, 20_000)
     predicted, _, carry = trend.predict(values, trend.empty(), 5.0)
