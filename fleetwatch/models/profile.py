@@ -33,6 +33,8 @@ from fleetwatch.models.batch import Batch, extend_metrics
 from fleetwatch.models.params import array, floats, ints
 
 FloatArray = npt.NDArray[np.float64]
+Tables = tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
+"""Per (metric, bucket) mean, variance and warm flag; per metric whether it is warm."""
 HOUR_MS = 3_600_000
 
 
@@ -62,7 +64,7 @@ class SeasonalProfile:
     """(metric, bucket, [W, Sx, Sxx]); bucket index ``buckets`` holds the overall sums."""
     counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     ref_ms: int | None = None
-    _memo: dict[tuple[float, int, int], tuple[FloatArray, ...]] = field(
+    _memo: dict[tuple[float, int, int], Tables] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     """What :meth:`expect` derives from the sums, per (min_std, bucket_warmup, warmup): the
@@ -154,9 +156,7 @@ class SeasonalProfile:
         ok = known & ready[m]
         return mean, np.sqrt(var), ok
 
-    def _tables(
-        self, min_std: float, bucket_warmup: int, warmup: int
-    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    def _tables(self, min_std: float, bucket_warmup: int, warmup: int) -> Tables:
         """Per (metric, bucket) mean, variance and warm flag; per metric whether it is warm."""
         key = (min_std, bucket_warmup, warmup)
         held = self._memo.get(key)
@@ -167,7 +167,7 @@ class SeasonalProfile:
             ready = (self.counts[:, overall] >= warmup) & (self.sums[:, overall, 0] > 0)
             held = (mu, sd**2, warm, ready)
             self._memo[key] = held
-        return held[0], held[1], held[2], held[3]
+        return held
 
     def state(self) -> dict[str, Any]:
         return {
