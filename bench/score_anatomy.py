@@ -14,7 +14,7 @@ workers (a wrapper around the scorer's processor): wall time, time in state call
 ``live`` value state's get/update), rows. Calls are assigned to the batch whose trigger
 interval contains them.
 
-``--buckets N`` keys the state by N buckets of devices instead of the plan's 64 (an
+``--buckets N`` keys the state by N buckets of devices instead of the plan's 16 (an
 experiment: the live scorer's checkpoint is keyed by its own). ``--conf k=v`` sets Spark SQL
 confs before the query starts; ``--source k=v`` / ``--sink k=v`` add options to the Kafka
 reader of ``telemetry.raw`` / the Kafka writer. The session is the scorer's own
@@ -324,17 +324,17 @@ def main() -> None:
     parser.add_argument("--source", action="append", default=[], help="kafka reader option k=v")
     parser.add_argument("--sink", action="append", default=[], help="kafka writer option k=v")
     parser.add_argument(
-        "--buckets", type=int, default=None, help="state keys (default: device_buckets.BUCKETS)"
+        "--buckets", type=int, default=None, help="state keys (default: score.BUCKETS)"
     )
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", default=None, help="write the full JSON here")
     args = parser.parse_args()
 
-    from fleetwatch.streaming import device_buckets
+    from fleetwatch.streaming import score
     from fleetwatch.streaming.session import build_session
 
     if args.buckets is not None:
-        device_buckets.BUCKETS = args.buckets  # read by scorer_input when the plan is built
+        score.BUCKETS = args.buckets  # read by scorer_input when the plan is built
 
     settings = Settings()
     tag = uuid.uuid4().hex[:8]

@@ -36,9 +36,37 @@ PACKED_SCHEMA = (
 _LISTS = ("event_ms", "metric", "value")
 
 
-def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
-    """Readings (one row each, :data:`READING_COLUMNS`) → one row per device
-    (:data:`PACKED_SCHEMA`), entries in the order of the readings and of each map."""
+SCORER_REPEATED = (
+    "seq",
+    "event_ms",
+    "device_event_ms",
+    "device_sent_ms",
+    "received_ms",
+    "clock_offset_ms",
+    "firmware",
+    "status",
+)
+"""The columns of a reading the scorer keeps (:data:`fleetwatch.streaming.rows.READING`),
+repeated for each of its metrics when packed."""
+SCORER_READING_COLUMNS = ("device_id", *SCORER_REPEATED, "metrics")
+SCORER_PACKED_SCHEMA = ", ".join(
+    [
+        "device_id STRING",
+        *(f"{c} ARRAY<BIGINT>" for c in SCORER_REPEATED[:6]),
+        "firmware ARRAY<STRING>",
+        "status ARRAY<STRING>",
+        "metric ARRAY<STRING>",
+        "value ARRAY<DOUBLE>",
+    ]
+)
+"""The scorer's readings packed: one row per device and Arrow batch, long form (one entry per
+reading and metric, :data:`fleetwatch.streaming.rows.COLUMNS`)."""
+
+
+def pack(readings: pa.RecordBatch, repeated: tuple[str, ...] = ("event_ms",)) -> pa.RecordBatch:
+    """Readings (one row each: ``device_id``, the ``repeated`` columns, ``metrics``) → one row
+    per device of lists (the trainer's :data:`PACKED_SCHEMA` by default), entries in the order
+    of the readings and of each map, a reading's ``repeated`` columns once per metric."""
     metrics = readings.column("metrics")
     offsets = metrics.offsets.to_numpy()
     lengths = np.diff(offsets)
@@ -48,29 +76,39 @@ def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
     if metrics.null_count:  # a null map holds no entries (whatever length it has)
         kept = np.repeat(metrics.is_valid().to_numpy(zero_copy_only=False), lengths)
         parents, keys, items = parents[kept], keys.filter(kept), items.filter(kept)
+    index = pa.array(parents)
     long = pa.table(
         {
-            "device_id": readings.column("device_id").take(pa.array(parents)),
-            "event_ms": readings.column("event_ms").take(pa.array(parents)),
+            "device_id": readings.column("device_id").take(index),
+            **{name: readings.column(name).take(index) for name in repeated},
             "metric": keys,
             "value": items,
         }
     )
+    lists = (*repeated, "metric", "value")
     grouped = long.group_by("device_id", use_threads=False).aggregate(
-        [(name, "list") for name in _LISTS]
+        [(name, "list") for name in lists]
     )
     return pa.RecordBatch.from_arrays(
         [grouped.column("device_id").combine_chunks()]
-        + [grouped.column(f"{name}_list").combine_chunks() for name in _LISTS],
-        names=["device_id", *_LISTS],
+        + [grouped.column(f"{name}_list").combine_chunks() for name in lists],
+        names=["device_id", *lists],
     )
 
 
 def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """:func:`pack` over a partition (the ``mapInArrow`` function)."""
+    """:func:`pack` over a partition (the trainer's ``mapInArrow`` function)."""
     for batch in batches:
         if batch.num_rows:
             yield pack(batch.select(list(READING_COLUMNS)))
+
+
+def pack_scorer_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The scorer's readings (:data:`SCORER_READING_COLUMNS`) packed per device and Arrow
+    batch (:data:`SCORER_PACKED_SCHEMA`; the scorer's ``mapInArrow`` function)."""
+    for batch in batches:
+        if batch.num_rows:
+            yield pack(batch.select(list(SCORER_READING_COLUMNS)), SCORER_REPEATED)
 
 
 def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:

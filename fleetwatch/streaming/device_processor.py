@@ -52,7 +52,7 @@ from fleetwatch.streaming.observations import (
     fleet_model,
     fleet_params,
 )
-from fleetwatch.streaming.rows import Rows, by_device
+from fleetwatch.streaming.rows import Rows, packed_by_device
 from fleetwatch.streaming.windows import WindowSpec
 
 
@@ -202,7 +202,7 @@ def device_scorer(settings: Settings) -> Any:
                 frame = frame.loc[~is_params]
                 self._fleet_updates(doc, champions)
             fleet = partial(self._champion, doc) if doc["fleet"] else None
-            readings = dict(by_device(frame)) if len(frame) else {}
+            readings = dict(packed_by_device(frame)) if len(frame) else {}
             for device in sorted(updates.keys() | readings.keys()):
                 state, out = self._device(
                     device,

@@ -1,13 +1,13 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 5)::
+The plan (PLAN_VERSION 6)::
 
-    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─explode metrics─┐
+    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─pack per device─┐
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
-        └─ groupBy(bucket = device_buckets.bucket_of(device_id), 64 buckets)
+        └─ groupBy(bucket = device_buckets.bucket_of(device_id, BUCKETS), 16 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
               └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
@@ -45,7 +45,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.rows import INTEGERS, READING
+from fleetwatch.streaming.rows import INTEGERS
 from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import stop_after_batch, wait_for_query
 
@@ -60,8 +60,14 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
+BUCKETS = 16
+"""The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
+a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
+its devices' state in one JSON value that is read and rewritten when any of them reports.
+``bench/score_anatomy.py`` (1,000 devices, one micro-batch after another, shared 2-core
+machine): 64 buckets (plan 5) … ms per batch, 16 … ms, 8 … ms at 1,000 readings/s."""
 
 READING_SCHEMA = (
     "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
@@ -118,16 +124,30 @@ OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
-    per (reading, metric) with ``src = 'r'``, and one row per parameter record with
-    ``src = 'p'``, each with the ``bucket`` of its device. A fleet champion's record
-    (``fleet:{scope}``, :mod:`fleetwatch.contracts.fleet`) goes to every bucket. Records that
-    are not readings are skipped."""
+    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: per
+    device and Arrow batch, one row of its readings packed in long form (arrays, one entry per
+    reading and metric: :data:`~fleetwatch.streaming.device_batches.SCORER_PACKED_SCHEMA`)
+    with ``src = 'r'``, and one row per parameter record with ``src = 'p'``, each with the
+    ``bucket`` of its device. A fleet champion's record (``fleet:{scope}``,
+    :mod:`fleetwatch.contracts.fleet`) goes to every bucket. Records that are not readings are
+    skipped.
+
+    Packed, because the operator's Python side costs per row it is handed (pyspark turns each
+    row of the Arrow batch into a tuple to group rows by key): one row per device instead of
+    one per reading and metric. The Kafka partition holds all of a device's readings, so the
+    packing needs no shuffle."""
     from pyspark.sql import functions as F
 
     from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
-    from fleetwatch.streaming.device_buckets import BUCKETS, bucket_of
+    from fleetwatch.streaming.device_batches import (
+        SCORER_PACKED_SCHEMA,
+        SCORER_READING_COLUMNS,
+        SCORER_REPEATED,
+        pack_scorer_batches,
+    )
+    from fleetwatch.streaming.device_buckets import bucket_of
 
+    bucket = partial(bucket_of, buckets=BUCKETS)
     readings = (
         raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
         .where(
@@ -143,30 +163,32 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         .withColumn("clock_offset_ms", F.coalesce("clock_offset_ms", F.lit(0).cast("bigint")))
         .withColumn("event_time", F.timestamp_millis("event_ms"))
         .withWatermark("event_time", lateness)
+        .select(*SCORER_READING_COLUMNS)
+        .mapInArrow(pack_scorer_batches, SCORER_PACKED_SCHEMA)
         .select(
             "device_id",
-            bucket_of(F.col("device_id")).alias("bucket"),
+            bucket(F.col("device_id")).alias("bucket"),
             F.lit("r").alias("src"),
-            *READING,
-            F.explode("metrics").alias("metric", "value"),
+            *SCORER_REPEATED,
+            "metric",
+            "value",
             F.lit(None).cast("string").alias("params"),
         )
     )
     key = F.col("key").cast("string")
     every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
+    longs, texts = "array<bigint>", "array<string>"
     updates = params.select(
         key.alias("device_id"),
         F.explode(
-            F.when(key.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(
-                F.array(bucket_of(key))
-            )
+            F.when(key.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(F.array(bucket(key)))
         ).alias("bucket"),
         F.lit("p").alias("src"),
-        *(F.lit(None).cast("bigint").alias(c) for c in INTEGERS),
-        F.lit(None).cast("string").alias("firmware"),
-        F.lit(None).cast("string").alias("status"),
-        F.lit(None).cast("string").alias("metric"),
-        F.lit(None).cast("double").alias("value"),
+        *(F.lit(None).cast(longs).alias(c) for c in INTEGERS),
+        F.lit(None).cast(texts).alias("firmware"),
+        F.lit(None).cast(texts).alias("status"),
+        F.lit(None).cast(texts).alias("metric"),
+        F.lit(None).cast("array<double>").alias("value"),
         F.col("value").cast("string").alias("params"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)

@@ -127,3 +127,74 @@ def test_a_batch_factorises_and_groups_times_as_pandas_and_numpy_do() -> None:
         assert (batch.times()[1] == inverse).all()
     with pytest.raises(BatchError):
         Batch.from_arrays(np.zeros(2, np.int64), np.array(["a", None], dtype=object), np.zeros(2))
+
+
+def scorer_readings(n: int, seed: int) -> pa.RecordBatch:
+    """Readings as the scorer parses them: two devices, some repeated, one out of order, a
+    firmware on some, a reading without metrics."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        device = "ab"[i % 2]
+        seq = i // 2 if i != 7 else 1  # a repeat of seq 1
+        event = 1_000_000 + seq * 1000 - (5000 if i == 9 else 0)
+        metrics = None if i == 4 else [("t", float(rng.normal(20, 1))), ("h", float(i))]
+        rows.append(
+            (
+                device,
+                seq,
+                event,
+                event,
+                event + 1,
+                event + 30,
+                0,
+                "1.2" if i % 3 else None,
+                None,
+                metrics,
+            )
+        )
+    names = [
+        "device_id",
+        "seq",
+        "event_ms",
+        "device_event_ms",
+        "device_sent_ms",
+        "received_ms",
+        "clock_offset_ms",
+        "firmware",
+        "status",
+        "metrics",
+    ]
+    types = [pa.string(), *[pa.int64()] * 6, pa.string(), pa.string(), METRICS]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[i] for r in rows], t) for i, t in enumerate(types)], names=names
+    )
+
+
+def test_the_scorer_scores_packed_readings_as_it_scored_them_one_row_per_metric() -> None:
+    """Packed per device (in two Arrow batches, so a device has two rows) and unpacked by the
+    operator, each device's readings score exactly as the exploded long form did."""
+    from fleetwatch.contracts.settings import Settings
+    from fleetwatch.streaming.device_batches import pack_scorer_batches
+    from fleetwatch.streaming.device_processor import policy_of
+    from fleetwatch.streaming.device_scoring import process
+    from fleetwatch.streaming.rows import COLUMNS, by_device, packed_by_device
+
+    batch = scorer_readings(24, seed=3)
+    packed = pa.Table.from_batches(list(pack_scorer_batches([batch.slice(0, 13), batch.slice(13)])))
+    assert packed.num_rows == 4
+    unpacked = dict(packed_by_device(packed.to_pandas()))
+    table = pa.Table.from_batches([batch]).to_pylist()
+    exploded = pd.DataFrame(
+        [{**r, "metric": m, "value": v} for r in table for m, v in (r["metrics"] or [])]
+    )[["device_id", *COLUMNS]]
+    expected = dict(by_device(exploded))
+    assert sorted(unpacked) == sorted(expected) == ["a", "b"]
+    policy = policy_of(Settings())
+    for device, rows in unpacked.items():
+        assert len(rows) == len(expected[device])
+        got = process(device, None, None, rows, 990_000, 2_000_000, policy)
+        want = process(device, None, None, expected[device], 990_000, 2_000_000, policy)
+        assert got[1].records == want[1].records
+        assert got[0] == want[0]
+        assert got[1].duplicates == want[1].duplicates == (1 if device == "b" else 0)
