@@ -1,7 +1,8 @@
 """The scorer's ``StatefulProcessor``: Spark's side of :mod:`device_scoring`.
 
 The operator is keyed by a *bucket* of devices (a hash of the device id:
-:func:`~fleetwatch.streaming.device_buckets.bucket_of`, as in the trainer), not by device: every
+:func:`~fleetwatch.streaming.device_buckets.bucket_of` into
+:data:`~fleetwatch.streaming.score.BUCKETS`), not by device: every
 state call of ``transformWithStateInPandas`` is a round trip between the Python worker and the
 JVM, and per key the framework adds a few more, which at one key per device cost more than the
 scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
