@@ -30,6 +30,11 @@ logger = logging.getLogger(__name__)
 SLOTS = ("readings", "sent", "acked", "errors", "commands", "unacked")
 DRAIN_S = 30.0
 TICK_S = 0.05
+STEP_S = 0.005
+"""Readings that fall due within this long of each other go out in one step: per step the
+fleet's arrays cost the same whatever is due, and at thousands of readings a second a step per
+due reading was a third of the publisher's CPU. A reading goes out at most this late (its
+``sent`` says when it did)."""
 
 
 class StopFlag(Protocol):
@@ -147,17 +152,21 @@ def publish_loop(
         stats["sent"] += len(tick.messages)
         emit_truth(tick.truth)
 
+    last_step = -STEP_S
     try:
         while not stop.is_set() and not fleet.finished:
-            publish(fleet.step(now_ms()))
+            if time.monotonic() - last_step >= STEP_S:
+                last_step = time.monotonic()
+                publish(fleet.step(now_ms()))
             if inbox:
                 publish(_obey_inbox(fleet, links, inbox, mqtt_settings, stats))
             if time.monotonic() - last_report > 0.25:
                 stats["acked"], stats["errors"] = links.totals()
                 report(stats)
                 last_report = time.monotonic()
-            wait_ms = fleet.next_due_ms() - now_ms()
-            links.service(max(0.0, min(wait_ms / 1000, TICK_S)))
+            wait_s = (fleet.next_due_ms() - now_ms()) / 1000
+            next_step_s = last_step + STEP_S - time.monotonic()
+            links.service(max(0.0, min(max(wait_s, next_step_s), TICK_S)))
         publish(fleet.close(now_ms()))
         stats["unacked"] = links.drain(DRAIN_S) if qos else 0
         if stats["unacked"]:
