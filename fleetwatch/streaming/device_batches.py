@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fleetwatch.models.batch import Batch
+from fleetwatch.streaming.rows import COLUMNS, INTEGERS, Rows
 
 READING_COLUMNS = ("device_id", "event_ms", "metrics")
 """What :func:`pack` reads: the scorer's readings (``metrics`` a map of name to value)."""
@@ -34,6 +35,7 @@ PACKED_SCHEMA = (
 """One row per device (and Arrow batch): its readings in long form, one entry per metric."""
 
 _LISTS = ("event_ms", "metric", "value")
+_DTYPES: dict[str, type] = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 
 
 SCORER_REPEATED = (
@@ -121,6 +123,27 @@ def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
             rows.setdefault(str(device_id), []).append((arrays[0], arrays[1], arrays[2]))
     for device_id, parts in rows.items():
         yield device_id, _batch(parts)
+
+
+def scorer_rows(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
+    """A bucket's packed readings (pandas rows of :data:`SCORER_PACKED_SCHEMA`, one per device
+    and Arrow batch) → each device's readings in long form, devices in id order, entries in the
+    order they came."""
+    parts: dict[str, list[tuple[Any, ...]]] = {}
+    columns = [frame["device_id"], *(frame[c] for c in COLUMNS)]
+    for device_id, *cells in zip(*columns, strict=True):
+        parts.setdefault(str(device_id), []).append(tuple(cells))
+    return [(device_id, _rows(parts[device_id])) for device_id in sorted(parts)]
+
+
+def _rows(parts: list[tuple[Any, ...]]) -> Rows:
+    """One device's packed rows (cells in :data:`~fleetwatch.streaming.rows.COLUMNS` order)."""
+    return Rows(
+        {
+            name: _concat([p[i] for p in parts], _DTYPES.get(name, object))
+            for i, name in enumerate(COLUMNS)
+        }
+    )
 
 
 def unpack(chunks: Iterable[pd.DataFrame]) -> Batch:

@@ -70,33 +70,3 @@ def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
         (str(names[sorted_codes[s]]), rows.take(order[s:e]))
         for s, e in zip(starts, ends, strict=True)
     ]
-
-
-def packed_by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
-    """A bucket's packed readings (one row per device and Arrow batch, each cell an array in
-    long form: :data:`~fleetwatch.streaming.device_batches.SCORER_PACKED_SCHEMA`) → each
-    device's rows, devices in id order, rows in the order they came."""
-    parts: dict[str, list[tuple[Any, ...]]] = {}
-    columns = [frame["device_id"], *(frame[c] for c in COLUMNS)]
-    for device_id, *cells in zip(*columns, strict=True):
-        parts.setdefault(str(device_id), []).append(tuple(cells))
-    return [(device, _rows(parts[device])) for device in sorted(parts)]
-
-
-def _rows(chunks: list[tuple[Any, ...]]) -> Rows:
-    """A device's packed rows (cells in :data:`COLUMNS` order) joined into one :class:`Rows`."""
-    return Rows({c: _joined([chunk[i] for chunk in chunks], c) for i, c in enumerate(COLUMNS)})
-
-
-def _dtype(column: str) -> type:
-    if column in INTEGERS:
-        return np.int64
-    return np.float64 if column == "value" else object
-
-
-def _joined(cells: list[Any], column: str) -> npt.NDArray[Any]:
-    """One column's cells (arrays) of a device's packed rows as one array."""
-    dtype = _dtype(column)
-    if len(cells) == 1:
-        return np.asarray(cells[0], dtype=dtype)
-    return np.concatenate([np.asarray(c, dtype=dtype) for c in cells])

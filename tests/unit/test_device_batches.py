@@ -175,15 +175,15 @@ def test_the_scorer_scores_packed_readings_as_it_scored_them_one_row_per_metric(
     """Packed per device (in two Arrow batches, so a device has two rows) and unpacked by the
     operator, each device's readings score exactly as the exploded long form did."""
     from fleetwatch.contracts.settings import Settings
-    from fleetwatch.streaming.device_batches import pack_scorer_batches
+    from fleetwatch.streaming.device_batches import pack_scorer_batches, scorer_rows
     from fleetwatch.streaming.device_processor import policy_of
     from fleetwatch.streaming.device_scoring import process
-    from fleetwatch.streaming.rows import COLUMNS, by_device, packed_by_device
+    from fleetwatch.streaming.rows import COLUMNS, by_device
 
     batch = scorer_readings(24, seed=3)
     packed = pa.Table.from_batches(list(pack_scorer_batches([batch.slice(0, 13), batch.slice(13)])))
     assert packed.num_rows == 4
-    unpacked = dict(packed_by_device(packed.to_pandas()))
+    unpacked = dict(scorer_rows(packed.to_pandas()))
     table = pa.Table.from_batches([batch]).to_pylist()
     exploded = pd.DataFrame(
         [{**r, "metric": m, "value": v} for r in table for m, v in (r["metrics"] or [])]
