@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.streaming.rows import COLUMNS, INTEGERS, Rows
+from fleetwatch.streaming.rows import COLUMNS, INTEGERS, READING, Rows
 
 READING_COLUMNS = ("device_id", "event_ms", "metrics")
 """What :func:`pack` reads: the scorer's readings (``metrics`` a map of name to value)."""
@@ -38,23 +38,13 @@ _LISTS = ("event_ms", "metric", "value")
 _DTYPES: dict[str, type] = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 
 
-SCORER_REPEATED = (
-    "seq",
-    "event_ms",
-    "device_event_ms",
-    "device_sent_ms",
-    "received_ms",
-    "clock_offset_ms",
-    "firmware",
-    "status",
-)
-"""The columns of a reading the scorer keeps (:data:`fleetwatch.streaming.rows.READING`),
-repeated for each of its metrics when packed."""
-SCORER_READING_COLUMNS = ("device_id", *SCORER_REPEATED, "metrics")
+SCORER_READING_COLUMNS = ("device_id", *READING, "metrics")
+"""What :func:`pack_scorer_batches` reads: a reading's columns the scorer keeps (repeated for
+each of its metrics when packed) and its metrics."""
 SCORER_PACKED_SCHEMA = ", ".join(
     [
         "device_id STRING",
-        *(f"{c} ARRAY<BIGINT>" for c in SCORER_REPEATED[:6]),
+        *(f"{c} ARRAY<BIGINT>" for c in INTEGERS),
         "firmware ARRAY<STRING>",
         "status ARRAY<STRING>",
         "metric ARRAY<STRING>",
@@ -110,7 +100,7 @@ def pack_scorer_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Record
     batch (:data:`SCORER_PACKED_SCHEMA`; the scorer's ``mapInArrow`` function)."""
     for batch in batches:
         if batch.num_rows:
-            yield pack(batch.select(list(SCORER_READING_COLUMNS)), SCORER_REPEATED)
+            yield pack(batch.select(list(SCORER_READING_COLUMNS)), READING)
 
 
 def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:

@@ -45,7 +45,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.rows import INTEGERS
+from fleetwatch.streaming.rows import INTEGERS, READING
 from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import stop_after_batch, wait_for_query
 
@@ -144,7 +144,6 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     from fleetwatch.streaming.device_batches import (
         SCORER_PACKED_SCHEMA,
         SCORER_READING_COLUMNS,
-        SCORER_REPEATED,
         pack_scorer_batches,
     )
     from fleetwatch.streaming.device_buckets import bucket_of
@@ -171,7 +170,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
             "device_id",
             bucket(F.col("device_id")).alias("bucket"),
             F.lit("r").alias("src"),
-            *SCORER_REPEATED,
+            *READING,
             "metric",
             "value",
             F.lit(None).cast("string").alias("params"),
