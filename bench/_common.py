@@ -89,3 +89,31 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         }
     finally:
         consumer.close()
+
+
+def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
+    """End the persistent MQTT session a bench's gateway (one worker, the client id of
+    :func:`isolated_env`) leaves behind once it has stopped: each run has its own client id, so
+    on a long-lived stack the sessions (7-day expiry) and whatever reached them after the stop
+    would pile up in the broker's persistence, which it rewrites every autosave."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    from fleetwatch.ingest.workers import worker_client_id
+
+    client_id = worker_client_id(env["FLEETWATCH_GATEWAY__CLIENT_ID"], 0)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+    props.SessionExpiryInterval = 0
+    connected: list[bool] = []
+    client.on_connect = lambda *args: connected.append(True)
+    try:
+        client.connect(settings.mqtt.host, settings.mqtt.port, clean_start=True, properties=props)
+    except OSError:
+        return
+    deadline = time.monotonic() + 10
+    while not connected and time.monotonic() < deadline:
+        client.loop(timeout=0.1)
+    client.disconnect()

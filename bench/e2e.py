@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import end_offsets, isolated_env, rss_mb, stage, wait  # bench/_common.py
+from _common import (  # bench/_common.py
+    end_gateway_session,
+    end_offsets,
+    isolated_env,
+    rss_mb,
+    stage,
+    wait,
+)
 from confluent_kafka import Consumer, Producer
 
 from fleetwatch.contracts.settings import Settings
@@ -233,6 +240,7 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
             p.send_signal(signal.SIGTERM)
         for p in (gateway, scorer):
             p.wait(120)
+        end_gateway_session(settings, env)
         delete_topics(bootstrap, topics.model_dump().values())
     out["peak_rss_mb"] = round(peak[0], 1)
     return out

@@ -33,7 +33,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import end_offsets, isolated_env, stage, wait  # bench/_common.py
+from _common import (  # bench/_common.py
+    end_gateway_session,
+    end_offsets,
+    isolated_env,
+    stage,
+    wait,
+)
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.mlflow_registry import model_name
@@ -139,6 +145,7 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
             p.send_signal(signal.SIGTERM)
         for p in stages.values():
             p.wait(180)
+        end_gateway_session(settings, env)
         delete_topics(settings.kafka.bootstrap_servers, topics.model_dump().values())
 
 
