@@ -153,21 +153,12 @@ def scorer_readings(n: int, seed: int) -> pa.RecordBatch:
                 metrics,
             )
         )
-    names = [
-        "device_id",
-        "seq",
-        "event_ms",
-        "device_event_ms",
-        "device_sent_ms",
-        "received_ms",
-        "clock_offset_ms",
-        "firmware",
-        "status",
-        "metrics",
-    ]
+    from fleetwatch.streaming.device_batches import SCORER_READING_COLUMNS
+
     types = [pa.string(), *[pa.int64()] * 6, pa.string(), pa.string(), METRICS]
     return pa.RecordBatch.from_arrays(
-        [pa.array([r[i] for r in rows], t) for i, t in enumerate(types)], names=names
+        [pa.array([r[i] for r in rows], t) for i, t in enumerate(types)],
+        names=list(SCORER_READING_COLUMNS),
     )
 
 
