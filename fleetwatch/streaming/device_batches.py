@@ -115,15 +115,14 @@ def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
         yield device_id, _batch(parts)
 
 
-def scorer_rows(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
+def scorer_rows(frame: pd.DataFrame) -> dict[str, Rows]:
     """A bucket's packed readings (pandas rows of :data:`SCORER_PACKED_SCHEMA`, one per device
-    and Arrow batch) → each device's readings in long form, devices in id order, entries in the
-    order they came."""
+    and Arrow batch) → each device's readings in long form, entries in the order they came."""
     parts: dict[str, list[tuple[Any, ...]]] = {}
     columns = [frame["device_id"], *(frame[c] for c in COLUMNS)]
     for device_id, *cells in zip(*columns, strict=True):
         parts.setdefault(str(device_id), []).append(tuple(cells))
-    return [(device_id, _rows(parts[device_id])) for device_id in sorted(parts)]
+    return {device_id: _rows(chunks) for device_id, chunks in parts.items()}
 
 
 def _rows(parts: list[tuple[Any, ...]]) -> Rows:

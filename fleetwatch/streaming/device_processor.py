@@ -204,7 +204,7 @@ def device_scorer(settings: Settings) -> Any:
                 frame = frame.loc[~is_params]
                 self._fleet_updates(doc, champions)
             fleet = partial(self._champion, doc) if doc["fleet"] else None
-            readings = dict(scorer_rows(frame)) if len(frame) else {}
+            readings = scorer_rows(frame) if len(frame) else {}
             for device in sorted(updates.keys() | readings.keys()):
                 state, out = self._device(
                     device,

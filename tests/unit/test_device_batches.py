@@ -174,7 +174,7 @@ def test_the_scorer_scores_packed_readings_as_it_scored_them_one_row_per_metric(
     batch = scorer_readings(24, seed=3)
     packed = pa.Table.from_batches(list(pack_scorer_batches([batch.slice(0, 13), batch.slice(13)])))
     assert packed.num_rows == 4
-    unpacked = dict(scorer_rows(packed.to_pandas()))
+    unpacked = scorer_rows(packed.to_pandas())
     table = pa.Table.from_batches([batch]).to_pylist()
     exploded = pd.DataFrame(
         [{**r, "metric": m, "value": v} for r in table for m, v in (r["metrics"] or [])]
