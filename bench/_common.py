@@ -26,10 +26,48 @@ def free_port() -> int:
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of one process in MiB (0 when it is gone or a zombie)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, in MiB."""
+    return sum(rss_mb(p) for p in tree(pid))
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) one process used so far (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    ticks = sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by a process and its descendants alive now."""
+    return sum(cpu_s(p) for p in tree(pid))
 
 
 def private_stack_settings(run_dir: Path) -> Settings:

@@ -22,7 +22,6 @@ Last line: {"p50_ms_1k", "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
 import sys
@@ -38,8 +37,8 @@ from _common import (  # bench/_common.py
     end_gateway_session,
     end_offsets,
     isolated_env,
-    rss_mb,
     stage,
+    tree_rss_mb,
     wait,
 )
 from confluent_kafka import Consumer, Producer
@@ -97,32 +96,6 @@ def now_ms() -> int:
 
 def pct(values: list[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 1) if values else float("nan")
-
-
-def tree_rss_mb(pid: int) -> float:
-    """RSS of a process and all its descendants."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        p = frontier.pop()
-        for child, parent in parents.items():
-            if parent == p and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    total = 0.0
-    for p in tree:
-        with contextlib.suppress(OSError):
-            rss = rss_mb(p)
-            if rss == rss:  # a zombie has no VmRSS (NaN), which made every sum NaN and the peak 0
-                total += rss
-    return total
 
 
 class Watch(threading.Thread):

@@ -12,7 +12,9 @@ at the broker), then the consumer connects and the drain is timed.
    memory is sampled (it must plateau: at most ``max_in_flight`` messages unacknowledged), then
    Kafka is started and the time to catch up is measured.
 
-Last line: {"baseline_mqtt_rps", "gateway_rps": {"1": .., "2": ..}, "backpressure": {...}}
+Last line: {"baseline_mqtt_rps", "baseline_cpu_us_per_msg", "gateway_rps": {"1": .., "2": ..},
+"gateway_cpu_us_per_msg": {"1": .., "2": ..}, "backpressure": {...}}
+(CPU: user + system seconds of the draining process tree, over the drain, per message.)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
-from _common import private_stack_settings, rss_mb  # bench/_common.py
+from _common import private_stack_settings, rss_mb, tree_cpu_s  # bench/_common.py
 from confluent_kafka import Consumer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -101,8 +103,9 @@ def wait_for(probe, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
     return time.monotonic() - started
 
 
-def baseline(settings: Settings) -> float:
-    """A bare subscriber (persistent session, QoS 1, auto-ack) draining the same backlog."""
+def baseline(settings: Settings) -> tuple[float, float]:
+    """A bare subscriber (persistent session, QoS 1, auto-ack) draining the same backlog: its
+    messages a second and CPU µs a message."""
     received = 0
     done = threading.Event()
 
@@ -128,17 +131,17 @@ def baseline(settings: Settings) -> float:
     sub.loop_stop()
     publish(settings, payloads(settings, BURST))
     sub = connect(clean=False)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     sub.loop_start()
     done.wait(300)
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     sub.disconnect()
     sub.loop_stop()
     props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = 0  # end the session so it queues nothing more
     last = connect(clean=True)
     last.disconnect(properties=props)
-    return BURST / elapsed
+    return BURST / elapsed, cpu / BURST * 1e6
 
 
 def gateway(env: dict[str, str], log: Path, workers: int) -> subprocess.Popen[bytes]:
@@ -167,9 +170,13 @@ def main() -> None:
         stack.up()
         log = Path(tmp) / "gateway.log"
         try:
-            base = baseline(settings)
-            print(f"baseline: one bare MQTT subscriber drains {base:,.0f} msg/s")
+            base, base_cpu = baseline(settings)
+            print(
+                f"baseline: one bare MQTT subscriber drains {base:,.0f} msg/s, "
+                f"{base_cpu:.0f} µs CPU a message"
+            )
             rates: dict[str, float] = {}
+            cpus: dict[str, float] = {}
             total = 0
             connects = 0
             for workers in (1, 2):
@@ -183,11 +190,15 @@ def main() -> None:
                 proc = gateway(env, log, workers)
                 connects += workers
                 wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
-                started = time.monotonic()
+                started, cpu = time.monotonic(), tree_cpu_s(proc.pid)
                 wait_for(lambda t=total: raw_count(settings) >= t, 300)
                 rates[str(workers)] = BURST / (time.monotonic() - started)
-                rate = rates[str(workers)]
-                print(f"gateway x{workers}: drains {rate:,.0f} readings/s into Kafka (QoS 1)")
+                cpus[str(workers)] = (tree_cpu_s(proc.pid) - cpu) / BURST * 1e6
+                rate, used = rates[str(workers)], cpus[str(workers)]
+                print(
+                    f"gateway x{workers}: drains {rate:,.0f} readings/s into Kafka (QoS 1), "
+                    f"{used:.0f} µs CPU a reading"
+                )
                 stop(proc)
 
             proc = gateway(env, log, 1)
@@ -231,7 +242,9 @@ def main() -> None:
         json.dumps(
             {
                 "baseline_mqtt_rps": round(base),
+                "baseline_cpu_us_per_msg": round(base_cpu, 1),
                 "gateway_rps": {k: round(v) for k, v in rates.items()},
+                "gateway_cpu_us_per_msg": {k: round(v, 1) for k, v in cpus.items()},
                 "backpressure": pressure,
             }
         )

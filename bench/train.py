@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import cpu_s, tree, tree_rss_mb  # bench/_common.py
 from confluent_kafka import Consumer, Producer
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
@@ -71,54 +72,15 @@ TEMPLATE = (
 )
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            out += [int(c) for c in task.read_text().split()]
-        except OSError:
-            continue
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants alive now."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += _children(p)
-    return found
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of one process in MiB (0 when it is gone)."""
+def process_class(pid: int) -> str:
+    """``jvm``, ``python_workers`` or ``driver`` (``gone`` when the process has exited)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def tree_rss_mb(pid: int) -> float:
-    return sum(rss_mb(p) for p in tree(pid))
-
-
-def cpu_s(pid: int) -> tuple[str, float]:
-    """A process's class (``jvm``, ``python_workers``, ``driver``) and the CPU seconds it used
-    so far (0 when it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return "gone", 0.0
-    ticks = sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:13])
-    what = "jvm" if b"java" in cmdline else "driver"
+        return "gone"
     if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
-        what = "python_workers"
-    return what, ticks / os.sysconf("SC_CLK_TCK")
+        return "python_workers"
+    return "jvm" if b"java" in cmdline else "driver"
 
 
 class PeakRss:
@@ -151,7 +113,7 @@ class PeakRss:
 
     def _sample_cpu(self) -> None:
         for p in tree(self.pid):
-            what, seconds = cpu_s(p)
+            what, seconds = process_class(p), cpu_s(p)
             if what != "gone":
                 with self._cpu_lock:
                     self._cpu[p] = (what, seconds)
