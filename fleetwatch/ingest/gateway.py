@@ -34,6 +34,7 @@ from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
 from fleetwatch.ingest.errors import IngestError
+from fleetwatch.ingest.mqtt_client import BufferedClient
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class Gateway:
         self._closing = threading.Event()
         self.producer = Producer(producer_config(settings))
         self.client_id = client_id or settings.gateway.client_id
-        self.client = mqtt.Client(
+        self.client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             protocol=mqtt.MQTTv5,
