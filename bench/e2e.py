@@ -10,13 +10,16 @@ the ingest hop alone (publish → ``telemetry.raw``) is the baseline of the same
 
 Then the scorer's maximum sustainable throughput: a backlog of ``BACKLOG`` readings of the same
 fleet written straight to a fresh ``telemetry.raw``, scored by a fresh scorer in micro-batches
-of at most ``BATCH`` records; throughput = records committed per second between its first and
-last committed batch (a rate it keeps while its lag shrinks is a rate it sustains).
+of at most ``BATCH`` records. Throughput = records committed per second from the batch that
+took it past ``WARM`` of the backlog to the last (a rate it keeps while its lag shrinks is a
+rate it sustains); the first batches of a fresh JVM run beside its JIT compilers (~0.6 of the
+2 cores here), so their rate is reported apart, as ``cold_throughput_rps`` (first committed
+batch to ``WARM``).
 
 Peak RSS is of the scorer's whole process tree (Python driver, JVM, Python workers).
 
 Last line: {"p50_ms_1k", "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
-"max_throughput_rps", "peak_rss_mb", ...}
+"max_throughput_rps", "cold_throughput_rps", "peak_rss_mb", ...}
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.score import PLAN_VERSION
 
-DEVICES, SPIKE_EVERY, BACKLOG, BATCH = 1000, 25, 300_000, 50_000
+DEVICES, SPIKE_EVERY, BACKLOG, BATCH, WARM = 1000, 25, 1_200_000, 50_000, 0.25
 PROBES, PROBE_SPIKE_EVERY = 20, 5
 
 
@@ -170,7 +173,9 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
                 seed=11,
                 qos=1,
                 prefix=f"b{tag}",
-                workers=2,
+                # one publisher process keeps 5,000/s on time and costs the shared 2 cores
+                # 80 µs CPU a reading; two cost 135 (the hand-off between processes)
+                workers=1,
             ).with_overrides(spike_every=SPIKE_EVERY)
             lo = now_ms()
             truth = run_dir / f"truth-{label or rate}.jsonl"
@@ -270,12 +275,13 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
         scorer.wait(120)
         delete_topics(bootstrap, topics.model_dump().values())
     first = next((m for m in marks if m[1] > 0), None)
+    warm = next((m for m in marks if m[1] >= WARM * total), None)
     last = marks[-1]
-    if first is None or last[0] <= first[0]:
+    if first is None or warm is None or not first[0] < warm[0] < last[0]:
         return {"max_throughput_rps": float("nan"), "max_peak_rss_mb": round(peak, 1)}
-    rate = (last[1] - first[1]) / (last[0] - first[0])
     return {
-        "max_throughput_rps": round(rate),
+        "max_throughput_rps": round((last[1] - warm[1]) / (last[0] - warm[0])),
+        "cold_throughput_rps": round((warm[1] - first[1]) / (warm[0] - first[0])),
         "backlog": total,
         "batches": len(marks) - 1,
         "max_peak_rss_mb": round(peak, 1),
@@ -309,6 +315,7 @@ def main() -> None:
                 "p99_ms_5k": phases["5k"]["p99_ms"],
                 "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
                 "max_throughput_rps": top.get("max_throughput_rps"),
+                "cold_throughput_rps": top.get("cold_throughput_rps"),
                 "peak_rss_mb": max(phases["peak_rss_mb"], top.get("max_peak_rss_mb", 0.0)),
             }
         )
