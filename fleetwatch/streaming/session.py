@@ -32,9 +32,12 @@ def kafka_connector_jars(settings: Settings) -> list[str]:
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+
+
 def session_conf(settings: Settings) -> dict[str, str]:
     """The Spark confs every fleetwatch session gets (besides the master and the jars)."""
-    return {
+    conf = {
         "spark.driver.memory": settings.spark.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
@@ -45,6 +48,10 @@ def session_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
     }
+    if settings.spark.checkpoint_file_manager:
+        # see SparkSettings.checkpoint_file_manager: the logs' and state's writes, every batch
+        conf[CHECKPOINT_FILE_MANAGER] = settings.spark.checkpoint_file_manager
+    return conf
 
 
 def build_session(settings: Settings, app_name: str) -> SparkSession:

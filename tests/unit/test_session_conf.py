@@ -3,7 +3,12 @@
 import pytest
 
 from fleetwatch.contracts.settings import Settings, SparkSettings
-from fleetwatch.streaming.session import CHANGELOG, ROCKSDB_PROVIDER, session_conf
+from fleetwatch.streaming.session import (
+    CHANGELOG,
+    CHECKPOINT_FILE_MANAGER,
+    ROCKSDB_PROVIDER,
+    session_conf,
+)
 
 
 def test_state_is_on_rocksdb_with_changelog_checkpointing_by_default(
@@ -23,3 +28,13 @@ def test_changelog_checkpointing_can_be_switched_off(monkeypatch: pytest.MonkeyP
 def test_shuffle_partitions_come_from_the_settings() -> None:
     settings = Settings(spark=SparkSettings(shuffle_partitions=3))
     assert session_conf(settings)["spark.sql.shuffle.partitions"] == "3"
+
+
+def test_checkpoints_are_written_through_the_filesystem_api_unless_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("FLEETWATCH_SPARK__CHECKPOINT_FILE_MANAGER", raising=False)
+    conf = session_conf(Settings())
+    assert conf[CHECKPOINT_FILE_MANAGER].endswith(".FileSystemBasedCheckpointFileManager")
+    unset = Settings(spark=SparkSettings(checkpoint_file_manager=None))
+    assert CHECKPOINT_FILE_MANAGER not in session_conf(unset)
