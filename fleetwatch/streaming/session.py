@@ -30,8 +30,6 @@ def kafka_connector_jars(settings: Settings) -> list[str]:
 
 
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-
-
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
