@@ -8,12 +8,13 @@
 #   deploy/install-postgres.sh url       the URL (exit 1 if the cluster is not running)
 #   deploy/install-postgres.sh stop      stop the private cluster (its data stays)
 #
-# PGPORT defaults to 55432, away from a system cluster on 5432. As root the cluster runs as the
+# PGPORT defaults to 25432, away from a system cluster on 5432 and below Linux's ephemeral ports
+# (32768-60999: a client connection may hold a port there). As root the cluster runs as the
 # `postgres` user with its data in /var/lib/postgresql/fleetwatch-$PGPORT; as another user, as
 # that user under ~/.cache/fleetwatch-postgres-$PGPORT.
 set -euo pipefail
 action="${1:-start}"
-port="${PGPORT:-55432}"
+port="${PGPORT:-25432}"
 
 find_bin() {
   local dir

@@ -50,7 +50,7 @@ def postgres_server() -> Iterator[str]:
     if given:
         yield given
         return
-    port = os.environ.get("FLEETWATCH_TEST_POSTGRES_PORT", "55432")
+    port = os.environ.get("FLEETWATCH_TEST_POSTGRES_PORT", "25432")
     was_running = _script("url", port).returncode == 0
     started = _script("start", port)
     assert started.returncode == 0, f"PostgreSQL did not start: {started.stderr}"
