@@ -1,4 +1,5 @@
-"""Readings packed per device before the trainer's shuffle: one row per device and chunk.
+"""Readings packed per device before the trainer's shuffle: one row per device and chunk; and
+the scorer's packed rows unpacked per device (:func:`scorer_rows`).
 
 The per-device processor (``transformWithStateInPandas``) costs about as much per *row* it is
 handed as per device: the JVM turns each row into Arrow, and pyspark's worker walks the rows
@@ -24,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.streaming.rows import COLUMNS, INTEGERS, READING, Rows
+from fleetwatch.streaming.rows import COLUMNS, INTEGERS, Rows
 
 READING_COLUMNS = ("device_id", "event_ms", "metrics")
 """What :func:`pack` reads: the scorer's readings (``metrics`` a map of name to value)."""
@@ -38,27 +39,10 @@ _LISTS = ("event_ms", "metric", "value")
 _DTYPES: dict[str, type] = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 
 
-SCORER_READING_COLUMNS = ("device_id", *READING, "metrics")
-"""What :func:`pack_scorer_batches` reads: a reading's columns the scorer keeps (repeated for
-each of its metrics when packed) and its metrics."""
-SCORER_PACKED_SCHEMA = ", ".join(
-    [
-        "device_id STRING",
-        *(f"{c} ARRAY<BIGINT>" for c in INTEGERS),
-        "firmware ARRAY<STRING>",
-        "status ARRAY<STRING>",
-        "metric ARRAY<STRING>",
-        "value ARRAY<DOUBLE>",
-    ]
-)
-"""The scorer's readings packed: one row per device and Arrow batch, long form (one entry per
-reading and metric, :data:`fleetwatch.streaming.rows.COLUMNS`)."""
-
-
-def pack(readings: pa.RecordBatch, repeated: tuple[str, ...] = ("event_ms",)) -> pa.RecordBatch:
-    """Readings (one row each: ``device_id``, the ``repeated`` columns, ``metrics``) → one row
-    per device of lists (the trainer's :data:`PACKED_SCHEMA` by default), entries in the order
-    of the readings and of each map, a reading's ``repeated`` columns once per metric."""
+def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
+    """Readings (one row each: :data:`READING_COLUMNS`) → one row per device of lists
+    (:data:`PACKED_SCHEMA`), entries in the order of the readings and of each map, a reading's
+    ``event_ms`` once per metric."""
     metrics = readings.column("metrics")
     offsets = metrics.offsets.to_numpy()
     lengths = np.diff(offsets)
@@ -72,19 +56,18 @@ def pack(readings: pa.RecordBatch, repeated: tuple[str, ...] = ("event_ms",)) ->
     long = pa.table(
         {
             "device_id": readings.column("device_id").take(index),
-            **{name: readings.column(name).take(index) for name in repeated},
+            "event_ms": readings.column("event_ms").take(index),
             "metric": keys,
             "value": items,
         }
     )
-    lists = (*repeated, "metric", "value")
     grouped = long.group_by("device_id", use_threads=False).aggregate(
-        [(name, "list") for name in lists]
+        [(name, "list") for name in _LISTS]
     )
     return pa.RecordBatch.from_arrays(
         [grouped.column("device_id").combine_chunks()]
-        + [grouped.column(f"{name}_list").combine_chunks() for name in lists],
-        names=["device_id", *lists],
+        + [grouped.column(f"{name}_list").combine_chunks() for name in _LISTS],
+        names=["device_id", *_LISTS],
     )
 
 
@@ -93,14 +76,6 @@ def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         if batch.num_rows:
             yield pack(batch.select(list(READING_COLUMNS)))
-
-
-def pack_scorer_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The scorer's readings (:data:`SCORER_READING_COLUMNS`) packed per device and Arrow
-    batch (:data:`SCORER_PACKED_SCHEMA`; the scorer's ``mapInArrow`` function)."""
-    for batch in batches:
-        if batch.num_rows:
-            yield pack(batch.select(list(SCORER_READING_COLUMNS)), READING)
 
 
 def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
@@ -116,8 +91,10 @@ def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
 
 
 def scorer_rows(frame: pd.DataFrame) -> dict[str, Rows]:
-    """A bucket's packed readings (pandas rows of :data:`SCORER_PACKED_SCHEMA`, one per device
-    and Arrow batch) → each device's readings in long form, entries in the order they came."""
+    """A bucket's packed readings (pandas rows, one per reading: the columns of
+    :data:`~fleetwatch.streaming.rows.COLUMNS` as aligned arrays, one entry per metric, as
+    :func:`fleetwatch.streaming.score.packed_readings` makes them) → each device's readings in
+    long form, entries in the order they came."""
     parts: dict[str, list[tuple[Any, ...]]] = {}
     columns = [frame["device_id"], *(frame[c] for c in COLUMNS)]
     for device_id, *cells in zip(*columns, strict=True):

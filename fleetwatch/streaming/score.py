@@ -1,10 +1,10 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 6)::
+The plan (PLAN_VERSION 7)::
 
-    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─pack per device─┐
-                                                                                        union
+    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─pack per reading─┐
+                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
         └─ groupBy(bucket = device_buckets.bucket_of(device_id, BUCKETS), 16 buckets)
@@ -60,7 +60,7 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 6
+PLAN_VERSION = 7
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
@@ -126,30 +126,18 @@ OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: per
-    device and Arrow batch, one row of its readings packed in long form (arrays, one entry per
-    reading and metric: :data:`~fleetwatch.streaming.device_batches.SCORER_PACKED_SCHEMA`)
-    with ``src = 'r'``, and one row per parameter record with ``src = 'p'``, each with the
-    ``bucket`` of its device. A fleet champion's record (``fleet:{scope}``,
-    :mod:`fleetwatch.contracts.fleet`) goes to every bucket. Records that are not readings are
-    skipped.
-
-    Packed, because the operator's Python side costs per row it is handed (pyspark turns each
-    row of the Arrow batch into a tuple to group rows by key): one row per device instead of
-    one per reading and metric. The Kafka partition holds all of a device's readings, so the
-    packing needs no shuffle."""
+    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
+    per reading, packed (:func:`packed_readings`), with ``src = 'r'``, and one row per
+    parameter record with ``src = 'p'``, each with the ``bucket`` of its device. A fleet
+    champion's record (``fleet:{scope}``, :mod:`fleetwatch.contracts.fleet`) goes to every
+    bucket. Records that are not readings are skipped."""
     from pyspark.sql import functions as F
 
     from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
-    from fleetwatch.streaming.device_batches import (
-        SCORER_PACKED_SCHEMA,
-        SCORER_READING_COLUMNS,
-        pack_scorer_batches,
-    )
     from fleetwatch.streaming.device_buckets import bucket_of
 
     bucket = partial(bucket_of, buckets=BUCKETS)
-    readings = (
+    readings = packed_readings(
         raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
         .where(
             F.col("r.device_id").isNotNull()
@@ -164,17 +152,14 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         .withColumn("clock_offset_ms", F.coalesce("clock_offset_ms", F.lit(0).cast("bigint")))
         .withColumn("event_time", F.timestamp_millis("event_ms"))
         .withWatermark("event_time", lateness)
-        .select(*SCORER_READING_COLUMNS)
-        .mapInArrow(pack_scorer_batches, SCORER_PACKED_SCHEMA)
-        .select(
-            "device_id",
-            bucket(F.col("device_id")).alias("bucket"),
-            F.lit("r").alias("src"),
-            *READING,
-            "metric",
-            "value",
-            F.lit(None).cast("string").alias("params"),
-        )
+    ).select(
+        "device_id",
+        bucket(F.col("device_id")).alias("bucket"),
+        F.lit("r").alias("src"),
+        *READING,
+        "metric",
+        "value",
+        F.lit(None).cast("string").alias("params"),
     )
     key = F.col("key").cast("string")
     every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
@@ -193,6 +178,26 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         F.col("value").cast("string").alias("params"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)
+
+
+def packed_readings(readings: DataFrame) -> DataFrame:
+    """Parsed readings → one row each in the operator's packed form (the columns of
+    :data:`~fleetwatch.streaming.rows.READING` and ``metric``, ``value`` as aligned arrays,
+    one entry per metric), for :func:`~fleetwatch.streaming.device_batches.scorer_rows`.
+
+    In SQL, so the stage that reads Kafka runs in the JVM alone: packing per device in Python
+    (``mapInArrow``, plan 6) had fewer rows reach the operator, but cost a Python worker round
+    trip for every Kafka partition of every micro-batch — more than the rows saved
+    (``bench/score_anatomy.py --rates 5000``: batch p50 452 → 257 to 314 ms)."""
+    from pyspark.sql import functions as F
+
+    n = F.size("metrics")
+    return readings.select(
+        "device_id",
+        *(F.array_repeat(F.col(c), n).alias(c) for c in READING),
+        F.map_keys("metrics").alias("metric"),
+        F.map_values("metrics").alias("value"),
+    )
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:

@@ -13,6 +13,7 @@ import pytest
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import BatchError
 from fleetwatch.streaming.device_batches import pack, pack_batches, unpack
+from fleetwatch.streaming.rows import INTEGERS, READING
 from fleetwatch.streaming.training import learn_device
 
 METRICS = pa.map_(pa.string(), pa.float64())
@@ -153,28 +154,47 @@ def scorer_readings(n: int, seed: int) -> pa.RecordBatch:
                 metrics,
             )
         )
-    from fleetwatch.streaming.device_batches import SCORER_READING_COLUMNS
-
     types = [pa.string(), *[pa.int64()] * 6, pa.string(), pa.string(), METRICS]
     return pa.RecordBatch.from_arrays(
         [pa.array([r[i] for r in rows], t) for i, t in enumerate(types)],
-        names=list(SCORER_READING_COLUMNS),
+        names=["device_id", *READING, "metrics"],
     )
 
 
+def packed_per_reading(readings: pa.RecordBatch) -> pd.DataFrame:
+    """What :func:`fleetwatch.streaming.score.packed_readings` makes of parsed readings (those
+    without metrics are dropped before it): per reading, its columns repeated per metric."""
+    rows = []
+    for r in readings.to_pylist():
+        if r["metrics"] is None:
+            continue
+        n = len(r["metrics"])
+        rows.append(
+            {
+                "device_id": r["device_id"],
+                **{c: np.array([r[c]] * n, dtype=np.int64) for c in INTEGERS},
+                **{c: np.array([r[c]] * n, dtype=object) for c in READING[len(INTEGERS) :]},
+                "metric": np.array([m for m, _ in r["metrics"]], dtype=object),
+                "value": np.array([v for _, v in r["metrics"]], dtype=np.float64),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def test_the_scorer_scores_packed_readings_as_it_scored_them_one_row_per_metric() -> None:
-    """Packed per device (in two Arrow batches, so a device has two rows) and unpacked by the
-    operator, each device's readings score exactly as the exploded long form did."""
+    """Packed one row per reading (a device has several rows, a reading several metrics) and
+    unpacked by the operator, each device's readings score exactly as the exploded long form
+    did."""
     from fleetwatch.contracts.settings import Settings
-    from fleetwatch.streaming.device_batches import pack_scorer_batches, scorer_rows
+    from fleetwatch.streaming.device_batches import scorer_rows
     from fleetwatch.streaming.device_processor import policy_of
     from fleetwatch.streaming.device_scoring import process
     from fleetwatch.streaming.rows import COLUMNS, by_device
 
     batch = scorer_readings(24, seed=3)
-    packed = pa.Table.from_batches(list(pack_scorer_batches([batch.slice(0, 13), batch.slice(13)])))
-    assert packed.num_rows == 4
-    unpacked = scorer_rows(packed.to_pandas())
+    packed = packed_per_reading(batch)
+    assert len(packed) == 23
+    unpacked = scorer_rows(packed)
     table = pa.Table.from_batches([batch]).to_pylist()
     exploded = pd.DataFrame(
         [{**r, "metric": m, "value": v} for r in table for m, v in (r["metrics"] or [])]
