@@ -6,7 +6,8 @@ baseline's 21 ± 8) every ``PROBE_SPIKE_EVERY`` readings at a known publish time
 spike's publish time to its ``open`` alert event arriving at a Kafka consumer. (The simulated
 fleet's own devices run at levels of their kind, so the fixed baseline is no ground truth for
 them; the probes are.) Two phases, 1,000 and 5,000 readings/s;
-the ingest hop alone (publish → ``telemetry.raw``) is the baseline of the same run.
+the ingest hop alone (a probe reading's publish → its arrival on ``telemetry.raw``) is the
+baseline of the same run.
 
 Then the scorer's maximum sustainable throughput: a backlog of ``BACKLOG`` readings of the same
 fleet written straight to a fresh ``telemetry.raw``, scored by a fresh scorer in micro-batches
@@ -60,7 +61,7 @@ PROBES, PROBE_SPIKE_EVERY = 20, 5
 
 class Probes(threading.Thread):
     """Probe devices: 21.0 normally, 60.0 every PROBE_SPIKE_EVERY-th reading; publish times
-    of the spikes by (device, seq)."""
+    of every reading (``published``) and of the spikes (``sent``) by (device, seq)."""
 
     def __init__(self, settings: Settings, root: str, tag: str) -> None:
         super().__init__(daemon=True)
@@ -71,7 +72,9 @@ class Probes(threading.Thread):
         self.client.connect(settings.mqtt.host, settings.mqtt.port)
         self.client.loop_start()
         self.root, self.tag = root, tag
+        self.prefix = f"p{tag}-"
         self.sent: dict[tuple[str, int], int] = {}
+        self.published: dict[tuple[str, int], int] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -80,11 +83,12 @@ class Probes(threading.Thread):
         seq = 0
         while not self.stop.is_set():
             for i in range(PROBES):
-                device = f"p{self.tag}-{i}"
+                device = f"{self.prefix}{i}"
                 spike = (seq + i) % PROBE_SPIKE_EVERY == 0
                 at = now_ms()
                 payload = reading_payload(seq, at, at, {"temperature": 60.0 if spike else 21.0})
                 self.client.publish(f"{self.root}/{device}/telemetry", payload, qos=1)
+                self.published[(device, seq)] = at
                 if spike:
                     self.sent[(device, seq)] = at
             seq += 1
@@ -102,39 +106,39 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Watch(threading.Thread):
-    """Arrival latency of records on a topic: now - a time field of the record."""
+    """First arrival on a topic of each (device, seq) of the probe devices (records keyed by
+    a device id starting with ``prefix``; others are not parsed)."""
 
-    def __init__(self, bootstrap: str, topic: str, field: str, only_open: bool) -> None:
+    def __init__(self, bootstrap: str, topic: str, prefix: str, only_open: bool) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                 "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 10,
             }
         )
         self.consumer.subscribe([topic])
-        self.field, self.only_open = field, only_open
-        self.samples: list[tuple[int, float]] = []  # (arrival ms, latency ms)
-        self.opened: dict[tuple[str, int], int] = {}  # (device, seq) -> arrival ms
+        self.prefix, self.only_open = prefix.encode(), only_open
+        self.arrived: dict[tuple[str, int], int] = {}  # (device, seq) -> arrival ms
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for msg in self.consumer.consume(1000, timeout=0.2):
-                if msg.error() is not None:
+            for msg in self.consumer.consume(1000, timeout=0.05):
+                if msg.error() is not None or not (msg.key() or b"").startswith(self.prefix):
                     continue
                 arrived = now_ms()
                 value = json.loads(msg.value() or b"{}")
                 if self.only_open and value.get("status") != "open":
                     continue
-                self.samples.append((arrived, arrived - value[self.field]))
-                if self.only_open:
-                    self.opened[(value["device_id"], value["seq"])] = arrived
+                self.arrived.setdefault((value["device_id"], value["seq"]), arrived)
         self.consumer.close()
 
-    def between(self, lo: int, hi: int) -> list[float]:
-        return [lat for at, lat in self.samples if lo <= at <= hi]
+    def latencies(self, published: dict[tuple[str, int], int]) -> list[float]:
+        """Arrival - publish time of each published (device, seq) that arrived."""
+        return [float(self.arrived[k] - t) for k, t in published.items() if k in self.arrived]
 
 
 def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict[str, Any]:
@@ -144,8 +148,9 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
     bootstrap = settings.kafka.bootstrap_servers
-    ingest = Watch(bootstrap, topics.telemetry_raw, "device_sent_ms", only_open=False)
-    alerts = Watch(bootstrap, topics.alerts, "event_ms", only_open=True)
+    prefix = f"p{tag}-"
+    ingest = Watch(bootstrap, topics.telemetry_raw, prefix, only_open=False)
+    alerts = Watch(bootstrap, topics.alerts, prefix, only_open=True)
     peak = [0.0]
     sampling = threading.Event()
 
@@ -192,9 +197,10 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
             time.sleep(2)  # the last batch's alerts reach the consumer
             hi = now_ms()
             label = label or f"{int(DEVICES * rate / 1000)}k"
-            base = ingest.between(lo, hi)
+            published = {k: t for k, t in list(probes.published.items()) if lo <= t <= hi}
+            base = ingest.latencies(published)
             sent = {k: t for k, t in list(probes.sent.items()) if lo <= t <= hi - 20_000}
-            lat = [float(alerts.opened[k] - t) for k, t in sent.items() if k in alerts.opened]
+            lat = alerts.latencies(sent)
             missed = len(sent) - len(lat)
             out[label] = {
                 "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),

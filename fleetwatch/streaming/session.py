@@ -52,6 +52,27 @@ def session_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+LOCAL_FS_JAR = "hadoop-bare-naked-local-fs-*.jar"
+
+
+def local_file_system_conf(settings: Settings) -> dict[str, str]:
+    """The confs that give a session launched here :attr:`~fleetwatch.contracts.settings.
+    SparkSettings.local_file_system` for ``file:`` paths: the class, and its jar on the
+    driver's classpath (Spark touches local files through Hadoop before ``spark.jars`` are
+    loaded, and in local mode the executors are the driver)."""
+    impl = settings.spark.local_file_system
+    if impl is None:
+        return {}
+    jars = sorted(settings.spark_jars_dir.glob(LOCAL_FS_JAR))
+    if not jars:
+        raise ConfigurationError(
+            f"{impl} is set as the local file system, but no {LOCAL_FS_JAR} is in "
+            f"{settings.spark_jars_dir}; run `make setup` (or set "
+            "FLEETWATCH_SPARK__LOCAL_FILE_SYSTEM=none for Hadoop's own)"
+        )
+    return {"spark.hadoop.fs.file.impl": impl, "spark.driver.extraClassPath": str(jars[-1])}
+
+
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """A session with the Kafka connector on the classpath and the workers on this interpreter.
 
@@ -66,8 +87,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = SparkConf()
     builder = SparkSession.builder.appName(app_name)
-    if not conf.contains("spark.master"):
+    if not conf.contains("spark.master"):  # not under spark-submit: this call starts the JVM
         builder = builder.master(settings.spark.master)
+        for key, value in local_file_system_conf(settings).items():
+            builder = builder.config(key, value)
     builder = builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)

@@ -1,12 +1,16 @@
 """The Spark confs every fleetwatch session starts with."""
 
+from pathlib import Path
+
 import pytest
 
+from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.settings import Settings, SparkSettings
 from fleetwatch.streaming.session import (
     CHANGELOG,
     CHECKPOINT_FILE_MANAGER,
     ROCKSDB_PROVIDER,
+    local_file_system_conf,
     session_conf,
 )
 
@@ -38,3 +42,26 @@ def test_checkpoints_are_written_through_the_filesystem_api_unless_unset(
     assert conf[CHECKPOINT_FILE_MANAGER].endswith(".FileSystemBasedCheckpointFileManager")
     unset = Settings(spark=SparkSettings(checkpoint_file_manager=None))
     assert CHECKPOINT_FILE_MANAGER not in session_conf(unset)
+
+
+def test_a_launched_session_writes_local_files_through_javas_file_api(tmp_path: Path) -> None:
+    """The class and its jar (found in the jars dir) on the driver's classpath; none without
+    the setting; a clear error when `make setup` has not fetched the jar."""
+    jar = tmp_path / "hadoop-bare-naked-local-fs-0.1.0.jar"
+    jar.write_bytes(b"")
+    settings = Settings(spark=SparkSettings(jars_dir=tmp_path))
+    conf = local_file_system_conf(settings)
+    assert conf["spark.hadoop.fs.file.impl"] == settings.spark.local_file_system
+    assert conf["spark.driver.extraClassPath"] == str(jar)
+    off = Settings(spark=SparkSettings(jars_dir=tmp_path, local_file_system=None))
+    assert local_file_system_conf(off) == {}
+    jar.unlink()
+    with pytest.raises(ConfigurationError, match="make setup"):
+        local_file_system_conf(settings)
+
+
+def test_none_in_the_environment_unsets_an_optional_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLEETWATCH_SPARK__LOCAL_FILE_SYSTEM", "none")
+    assert Settings().spark.local_file_system is None
