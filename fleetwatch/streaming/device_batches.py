@@ -1,5 +1,4 @@
-"""Readings packed per device before the trainer's shuffle: one row per device and chunk; and
-the scorer's packed rows unpacked per device (:func:`scorer_rows`).
+"""Readings packed per device before the trainer's shuffle: one row per device and chunk.
 
 The per-device processor (``transformWithStateInPandas``) costs about as much per *row* it is
 handed as per device: the JVM turns each row into Arrow, and pyspark's worker walks the rows
@@ -25,7 +24,6 @@ import pandas as pd
 import pyarrow as pa
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.streaming.rows import COLUMNS, INTEGERS, Rows
 
 READING_COLUMNS = ("device_id", "event_ms", "metrics")
 """What :func:`pack` reads: the scorer's readings (``metrics`` a map of name to value)."""
@@ -36,7 +34,6 @@ PACKED_SCHEMA = (
 """One row per device (and Arrow batch): its readings in long form, one entry per metric."""
 
 _LISTS = ("event_ms", "metric", "value")
-_DTYPES: dict[str, type] = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 
 
 def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
@@ -88,28 +85,6 @@ def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
             rows.setdefault(str(device_id), []).append((arrays[0], arrays[1], arrays[2]))
     for device_id, parts in rows.items():
         yield device_id, _batch(parts)
-
-
-def scorer_rows(frame: pd.DataFrame) -> dict[str, Rows]:
-    """A bucket's packed readings (pandas rows, one per reading: the columns of
-    :data:`~fleetwatch.streaming.rows.COLUMNS` as aligned arrays, one entry per metric, as
-    :func:`fleetwatch.streaming.score.packed_readings` makes them) → each device's readings in
-    long form, entries in the order they came."""
-    parts: dict[str, list[tuple[Any, ...]]] = {}
-    columns = [frame["device_id"], *(frame[c] for c in COLUMNS)]
-    for device_id, *cells in zip(*columns, strict=True):
-        parts.setdefault(str(device_id), []).append(tuple(cells))
-    return {device_id: _rows(chunks) for device_id, chunks in parts.items()}
-
-
-def _rows(parts: list[tuple[Any, ...]]) -> Rows:
-    """One device's packed rows (cells in :data:`~fleetwatch.streaming.rows.COLUMNS` order)."""
-    return Rows(
-        {
-            name: _concat([p[i] for p in parts], _DTYPES.get(name, object))
-            for i, name in enumerate(COLUMNS)
-        }
-    )
 
 
 def unpack(chunks: Iterable[pd.DataFrame]) -> Batch:

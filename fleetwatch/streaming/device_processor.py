@@ -34,7 +34,6 @@ import pandas as pd
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.device_batches import scorer_rows
 from fleetwatch.streaming.device_scoring import (
     ALERTS,
     LATE,
@@ -54,7 +53,7 @@ from fleetwatch.streaming.observations import (
     fleet_model,
     fleet_params,
 )
-from fleetwatch.streaming.rows import Rows
+from fleetwatch.streaming.rows import Rows, readings_by_device
 from fleetwatch.streaming.windows import WindowSpec
 
 
@@ -204,7 +203,7 @@ def device_scorer(settings: Settings) -> Any:
                 frame = frame.loc[~is_params]
                 self._fleet_updates(doc, champions)
             fleet = partial(self._champion, doc) if doc["fleet"] else None
-            readings = scorer_rows(frame) if len(frame) else {}
+            readings = readings_by_device(frame["device_id"], frame["reading"])
             for device in sorted(updates.keys() | readings.keys()):
                 state, out = self._device(
                     device,

@@ -4,7 +4,8 @@ microseconds; a scorer batch touches thousands of devices)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,3 +71,30 @@ def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
         (str(names[sorted_codes[s]]), rows.take(order[s:e]))
         for s, e in zip(starts, ends, strict=True)
     ]
+
+
+_NAN = float("nan")
+_DTYPES = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
+
+
+def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> dict[str, Rows]:
+    """The scorer operator's reading rows (device id; the reading as JSON, as
+    :func:`fleetwatch.streaming.score.reading_json` writes it: the columns of :data:`READING`,
+    null ones left out, and ``metrics``, name → value) → each device's readings in long form
+    (one entry per reading and metric), in the order they came."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for device_id, text in zip(devices, texts, strict=True):
+        grouped.setdefault(device_id, []).append(json.loads(text))
+    return {device_id: _long_form(readings) for device_id, readings in grouped.items()}
+
+
+def _long_form(readings: list[dict[str, Any]]) -> Rows:
+    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    for reading in readings:
+        metrics: dict[str, float | None] = reading["metrics"]
+        n = len(metrics)
+        for c in READING:
+            cols[c].extend([reading.get(c)] * n)
+        cols["metric"].extend(metrics)
+        cols["value"].extend(_NAN if v is None else v for v in metrics.values())
+    return Rows({c: np.array(v, dtype=_DTYPES.get(c, object)) for c, v in cols.items()})

@@ -3,8 +3,8 @@
 
 The plan (PLAN_VERSION 7)::
 
-    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─pack per reading─┐
-                                                                                         union
+    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─reading as JSON─┐
+                                                                                        union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
         └─ groupBy(bucket = device_buckets.bucket_of(device_id, BUCKETS), 16 buckets)
@@ -45,7 +45,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.rows import INTEGERS, READING
+from fleetwatch.streaming.rows import READING
 from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import stop_after_batch, wait_for_query
 
@@ -127,8 +127,8 @@ OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
-    per reading, packed (:func:`packed_readings`), with ``src = 'r'``, and one row per
-    parameter record with ``src = 'p'``, each with the ``bucket`` of its device. A fleet
+    per reading (:func:`reading_json`) with ``src = 'r'``, and one row per parameter record
+    with ``src = 'p'``, each with the ``bucket`` of its device. A fleet
     champion's record (``fleet:{scope}``, :mod:`fleetwatch.contracts.fleet`) goes to every
     bucket. Records that are not readings are skipped."""
     from pyspark.sql import functions as F
@@ -137,7 +137,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     from fleetwatch.streaming.device_buckets import bucket_of
 
     bucket = partial(bucket_of, buckets=BUCKETS)
-    readings = packed_readings(
+    readings = reading_json(
         raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
         .where(
             F.col("r.device_id").isNotNull()
@@ -156,48 +156,38 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         "device_id",
         bucket(F.col("device_id")).alias("bucket"),
         F.lit("r").alias("src"),
-        *READING,
-        "metric",
-        "value",
+        "reading",
         F.lit(None).cast("string").alias("params"),
     )
     key = F.col("key").cast("string")
     every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
-    longs, texts = "array<bigint>", "array<string>"
     updates = params.select(
         key.alias("device_id"),
         F.explode(
             F.when(key.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(F.array(bucket(key)))
         ).alias("bucket"),
         F.lit("p").alias("src"),
-        *(F.lit(None).cast(longs).alias(c) for c in INTEGERS),
-        F.lit(None).cast(texts).alias("firmware"),
-        F.lit(None).cast(texts).alias("status"),
-        F.lit(None).cast(texts).alias("metric"),
-        F.lit(None).cast("array<double>").alias("value"),
+        F.lit(None).cast("string").alias("reading"),
         F.col("value").cast("string").alias("params"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)
 
 
-def packed_readings(readings: DataFrame) -> DataFrame:
-    """Parsed readings → one row each in the operator's packed form (the columns of
-    :data:`~fleetwatch.streaming.rows.READING` and ``metric``, ``value`` as aligned arrays,
-    one entry per metric), for :func:`~fleetwatch.streaming.device_batches.scorer_rows`.
+def reading_json(readings: DataFrame) -> DataFrame:
+    """Parsed readings → ``device_id`` and ``reading``: the reading's columns
+    (:data:`~fleetwatch.streaming.rows.READING`) and ``metrics`` as one JSON text, which the
+    operator parses (:func:`~fleetwatch.streaming.rows.readings_by_device`).
 
-    In SQL, so the stage that reads Kafka runs in the JVM alone: packing per device in Python
-    (``mapInArrow``, plan 6) had fewer rows reach the operator, but cost a Python worker round
-    trip for every Kafka partition of every micro-batch — more than the rows saved
-    (``bench/score_anatomy.py --rates 5000``: batch p50 452 → 257 to 314 ms)."""
+    One text column, because the operator's Python side pays per row and per column it is
+    handed (pyspark turns each Arrow column into pandas, each row into a tuple, and each key's
+    rows into a frame): the reading as 8 array columns and the metrics as 2 more cost that
+    conversion 38 ms per 2,300-row micro-batch, as one text 4 ms plus 6 ms to parse it. The
+    JVM still parses, checks and completes each reading first (:func:`scorer_input`), and the
+    stage that reads Kafka runs in the JVM alone (plan 6 packed each device's readings in a
+    Python ``mapInArrow`` there: a Python round trip per Kafka partition per micro-batch)."""
     from pyspark.sql import functions as F
 
-    n = F.size("metrics")
-    return readings.select(
-        "device_id",
-        *(F.array_repeat(F.col(c), n).alias(c) for c in READING),
-        F.map_keys("metrics").alias("metric"),
-        F.map_values("metrics").alias("value"),
-    )
+    return readings.select("device_id", F.to_json(F.struct(*READING, "metrics")).alias("reading"))
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:

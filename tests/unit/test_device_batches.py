@@ -13,7 +13,6 @@ import pytest
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import BatchError
 from fleetwatch.streaming.device_batches import pack, pack_batches, unpack
-from fleetwatch.streaming.rows import INTEGERS, READING
 from fleetwatch.streaming.training import learn_device
 
 METRICS = pa.map_(pa.string(), pa.float64())
@@ -128,84 +127,3 @@ def test_a_batch_factorises_and_groups_times_as_pandas_and_numpy_do() -> None:
         assert (batch.times()[1] == inverse).all()
     with pytest.raises(BatchError):
         Batch.from_arrays(np.zeros(2, np.int64), np.array(["a", None], dtype=object), np.zeros(2))
-
-
-def scorer_readings(n: int, seed: int) -> pa.RecordBatch:
-    """Readings as the scorer parses them: two devices, some repeated, one out of order, a
-    firmware on some, a reading without metrics."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        device = "ab"[i % 2]
-        seq = i // 2 if i != 7 else 1  # a repeat of seq 1
-        event = 1_000_000 + seq * 1000 - (5000 if i == 9 else 0)
-        metrics = None if i == 4 else [("t", float(rng.normal(20, 1))), ("h", float(i))]
-        rows.append(
-            (
-                device,
-                seq,
-                event,
-                event,
-                event + 1,
-                event + 30,
-                0,
-                "1.2" if i % 3 else None,
-                None,
-                metrics,
-            )
-        )
-    types = [pa.string(), *[pa.int64()] * 6, pa.string(), pa.string(), METRICS]
-    return pa.RecordBatch.from_arrays(
-        [pa.array([r[i] for r in rows], t) for i, t in enumerate(types)],
-        names=["device_id", *READING, "metrics"],
-    )
-
-
-def packed_per_reading(readings: pa.RecordBatch) -> pd.DataFrame:
-    """What :func:`fleetwatch.streaming.score.packed_readings` makes of parsed readings (those
-    without metrics are dropped before it): per reading, its columns repeated per metric."""
-    rows = []
-    for r in readings.to_pylist():
-        if r["metrics"] is None:
-            continue
-        n = len(r["metrics"])
-        rows.append(
-            {
-                "device_id": r["device_id"],
-                **{c: np.array([r[c]] * n, dtype=np.int64) for c in INTEGERS},
-                **{c: np.array([r[c]] * n, dtype=object) for c in READING[len(INTEGERS) :]},
-                "metric": np.array([m for m, _ in r["metrics"]], dtype=object),
-                "value": np.array([v for _, v in r["metrics"]], dtype=np.float64),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def test_the_scorer_scores_packed_readings_as_it_scored_them_one_row_per_metric() -> None:
-    """Packed one row per reading (a device has several rows, a reading several metrics) and
-    unpacked by the operator, each device's readings score exactly as the exploded long form
-    did."""
-    from fleetwatch.contracts.settings import Settings
-    from fleetwatch.streaming.device_batches import scorer_rows
-    from fleetwatch.streaming.device_processor import policy_of
-    from fleetwatch.streaming.device_scoring import process
-    from fleetwatch.streaming.rows import COLUMNS, by_device
-
-    batch = scorer_readings(24, seed=3)
-    packed = packed_per_reading(batch)
-    assert len(packed) == 23
-    unpacked = scorer_rows(packed)
-    table = pa.Table.from_batches([batch]).to_pylist()
-    exploded = pd.DataFrame(
-        [{**r, "metric": m, "value": v} for r in table for m, v in (r["metrics"] or [])]
-    )[["device_id", *COLUMNS]]
-    expected = dict(by_device(exploded))
-    assert sorted(unpacked) == sorted(expected) == ["a", "b"]
-    policy = policy_of(Settings())
-    for device, rows in unpacked.items():
-        assert len(rows) == len(expected[device])
-        got = process(device, None, None, rows, 990_000, 2_000_000, policy)
-        want = process(device, None, None, expected[device], 990_000, 2_000_000, policy)
-        assert got[1].records == want[1].records
-        assert got[0] == want[0]
-        assert got[1].duplicates == want[1].duplicates == (1 if device == "b" else 0)
