@@ -140,10 +140,11 @@ class SparkSettings(_Part):
     Spark's default (e.g. for an object store, where rename is a copy)."""
     local_file_system: str | None = "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem"
     """Hadoop's ``FileSystem`` for ``file:`` paths (``spark.hadoop.fs.file.impl``), when the
-    session launches its own JVM (not under ``spark-submit``). Without Hadoop's native library
-    (the pyspark wheel has none), Hadoop's own sets the permissions of every file it creates by
-    running ``chmod`` in a new process: each offset and commit log write and each state
-    store changelog file, every micro-batch. This one (Maven
+    session launches its own JVM in local mode (not under ``spark-submit``, nor on a
+    cluster). Without Hadoop's native library (the pyspark wheel has none), Hadoop's own sets
+    the permissions of every file it creates by running ``chmod`` in a new process: each
+    offset and commit log write and each state store changelog file, every micro-batch. This
+    one (Maven
     ``com.globalmentor:hadoop-bare-naked-local-fs``, resolved by ``make setup`` into
     :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
     (``bench/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit log

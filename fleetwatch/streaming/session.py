@@ -56,13 +56,13 @@ LOCAL_FS_JAR = "hadoop-bare-naked-local-fs-*.jar"
 
 
 def local_file_system_conf(settings: Settings) -> dict[str, str]:
-    """The confs that give a session launched here :attr:`~fleetwatch.contracts.settings.
-    SparkSettings.local_file_system` for ``file:`` paths: the class, and its jar on the
-    driver's classpath (Spark touches local files through Hadoop before ``spark.jars`` are
-    loaded, and in local mode the executors are the driver)."""
+    """The confs that give a session launched here in local mode :attr:`~fleetwatch.contracts.
+    settings.SparkSettings.local_file_system` for ``file:`` paths: the class, and its jar on
+    the driver's classpath (Spark touches local files through Hadoop before ``spark.jars``
+    are loaded, and in local mode the executors are the driver)."""
     impl = settings.spark.local_file_system
-    if impl is None:
-        return {}
+    if impl is None or not settings.spark.master.startswith("local"):
+        return {}  # a cluster's checkpoints are not on the driver's local disk
     jars = sorted(settings.spark_jars_dir.glob(LOCAL_FS_JAR))
     if not jars:
         raise ConfigurationError(

@@ -46,7 +46,7 @@ def test_checkpoints_are_written_through_the_filesystem_api_unless_unset(
 
 def test_a_launched_session_writes_local_files_through_javas_file_api(tmp_path: Path) -> None:
     """The class and its jar (found in the jars dir) on the driver's classpath; none without
-    the setting; a clear error when `make setup` has not fetched the jar."""
+    the setting or on a cluster; a clear error when `make setup` has not fetched the jar."""
     jar = tmp_path / "hadoop-bare-naked-local-fs-0.1.0.jar"
     jar.write_bytes(b"")
     settings = Settings(spark=SparkSettings(jars_dir=tmp_path))
@@ -55,6 +55,8 @@ def test_a_launched_session_writes_local_files_through_javas_file_api(tmp_path: 
     assert conf["spark.driver.extraClassPath"] == str(jar)
     off = Settings(spark=SparkSettings(jars_dir=tmp_path, local_file_system=None))
     assert local_file_system_conf(off) == {}
+    cluster = Settings(spark=SparkSettings(jars_dir=tmp_path, master="spark://host:7077"))
+    assert local_file_system_conf(cluster) == {}
     jar.unlink()
     with pytest.raises(ConfigurationError, match="make setup"):
         local_file_system_conf(settings)
