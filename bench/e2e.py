@@ -72,7 +72,7 @@ class Probes(threading.Thread):
         self.client.connect(settings.mqtt.host, settings.mqtt.port)
         self.client.loop_start()
         self.root, self.tag = root, tag
-        self.prefix = f"p{tag}-"
+        self.prefix = probe_prefix(tag)
         self.sent: dict[tuple[str, int], int] = {}
         self.published: dict[tuple[str, int], int] = {}
         self.stop = threading.Event()
@@ -95,6 +95,11 @@ class Probes(threading.Thread):
             self.stop.wait(1.0)
         self.client.loop_stop()
         self.client.disconnect()
+
+
+def probe_prefix(tag: str) -> str:
+    """The probe devices' ids start with this (the key of their records on every topic)."""
+    return f"p{tag}-"
 
 
 def now_ms() -> int:
@@ -148,7 +153,7 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
     bootstrap = settings.kafka.bootstrap_servers
-    prefix = f"p{tag}-"
+    prefix = probe_prefix(tag)
     ingest = Watch(bootstrap, topics.telemetry_raw, prefix, only_open=False)
     alerts = Watch(bootstrap, topics.alerts, prefix, only_open=True)
     peak = [0.0]

@@ -144,8 +144,7 @@ class SparkSettings(_Part):
     cluster). Without Hadoop's native library (the pyspark wheel has none), Hadoop's own sets
     the permissions of every file it creates by running ``chmod`` in a new process: each
     offset and commit log write and each state store changelog file, every micro-batch. This
-    one (Maven
-    ``com.globalmentor:hadoop-bare-naked-local-fs``, resolved by ``make setup`` into
+    one (Maven ``com.globalmentor:hadoop-bare-naked-local-fs``, resolved by ``make setup`` into
     :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
     (``bench/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit log
     write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
