@@ -6,7 +6,13 @@ the first progress sample with readings sent to the last). The baseline is raw p
 of pre-built payloads from one process (no generation, no pacing), the ceiling of one
 connection. Peak RSS is this process plus the largest publisher process.
 
-Last line: {"qos0_rps", "qos1_rps", "devices", "peak_rss_mb", "baseline_qos0_rps", "workers"}
+Then the cost of a QoS 1 publish at a paced 5,000/s (1,000 topics, a burst every 0.2 s, as the
+end-to-end bench's fleet publishes): CPU µs per publish of the simulator's connection
+(:class:`~fleetwatch.simulator.publisher.Links`) against paho's client as paho configures it
+(1,000 in flight, each publish written as it is made), the baseline, in the same run.
+
+Last line: {"qos0_rps", "qos1_rps", "devices", "peak_rss_mb", "baseline_qos0_rps", "workers",
+"qos1_cpu_us_per_publish", "baseline_qos1_cpu_us_per_publish"}
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import MqttSettings, Settings
+from fleetwatch.simulator.publisher import Links
 from fleetwatch.simulator.runner import Totals, run
 from fleetwatch.simulator.scenario import Scenario
 
@@ -67,6 +75,55 @@ def simulated(settings: MqttSettings, qos: int) -> tuple[float, Totals]:
     return rps, totals
 
 
+PACED_RATE, PACED_N = 5000, 50_000
+PAYLOAD = b'{"v":1,"seq":1,"ts":1763750000000,"metrics":{"t":21.3}}'
+
+
+class _PahoLinks:
+    """The baseline: one paho client as paho configures it, driven like :class:`Links`."""
+
+    def __init__(self, settings: MqttSettings) -> None:
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+        self.client.max_inflight_messages_set(1000)
+        self.acked = 0
+        self.client.on_publish = lambda *_: setattr(self, "acked", self.acked + 1)
+        self.client.connect(settings.host, settings.port)
+
+    def publish_all(self, messages: list[tuple[str, bytes]], qos: int) -> None:
+        for topic, payload in messages:
+            self.client.publish(topic, payload, qos=qos)
+
+    def service(self, timeout_s: float) -> None:
+        self.client.loop(timeout=timeout_s)
+
+    def drain(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.acked < PACED_N and time.monotonic() < deadline:
+            self.client.loop(timeout=0.05)
+        return PACED_N - self.acked
+
+    def close(self) -> None:
+        self.client.disconnect()
+
+
+def paced_cost(links: Any, topics: list[str]) -> float:
+    """CPU µs per QoS 1 publish at PACED_RATE, every publish acknowledged."""
+    burst = [(t, PAYLOAD) for t in topics]
+    started, cpu0, sent = time.monotonic(), time.process_time(), 0
+    while sent < PACED_N:
+        links.publish_all(burst, 1)
+        sent += len(burst)
+        due = started + sent / PACED_RATE
+        while time.monotonic() < due:
+            links.service(max(0.0, min(0.05, due - time.monotonic())))
+    unacked = links.drain(30.0)
+    cpu = time.process_time() - cpu0
+    links.close()
+    if unacked:
+        raise SystemExit(f"{unacked} QoS 1 publishes not acknowledged")
+    return cpu / PACED_N * 1e6
+
+
 def main() -> None:
     settings = Settings().mqtt
     base = baseline(settings)
@@ -78,6 +135,16 @@ def main() -> None:
         f"sim QoS 1: {qos1:,.0f} readings/s sustained ({t1.sent:,} sent, {t1.acked:,} acked, "
         f"{t1.errors} errors, {t1.unacked} unacked)"
     )
+    root = f"bench{uuid.uuid4().hex[:6]}/devices"
+    ids = [f"dev-{i:04d}" for i in range(1000)]
+    topics = [f"{root}/{d}/telemetry" for d in ids]
+    paced = settings.model_copy(update={"root": root})
+    ours = paced_cost(Links(paced, f"bench-{root}", ids, lambda _t, _p: None), topics)
+    paho = paced_cost(_PahoLinks(settings), topics)
+    print(
+        f"QoS 1 at {PACED_RATE:,}/s: {ours:.1f} CPU µs per publish "
+        f"(baseline, paho's client as configured by paho: {paho:.1f})"
+    )
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"asked for {DEVICES * RATE:,.0f} readings/s from {DEVICES} devices, {WORKERS} workers")
@@ -88,6 +155,8 @@ def main() -> None:
         "peak_rss_mb": round(own + child, 1),
         "baseline_qos0_rps": round(base),
         "workers": WORKERS,
+        "qos1_cpu_us_per_publish": round(ours, 1),
+        "baseline_qos1_cpu_us_per_publish": round(paho, 1),
     }
     print(json.dumps(figures))
     sys.stdout.flush()

@@ -1,8 +1,10 @@
 """MQTT I/O for the simulator: connections that the publishing loop drives itself.
 
-No network thread: paho writes a publish straight to the socket when no loop thread runs, and
-the worker calls :meth:`Link.service` between ticks to read acknowledgements and commands and
-to keep the connection alive. One shared connection carries many devices; when the broker
+No network thread: the publishing loop is the connection's event loop. A publish is queued, and
+what a burst queued is written together (:meth:`Connection.flush`, one ``send`` for many:
+:class:`~fleetwatch.ingest.mqtt_client.BufferedClient`); the worker calls :meth:`Links.service`
+between ticks to write what is queued, read acknowledgements and commands, and keep the
+connection alive. One shared connection carries many devices; when the broker
 requires credentials, every device gets its own connection with its own username and password.
 """
 
@@ -17,6 +19,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.settings import MqttSettings
+from fleetwatch.ingest.mqtt_client import BufferedClient
 from fleetwatch.simulator.errors import SimulatorError
 
 logger = logging.getLogger(__name__)
@@ -25,8 +28,12 @@ OnMessage = Callable[[str, bytes], None]
 MAX_DEVICE_CONNECTIONS = 2000
 
 
+def _write_later(_client: object, _userdata: object, _sock: object) -> None:
+    """Told that packets wait to be written: the publishing loop writes them."""
+
+
 class Connection:
-    """One MQTT connection (MQTT v5), connected on construction."""
+    """One MQTT connection (MQTT 3.1.1), connected on construction."""
 
     def __init__(
         self,
@@ -38,10 +45,15 @@ class Connection:
         timeout_s: float = 10.0,
         track_acks: bool = True,
     ) -> None:
-        self.client = mqtt.Client(
+        self.client = BufferedClient(
             CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311
         )
-        self.client.max_inflight_messages_set(1000)
+        # paho writes a packet as it is queued unless an event loop asks to be told instead;
+        # this one writes in flush() and service().
+        self.client.on_socket_register_write = _write_later
+        # No in-flight limit in paho: with one, every acknowledgement walks every unacknowledged
+        # message (paho's _update_inflight). The broker takes what it is sent.
+        self.client.max_inflight_messages_set(0)
         self.client.max_queued_messages_set(0)
         self.published_qos1 = 0
         self.acked = 0
@@ -88,6 +100,11 @@ class Connection:
             self.service(0.0)
         elif qos:
             self.published_qos1 += 1
+
+    def flush(self) -> None:
+        """Write what is queued (what the socket does not take now, service() writes)."""
+        if self.client.want_write():
+            self.client.loop_write()
 
     def service(self, timeout_s: float) -> None:
         rc = self.client.loop(timeout=timeout_s)
@@ -173,6 +190,8 @@ class Links:
             conn.publish(topic, payload, qos)
             if qos and n % 500 == 0:
                 conn.service(0.0)
+        for conn in self.connections:
+            conn.flush()
 
     def service(self, timeout_s: float) -> None:
         if len(self.connections) == 1:

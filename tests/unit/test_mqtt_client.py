@@ -116,3 +116,73 @@ def test_a_closed_connection_reads_as_closed(wired) -> None:  # type: ignore[no-
     client, broker, _ = wired
     broker.close()
     assert client.loop_read() == MQTTErrorCode.MQTT_ERR_CONN_LOST
+
+
+def _queued(client: BufferedClient) -> bytes:
+    return b"".join(bytes(p["packet"][p["pos"] :]) for p in client._out_packet)
+
+
+def _received(broker: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        data += broker.recv(size - len(data))
+    return data
+
+
+@pytest.fixture
+def writer(wired):  # type: ignore[no-untyped-def]
+    """The wired client with its writes left to the test (as an event loop would) and every
+    ``send`` counted."""
+    client, broker, _ = wired
+    client.on_socket_register_write = lambda _c, _u, _s: None
+    sends: list[int] = []
+    send = client._sock_send
+
+    def counted(buf: bytes) -> int:
+        sends.append(len(buf))
+        return int(send(buf))
+
+    client._sock_send = counted
+    return client, broker, sends
+
+
+def test_queued_publishes_and_acks_go_out_in_one_send_in_order(writer) -> None:  # type: ignore[no-untyped-def]
+    client, broker, sends = writer
+    for i in range(20):
+        client.publish(f"fw/d{i}/telemetry", b"x" * i, qos=1)
+        client.ack(i + 100, 1)
+    expected = _queued(client)
+    assert len(client._out_packet) == 40
+    assert client.loop_write() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert sends == [len(expected)]
+    assert _received(broker, len(expected)) == expected
+    assert not client.want_write()
+
+
+def test_a_partial_write_resumes_where_the_socket_stopped(writer) -> None:  # type: ignore[no-untyped-def]
+    client, broker, sends = writer
+    send = client._sock_send
+    client._sock_send = lambda buf: send(buf[:7])  # the socket takes 7 bytes at a time
+    for i in range(10):
+        client.publish("t", bytes([i]) * 30, qos=1)
+    expected = _queued(client)
+    while client.want_write():
+        assert client.loop_write() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert _received(broker, len(expected)) == expected
+    assert len(sends) == -(-len(expected) // 7)
+
+
+def test_a_qos0_publish_is_written_on_its_own_and_reported(writer) -> None:  # type: ignore[no-untyped-def]
+    client, broker, sends = writer
+    published: list[int] = []
+    client.on_publish = lambda _c, _u, mid, _rc, _p: published.append(mid)
+    client.publish("a", b"1", qos=1)
+    client.publish("b", b"2", qos=1)
+    fire_and_forget = client.publish("c", b"3", qos=0)
+    client.publish("d", b"4", qos=1)
+    expected = _queued(client)
+    client.loop_write()
+    assert _received(broker, len(expected)) == expected
+    assert len(sends) == 3  # a+b joined, c alone, d
+    assert published == [fire_and_forget.mid]
+    assert fire_and_forget.is_published()
