@@ -8,9 +8,13 @@ JVM, and per key the framework adds a few more, which at one key per device cost
 scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
 trips on this 2-core machine). Per bucket:
 
-- ``live`` (``ValueState``): one JSON document holding every device's state of the bucket
+- ``live`` (``ValueState``): one document holding every device's state of the bucket
   (:func:`~fleetwatch.streaming.device_scoring.new_state`) — one read and one write per bucket
-  per micro-batch;
+  per micro-batch — pickled: the state holds only JSON's types (dicts with string keys, lists,
+  strings, numbers, None; tested), which pickle gives back exactly, NaN included, and a
+  bucket's document pickles 10 times and unpickles 3 times faster than as JSON text, at 60%
+  of its size (62 devices: 2.6 / 1.4 ms as JSON, 0.26 / 0.45 ms pickled). It is read back
+  only from the query's own checkpoint;
 - ``params`` (``MapState`` by device): the newest parameters as JSON and their version, written
   when a new version arrives and read only when this worker has not parsed them yet;
 - ``fleet`` (``MapState`` by scope): the newest champion of each scope seen on ``model.params``
@@ -24,6 +28,7 @@ trips on this 2-core machine). Per bucket:
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -117,7 +122,7 @@ def device_scorer(settings: Settings) -> Any:
         StatefulProcessorHandle,
         TimerValues,
     )
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
     policy = policy_of(settings)
     topics = topic_names(settings)
@@ -133,7 +138,7 @@ def device_scorer(settings: Settings) -> Any:
     params_schema = StructType(
         [StructField("params", StringType(), False), StructField("version", LongType(), False)]
     )
-    live_schema = StructType([StructField("live", StringType(), False)])
+    live_schema = StructType([StructField("live", BinaryType(), False)])
 
     class BucketScorer(StatefulProcessor):
         """One group = one bucket of devices."""
@@ -146,7 +151,7 @@ def device_scorer(settings: Settings) -> Any:
 
         def _load(self) -> dict[str, Any]:
             stored = self.live.get()
-            doc = {"devices": {}, "timer": None} if stored is None else json.loads(stored[0])
+            doc = {"devices": {}, "timer": None} if stored is None else pickle.loads(stored[0])
             doc.setdefault("fleet", {})
             return doc
 
@@ -178,7 +183,7 @@ def device_scorer(settings: Settings) -> Any:
             if due is not None and (doc["timer"] is None or due < int(doc["timer"])):
                 self.handle.registerTimer(due)
                 doc["timer"] = due
-            self.live.update((json.dumps(doc, separators=(",", ":")),))
+            self.live.update((pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL),))
 
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues

@@ -60,12 +60,12 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 7
+PLAN_VERSION = 8
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
 a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
-its devices' state in one JSON value that is read and rewritten when any of them reports.
+its devices' state in one value that is read and rewritten when any of them reports.
 ``bench/score_anatomy.py --buckets N`` (1,000 devices, micro-batches back to back, shared
 2-core machine, one run each), batch p50 at 1,000 / 5,000 readings/s: 64 buckets (plan 5)
 1,168 / 1,081 ms, 16 buckets 785 / 824 ms, 8 buckets 758 / 791 ms. 16 keep a 10,000-device

@@ -285,3 +285,43 @@ def test_the_change_detectors_local_line_continues_from_the_scorers_own_readings
         origins.append(state["trend"]["temperature"][0])
     trainer_origin = params.loads(p)["state"]["members"][1]["state"]["trends"][0][0]
     assert origins == [trainer_origin + i for i in range(1, 40)]  # one position per reading
+
+
+def json_types_only(value: Any, where: str = "state") -> list[str]:
+    """Where ``value`` holds anything JSON would not give back as it is (the scorer pickles the
+    state, so a tuple, a numpy number or a non-string key would come back as itself and
+    behave unlike what a JSON round trip gave)."""
+    if isinstance(value, dict):
+        return [f"{where}: key {k!r}" for k in value if type(k) is not str] + [
+            bad for k, v in value.items() for bad in json_types_only(v, f"{where}.{k}")
+        ]
+    if isinstance(value, list):
+        return [bad for i, v in enumerate(value) for bad in json_types_only(v, f"{where}[{i}]")]
+    if type(value) in (str, int, float, bool, type(None)):
+        return []
+    return [f"{where}: {type(value).__name__}"]
+
+
+def test_the_state_holds_only_json_types_through_a_devices_life() -> None:
+    p = trained_params()
+    t = T0 + 600_000
+    state, _ = run([frame([(600, t, 21.0)], humidity=40.0)])
+    state["v"] = params.loads(p)["version"]
+    steps = [
+        (frame([(601, t + 1000, 45.0), (602, t + 2000, 46.0)], humidity=41.0), 0),  # a spike
+        (frame([(602, t + 2000, 46.0)], humidity=41.0), 0),  # a duplicate
+        (frame([(640, t + 40_000, 21.0)], humidity=40.0), 0),  # a dropout
+        (frame([(s, t + (s - 600) * 1000, 21.0) for s in range(603, 640)]), 0),  # filled late
+        (frame([(590, t - 10_000, 21.0)]), t + 30_000),  # behind the watermark
+        (frame([(s, t + (s - 600) * 1000, 21.0) for s in range(641, 700)]), t + 60_000),
+        (frame([(0, t + 200_000, 21.0)]), t + 100_000),  # a reboot
+    ]
+    for batch, watermark in steps:
+        state, _ = run([batch], state=state, params_json=p, watermark=watermark)
+        assert json_types_only(state) == []
+    for part in ("episodes", "windows", "late", "dups"):  # every part was exercised
+        assert state[part], part
+    due = wants_timer(state, POLICY)
+    assert due is not None
+    state, _, _ = expire("d1", state, due, T0, POLICY)
+    assert json_types_only(state) == []
