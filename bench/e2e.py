@@ -259,7 +259,12 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
             "clock_offset_ms": 0,
             "metrics": {"temperature": value},
         }
-        producer.produce(topics.telemetry_raw, json.dumps(record).encode(), key=device.encode())
+        producer.produce(
+            topics.telemetry_raw,
+            json.dumps(record).encode(),
+            key=device.encode(),
+            timestamp=event_ms,  # the gateway's records carry their event time
+        )
         if i % 10_000 == 0:
             producer.poll(0)
     producer.flush(60)

@@ -87,7 +87,9 @@ class Load(threading.Thread):
             "clock_offset_ms": 0,
             "metrics": {"temperature": value},
         }
-        self.producer.produce(self.topic, json.dumps(record).encode(), key=device.encode())
+        self.producer.produce(
+            self.topic, json.dumps(record).encode(), key=device.encode(), timestamp=at
+        )
         return seq
 
     def run(self) -> None:

@@ -28,6 +28,7 @@ trips on this 2-core machine). Per bucket:
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,8 @@ from fleetwatch.streaming.observations import (
 )
 from fleetwatch.streaming.rows import Rows, readings_by_device
 from fleetwatch.streaming.windows import WindowSpec
+
+logger = logging.getLogger(__name__)
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -208,7 +211,12 @@ def device_scorer(settings: Settings) -> Any:
                 frame = frame.loc[~is_params]
                 self._fleet_updates(doc, champions)
             fleet = partial(self._champion, doc) if doc["fleet"] else None
-            readings = readings_by_device(frame["device_id"], frame["reading"])
+            found = readings_by_device(frame["device_id"], frame["reading"])
+            if found.skipped:
+                logger.warning(
+                    "skipped %d records of the raw topic that are not readings", found.skipped
+                )
+            readings = found.by_device
             for device in sorted(updates.keys() | readings.keys()):
                 state, out = self._device(
                     device,

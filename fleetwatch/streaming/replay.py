@@ -111,6 +111,15 @@ def replay(
             query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"the replay failed: {query.exception()}")
+    progress = query.recentProgress
+    logger.info(
+        "replayed %d records of %s and %s in %d micro-batches into %s",
+        sum(p.numInputRows for p in progress),
+        settings.topics.telemetry_raw,
+        settings.topics.model_params,
+        len(progress),
+        output_topic,
+    )
     shutil.rmtree(checkpoint, ignore_errors=True)
 
 

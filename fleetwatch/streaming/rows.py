@@ -77,15 +77,71 @@ _NAN = float("nan")
 _DTYPES = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 
 
-def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> dict[str, Rows]:
-    """The scorer operator's reading rows (device id; the reading as JSON, as
-    :func:`fleetwatch.streaming.score.reading_json` writes it: the columns of :data:`READING`,
-    null ones left out, and ``metrics``, name → value) → each device's readings in long form
-    (one entry per reading and metric), in the order they came."""
+@dataclass
+class Readings:
+    """A bucket's readings by device (:func:`readings_by_device`) and the records skipped."""
+
+    by_device: dict[str, Rows]
+    skipped: int = 0
+
+
+def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> Readings:
+    """The scorer operator's reading rows (the record's key, its value: a gateway-stamped
+    reading as JSON, :class:`~fleetwatch.contracts.telemetry.TelemetryRecord`) → each device's
+    readings in long form (one entry per reading and metric), in the order they came.
+
+    A value that is not a reading (not JSON, no integer ``seq`` or ``event_ms``, no
+    ``metrics`` object of numbers) is skipped and counted. Fields an older record lacks are
+    completed as the gateway would have: ``device_event_ms`` from ``event_ms``,
+    ``device_sent_ms`` from ``device_event_ms``, ``received_ms`` from ``event_ms``,
+    ``clock_offset_ms`` 0."""
     grouped: dict[str, list[dict[str, Any]]] = {}
+    skipped = 0
     for device_id, text in zip(devices, texts, strict=True):
-        grouped.setdefault(device_id, []).append(json.loads(text))
-    return {device_id: _long_form(readings) for device_id, readings in grouped.items()}
+        reading = _reading(text)
+        if reading is None:
+            skipped += 1
+        else:
+            grouped.setdefault(device_id, []).append(reading)
+    by_device = {device_id: _long_form(readings) for device_id, readings in grouped.items()}
+    return Readings(by_device, skipped)
+
+
+def _reading(text: str) -> dict[str, Any] | None:
+    try:
+        r = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(r, dict):
+        return None
+    event_ms, metrics = r.get("event_ms"), r.get("metrics")
+    if not (_integer(r.get("seq")) and _integer(event_ms) and isinstance(metrics, dict)):
+        return None
+    if not all(v is None or _number(v) for v in metrics.values()):
+        return None
+    for name in ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms"):
+        if not (r.get(name) is None or _integer(r[name])):
+            return None
+    if r.get("device_event_ms") is None:
+        r["device_event_ms"] = event_ms
+    if r.get("device_sent_ms") is None:
+        r["device_sent_ms"] = r["device_event_ms"]
+    if r.get("received_ms") is None:
+        r["received_ms"] = event_ms
+    if r.get("clock_offset_ms") is None:
+        r["clock_offset_ms"] = 0
+    for name in ("firmware", "status"):
+        if not isinstance(r.get(name), str):
+            r[name] = None
+    return r
+
+
+def _integer(value: Any) -> bool:
+    return type(value) is int
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)
 
 
 def _long_form(readings: list[dict[str, Any]]) -> Rows:
@@ -94,7 +150,7 @@ def _long_form(readings: list[dict[str, Any]]) -> Rows:
         metrics: dict[str, float | None] = reading["metrics"]
         n = len(metrics)
         for c in READING:
-            cols[c].extend([reading.get(c)] * n)
+            cols[c].extend([reading[c]] * n)
         cols["metric"].extend(metrics)
         cols["value"].extend(_NAN if v is None else v for v in metrics.values())
     return Rows({c: np.array(v, dtype=_DTYPES.get(c, object)) for c, v in cols.items()})

@@ -45,7 +45,6 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.rows import READING
 from fleetwatch.streaming.scoring import score_batch
 from fleetwatch.streaming.session import stop_after_batch, wait_for_query
 
@@ -60,7 +59,7 @@ class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
 
 
-PLAN_VERSION = 8
+PLAN_VERSION = 9
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
@@ -117,77 +116,60 @@ def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
     return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
 
 
-SCORER_INPUT_SCHEMA = (
-    "device_id STRING, seq BIGINT, event_ms BIGINT, device_event_ms BIGINT, "
-    "device_sent_ms BIGINT, received_ms BIGINT, clock_offset_ms BIGINT, firmware STRING, "
-    "status STRING, metrics MAP<STRING, DOUBLE>"
-)
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
-    per reading (:func:`reading_json`) with ``src = 'r'``, and one row per parameter record
-    with ``src = 'p'``, each with the ``bucket`` of its device. A fleet
-    champion's record (``fleet:{scope}``, :mod:`fleetwatch.contracts.fleet`) goes to every
-    bucket. Records that are not readings are skipped."""
+    per reading with ``src = 'r'``, and one row per parameter record with ``src = 'p'``, each
+    with the ``bucket`` of its device. A fleet champion's record (``fleet:{scope}``,
+    :mod:`fleetwatch.contracts.fleet`) goes to every bucket.
+
+    A reading reaches the operator as the gateway wrote it: the device id is the record's key,
+    its event time the record's timestamp (the watermark's column), and the value the JSON
+    text the operator parses and checks (:func:`~fleetwatch.streaming.rows.readings_by_device`;
+    a value that is not a reading is skipped and counted there). The JVM does not parse the
+    value: Spark's ``from_json`` was a quarter of the scorer JVM's CPU at 5,000 readings/s
+    (plan 8, Java Flight Recorder), and the operator parsed the text again after ``to_json``.
+    The operator's Python side pays per row and per column it is handed, so the reading stays
+    one text column (plan 7: 10 array columns cost 38 ms per 2,300-row micro-batch, one text
+    4 ms)."""
     from pyspark.sql import functions as F
 
     from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
     from fleetwatch.streaming.device_buckets import bucket_of
 
     bucket = partial(bucket_of, buckets=BUCKETS)
-    readings = reading_json(
-        raw.select(F.from_json(F.col("value").cast("string"), SCORER_INPUT_SCHEMA).alias("r"))
-        .where(
-            F.col("r.device_id").isNotNull()
-            & F.col("r.seq").isNotNull()
-            & F.col("r.event_ms").isNotNull()
-            & F.col("r.metrics").isNotNull()
+    device = F.col("key").cast("string")
+    readings = (
+        raw.where(device.isNotNull() & F.col("value").isNotNull())
+        .select(
+            device.alias("device_id"),
+            F.col("value").cast("string").alias("reading"),
+            F.col("timestamp").alias("event_time"),
         )
-        .select("r.*")
-        .withColumn("device_event_ms", F.coalesce("device_event_ms", "event_ms"))
-        .withColumn("device_sent_ms", F.coalesce("device_sent_ms", "device_event_ms"))
-        .withColumn("received_ms", F.coalesce("received_ms", "event_ms"))
-        .withColumn("clock_offset_ms", F.coalesce("clock_offset_ms", F.lit(0).cast("bigint")))
-        .withColumn("event_time", F.timestamp_millis("event_ms"))
         .withWatermark("event_time", lateness)
-    ).select(
-        "device_id",
-        bucket(F.col("device_id")).alias("bucket"),
-        F.lit("r").alias("src"),
-        "reading",
-        F.lit(None).cast("string").alias("params"),
+        .select(
+            "device_id",
+            bucket(F.col("device_id")).alias("bucket"),
+            F.lit("r").alias("src"),
+            "reading",
+            F.lit(None).cast("string").alias("params"),
+        )
     )
-    key = F.col("key").cast("string")
     every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
     updates = params.select(
-        key.alias("device_id"),
+        device.alias("device_id"),
         F.explode(
-            F.when(key.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(F.array(bucket(key)))
+            F.when(device.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(
+                F.array(bucket(device))
+            )
         ).alias("bucket"),
         F.lit("p").alias("src"),
         F.lit(None).cast("string").alias("reading"),
         F.col("value").cast("string").alias("params"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)
-
-
-def reading_json(readings: DataFrame) -> DataFrame:
-    """Parsed readings → ``device_id`` and ``reading``: the reading's columns
-    (:data:`~fleetwatch.streaming.rows.READING`) and ``metrics`` as one JSON text, which the
-    operator parses (:func:`~fleetwatch.streaming.rows.readings_by_device`).
-
-    One text column, because the operator's Python side pays per row and per column it is
-    handed (pyspark turns each Arrow column into pandas, each row into a tuple, and each key's
-    rows into a frame): the reading as 8 array columns and the metrics as 2 more cost that
-    conversion 38 ms per 2,300-row micro-batch, as one text 4 ms plus 6 ms to parse it. The
-    JVM still parses, checks and completes each reading first (:func:`scorer_input`), and the
-    stage that reads Kafka runs in the JVM alone (plan 6 packed each device's readings in a
-    Python ``mapInArrow`` there: a Python round trip per Kafka partition per micro-batch)."""
-    from pyspark.sql import functions as F
-
-    return readings.select("device_id", F.to_json(F.struct(*READING, "metrics")).alias("reading"))
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,19 @@ def reading(device: str, seq: int, event_ms: int, **metrics: float) -> str:
     )
 
 
+def kafka_row(line: str) -> str:
+    """A line of the raw source as the Kafka source gives it: the device id as the key, the
+    event time as the timestamp (what the gateway writes); a line that is not a reading keeps
+    a key and a timestamp of its own."""
+    try:
+        r = json.loads(line)
+        key, event_ms = r["device_id"], r["event_ms"]
+    except (ValueError, KeyError, TypeError):
+        key, event_ms = "d1", T0
+    at = datetime.fromtimestamp(event_ms / 1000, tz=UTC).isoformat()
+    return json.dumps({"key": key, "value": line, "timestamp": at})
+
+
 class Steps:
     """Append files to the two sources, run the query to the end of them, collect its rows."""
 
@@ -62,11 +76,14 @@ class Steps:
     def run(self, lines: list[str], updates: list[tuple[str, str]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
         self.n += 1
         if lines:
-            (self.raw / f"{self.n}.txt").write_text("\n".join(lines) + "\n")
+            body = "\n".join(kafka_row(line) for line in lines)
+            (self.raw / f"{self.n}.json").write_text(body + "\n")
         if updates:
             body = "\n".join(json.dumps({"key": k, "value": v}) for k, v in updates)
             (self.params / f"{self.n}.json").write_text(body + "\n")
-        raw = self.spark.readStream.text(str(self.raw))
+        raw = self.spark.readStream.schema("key STRING, value STRING, timestamp TIMESTAMP").json(
+            str(self.raw)
+        )
         par = self.spark.readStream.schema("key STRING, value STRING").json(str(self.params))
         frame = scored_frame(scorer_input(raw, par, "1 minute"), SETTINGS)
         got: list[dict[str, Any]] = []

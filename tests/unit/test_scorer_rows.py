@@ -1,4 +1,5 @@
-"""The scorer operator's reading rows (one JSON text per reading) unpacked per device."""
+"""The scorer operator's reading rows (the raw topic's records: key, JSON value) unpacked per
+device."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.telemetry import TelemetryRecord, encode
 from fleetwatch.streaming.device_processor import policy_of
 from fleetwatch.streaming.device_scoring import process
-from fleetwatch.streaming.rows import COLUMNS, READING, by_device, readings_by_device
+from fleetwatch.streaming.rows import COLUMNS, by_device, readings_by_device
 
 
 def scorer_readings(n: int, seed: int) -> list[dict[str, Any]]:
@@ -41,16 +43,16 @@ def scorer_readings(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def as_json(reading: dict[str, Any]) -> str:
-    """A reading as ``to_json(struct(*READING, metrics))`` writes it: null fields left out."""
-    fields = {c: reading[c] for c in (*READING, "metrics") if reading[c] is not None}
-    return json.dumps(fields, separators=(",", ":"))
+    """A reading as the gateway writes it (``TelemetryRecord``): null fields left out."""
+    record = TelemetryRecord.model_validate({k: v for k, v in reading.items() if v is not None})
+    return encode(record).decode()
 
 
 def test_readings_unpacked_per_device_score_as_the_exploded_long_form_did() -> None:
     readings = scorer_readings(24, seed=3)
-    unpacked = readings_by_device(
-        [r["device_id"] for r in readings], [as_json(r) for r in readings]
-    )
+    found = readings_by_device([r["device_id"] for r in readings], [as_json(r) for r in readings])
+    assert found.skipped == 0
+    unpacked = found.by_device
     exploded = pd.DataFrame(
         [{**r, "metric": m, "value": v} for r in readings for m, v in r["metrics"].items()]
     )[["device_id", *COLUMNS]]
@@ -67,12 +69,39 @@ def test_readings_unpacked_per_device_score_as_the_exploded_long_form_did() -> N
 
 
 def test_entries_keep_arrival_order_and_a_null_metric_value_is_nan() -> None:
-    first = {**scorer_readings(1, seed=1)[0], "metrics": {"t": None, "h": 2.0}}
+    first = {**scorer_readings(1, seed=1)[0], "metrics": {"t": 3.0, "h": 2.0}}
     second = {**first, "seq": 9, "event_ms": 5, "firmware": "2.0", "metrics": {"t": 1.5}}
-    rows = readings_by_device(["a", "a"], [as_json(first), as_json(second)])["a"]
+    text = as_json(first).replace('"t":3.0', '"t":null')
+    rows = readings_by_device(["a", "a"], [text, as_json(second)]).by_device["a"]
     assert rows["seq"].tolist() == [0, 0, 9]
     assert rows["event_ms"].dtype == np.int64
     assert rows["metric"].tolist() == ["t", "h", "t"]
     assert math.isnan(rows["value"][0])
     assert rows["value"][1:].tolist() == [2.0, 1.5]
     assert rows["firmware"].tolist() == [None, None, "2.0"]
+
+
+def test_values_that_are_not_readings_are_skipped_and_counted() -> None:
+    good = as_json(scorer_readings(1, seed=2)[0])
+    bad = [
+        "not json",
+        "[1, 2]",
+        good.replace('"seq":0', '"seq":"0"'),
+        good.replace('"seq":0', '"seq":true'),
+        good.replace('"event_ms":1000000', '"event_ms":1000000.5'),
+        good.replace('"metrics":{', '"metrics":{"x":"high",'),
+        good.replace('"received_ms":1000030', '"received_ms":"soon"'),
+        json.dumps({"seq": 1, "event_ms": 5}),
+    ]
+    found = readings_by_device(["a"] * (len(bad) + 1), [*bad, good])
+    assert found.skipped == len(bad)
+    assert found.by_device["a"]["seq"].tolist() == [0, 0]
+
+
+def test_fields_an_older_record_lacks_are_completed_as_the_gateway_would() -> None:
+    text = json.dumps({"seq": 4, "event_ms": 7000, "metrics": {"t": 1.0}, "firmware": 3})
+    rows = readings_by_device(["a"], [text]).by_device["a"]
+    assert rows["device_event_ms"].tolist() == rows["device_sent_ms"].tolist() == [7000]
+    assert rows["received_ms"].tolist() == [7000]
+    assert rows["clock_offset_ms"].tolist() == [0]
+    assert rows["firmware"].tolist() == [None]
