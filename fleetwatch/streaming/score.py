@@ -1,9 +1,10 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 7)::
+The plan (PLAN_VERSION 9)::
 
-    telemetry.raw ─parse─ watermark(event_time, score.allowed_lateness) ─reading as JSON─┐
+    telemetry.raw (key = device id, value = JSON, timestamp = event time)
+        ─ watermark(timestamp, score.allowed_lateness) ─ (device, value as text) ─────┐
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
