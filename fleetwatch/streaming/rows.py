@@ -75,6 +75,8 @@ def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
 
 _NAN = float("nan")
 _DTYPES = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
+_NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers here
+_OPTIONAL_INTEGERS = ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms")
 
 
 @dataclass
@@ -115,12 +117,12 @@ def _reading(text: str) -> dict[str, Any] | None:
     if not isinstance(r, dict):
         return None
     event_ms, metrics = r.get("event_ms"), r.get("metrics")
-    if not (_integer(r.get("seq")) and _integer(event_ms) and isinstance(metrics, dict)):
+    if not (type(r.get("seq")) is int and type(event_ms) is int and type(metrics) is dict):
         return None
-    if not all(v is None or _number(v) for v in metrics.values()):
+    if not all(v is None or type(v) in _NUMBERS for v in metrics.values()):
         return None
-    for name in ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms"):
-        if not (r.get(name) is None or _integer(r[name])):
+    for name in _OPTIONAL_INTEGERS:
+        if not (r.get(name) is None or type(r[name]) is int):
             return None
     if r.get("device_event_ms") is None:
         r["device_event_ms"] = event_ms
@@ -134,14 +136,6 @@ def _reading(text: str) -> dict[str, Any] | None:
         if not isinstance(r.get(name), str):
             r[name] = None
     return r
-
-
-def _integer(value: Any) -> bool:
-    return type(value) is int
-
-
-def _number(value: Any) -> bool:
-    return type(value) in (int, float)
 
 
 def _long_form(readings: list[dict[str, Any]]) -> Rows:
