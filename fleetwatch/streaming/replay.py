@@ -111,14 +111,16 @@ def replay(
             query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"the replay failed: {query.exception()}")
-    progress = query.recentProgress
+    progress = query.recentProgress  # Spark keeps the latest 100 reports only
+    batches = progress[-1].batchId + 1 if progress else 0
     logger.info(
-        "replayed %d records of %s and %s in %d micro-batches into %s",
-        sum(p.numInputRows for p in progress),
+        "replayed %s and %s into %s in %d micro-batches; the last %d read %d records",
         settings.topics.telemetry_raw,
         settings.topics.model_params,
-        len(progress),
         output_topic,
+        batches,
+        len(progress),
+        sum(p.numInputRows for p in progress),
     )
     shutil.rmtree(checkpoint, ignore_errors=True)
 

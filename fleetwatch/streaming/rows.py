@@ -84,7 +84,7 @@ class Readings:
     """A bucket's readings by device (:func:`readings_by_device`) and the records skipped."""
 
     by_device: dict[str, Rows]
-    skipped: int = 0
+    skipped: int
 
 
 def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> Readings:
