@@ -12,12 +12,15 @@ worker does. Both must publish the same bytes (checked). CPU time, the least of 
     python bench/train_bucket.py [--devices 156] [--rounds 40] [--batches 5]
 
 Last line: {"cold_ms_per_device", "warm_ms_per_device", "cold_readings_per_cpu_s",
-"warm_readings_per_cpu_s", "devices", "rounds"}
+"warm_readings_per_cpu_s", "devices", "rounds", "fingerprint"}: the fingerprint is a digest of
+every byte published (the publication time left out), so a change to the trainer that should not
+change what it learns is checked by comparing it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 
@@ -78,10 +81,12 @@ def main() -> None:
         texts[device_id] = params.dumps(detector.to_params())
     state = encode(texts)
     chunks = [packed(ids, args.warm + b * args.rounds, args.rounds) for b in range(args.batches)]
-    if run(state, chunks, warm=False) != run(state, chunks, warm=True):
+    published = run(state, chunks, warm=False)
+    if published != run(state, chunks, warm=True):
         raise SystemExit("warm and cold buckets published different parameters")
+    fingerprint = hashlib.sha256("\n".join(published).encode()).hexdigest()[:16]
 
-    figures: dict[str, float] = {}
+    figures: dict[str, float | str] = {}
     for mode in ("cold", "warm"):
         best = float("inf")
         for _ in range(args.repeat):
@@ -91,7 +96,7 @@ def main() -> None:
         device_batches = args.devices * args.batches
         figures[f"{mode}_ms_per_device"] = round(best / device_batches * 1e3, 3)
         figures[f"{mode}_readings_per_cpu_s"] = round(device_batches * args.rounds / best)
-    figures |= {"devices": args.devices, "rounds": args.rounds}
+    figures |= {"devices": args.devices, "rounds": args.rounds, "fingerprint": fingerprint}
     for name, value in figures.items():
         print(f"{name:>24}: {value}")
     print(json.dumps(figures))
