@@ -53,7 +53,7 @@ from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
-from fleetwatch.streaming.score import PLAN_VERSION
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 DEVICES, SPIKE_EVERY, BACKLOG, BATCH, WARM = 1000, 25, 1_200_000, 50_000, 0.25
 PROBES, PROBE_SPIKE_EVERY = 20, 5

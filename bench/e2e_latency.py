@@ -32,7 +32,7 @@ from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from fleetwatch.streaming.checkpoints import versioned
-from fleetwatch.streaming.score import PLAN_VERSION
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 DEVICES, RATE, ROUNDS, SPIKE_EVERY, API_PORT = 10, 5.0, 300, 50, 18_765
 

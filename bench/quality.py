@@ -47,7 +47,7 @@ from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
-from fleetwatch.streaming.score import PLAN_VERSION
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 

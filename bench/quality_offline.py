@@ -4,13 +4,13 @@ functions the pipeline runs, scored like ``fleetwatch sim eval``.
 Each recorded message goes, at its recorded arrival time, through the gateway's accept step
 (:func:`fleetwatch.ingest.accept.handle`, one :class:`ClockOffsets` for the fleet). The
 accepted readings are cut into scorer micro-batches of ``--batch-ms`` of arrival time; each
-device's share of a batch is scored by :func:`fleetwatch.streaming.device_scoring.process`
+device's share of a batch is scored by :func:`fleetwatch.streaming.scorer.device_step.process`
 (``policy_of(Settings())``) under the watermark the scorer would have — the newest event time
 of the earlier batches minus ``score.allowed_lateness`` — and devices whose event-time timer
-the watermark passed fall silent (:func:`~fleetwatch.streaming.device_scoring.expire`), as in
+the watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.device_step.expire`), as in
 the scorer's operator. Every ``--train-s`` of arrival time, each device's readings since the
 previous step, de-duplicated by sequence number as the trainer does, are learned with
-:func:`fleetwatch.streaming.training.learn_device`; new parameters take effect from the next
+:func:`fleetwatch.streaming.trainer.learning.learn_device`; new parameters take effect from the next
 scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each scope's fleet model is
 pooled from the devices' parameters and put before the scorer, as ``fleetwatch models
 register-fleet`` and ``promote`` would. No broker, Kafka or Spark: what differs from a live
@@ -49,13 +49,13 @@ import pandas as pd
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
+from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.registry import load_params
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.recording import read_header, record, recorded
 from fleetwatch.simulator.scenario import Scenario, load_scenario
-from fleetwatch.streaming.device_processor import policy_of
-from fleetwatch.streaming.device_scoring import (
+from fleetwatch.streaming.scorer.device_step import (
     ALERTS,
     Output,
     expire,
@@ -63,10 +63,10 @@ from fleetwatch.streaming.device_scoring import (
     process,
     wants_timer,
 )
-from fleetwatch.streaming.fleet_models import pooled_by_scope
-from fleetwatch.streaming.observations import FleetModel
-from fleetwatch.streaming.rows import COLUMNS, by_device
-from fleetwatch.streaming.training import learn_device
+from fleetwatch.streaming.scorer.observations import FleetModel
+from fleetwatch.streaming.scorer.processor import policy_of
+from fleetwatch.streaming.scorer.readings import COLUMNS, by_device
+from fleetwatch.streaming.trainer.learning import learn_device
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE_S = 30.0

@@ -63,7 +63,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.topics import TopicSpec
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
-from fleetwatch.streaming.session import build_session
+from fleetwatch.streaming.spark_session import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -18,7 +18,7 @@ interval contains them.
 experiment: the live scorer's checkpoint is keyed by its own). ``--conf k=v`` sets Spark SQL
 confs before the query starts; ``--source k=v`` / ``--sink k=v`` add options to the Kafka
 reader of ``telemetry.raw`` / the Kafka writer. The session is the scorer's own
-(:func:`~fleetwatch.streaming.session.build_session`), so the settings' confs hold unless
+(:func:`~fleetwatch.streaming.spark_session.build_session`), so the settings' confs hold unless
 overridden (the pre-changelog baseline:
 ``--conf spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=false``). Each
 run has its own topics and a fresh checkpoint. Prints a summary per phase and, last, one JSON
@@ -209,31 +209,16 @@ def start(
     sink: dict[str, str],
     checkpoint: Path,
 ) -> Any:
-    from fleetwatch.streaming import device_processor
-    from fleetwatch.streaming.score import OUTPUT_SCHEMA, scorer_input
+    from fleetwatch.streaming.kafka_io import kafka_stream
+    from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, scorer_input
+    from fleetwatch.streaming.scorer.processor import device_scorer
 
     topics = settings.topics
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
-        .option("subscribe", topics.telemetry_raw)
-        .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "false")
-    )
-    for k, v in source.items():
-        reader = reader.option(k, v)
-    raw = reader.load()
-    params = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
-        .option("subscribe", topics.model_params)
-        .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "false")
-        .load()
-    )
+    raw = kafka_stream(spark, settings, topics.telemetry_raw, options=source)
+    params = kafka_stream(spark, settings, topics.model_params)
     inputs = scorer_input(raw, params, settings.score.allowed_lateness)
     out = inputs.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=timed_processor(device_processor.device_scorer(settings), log_path),
+        statefulProcessor=timed_processor(device_scorer(settings), log_path),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
@@ -332,10 +317,11 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the full JSON here")
     args = parser.parse_args()
 
-    from fleetwatch.streaming import score
-    from fleetwatch.streaming.session import build_session
+    from fleetwatch.streaming.spark_session import build_session
 
     if args.buckets is not None:
+        from fleetwatch.streaming.scorer import job as score
+
         score.BUCKETS = args.buckets  # read by scorer_input when the plan is built
 
     settings = Settings()

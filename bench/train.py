@@ -37,7 +37,8 @@ Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
 
 ``cpu_s``: CPU seconds of the trainer's JVM, its Python workers and its driver process from
 the start of the steady phase to the end of the drain; ``loadavg_1m``: the machine's 1-minute
-load average at those two moments (the machine may be shared)
+load average at those two moments (the machine may be shared). ``baseline_throughput_rps``:
+the trainer's input alone (parse and de-duplicate, no learning) over the same topic afterwards.
 """
 
 from __future__ import annotations
@@ -274,22 +275,16 @@ def steady(fleet: Fleet, rate: float, duration: float) -> None:
 
 
 def baseline_rps(settings: Settings, topic: str, run_dir: Path) -> float:
-    """The scorer's plan over the whole topic (availableNow, memory sink): readings/s."""
-    from fleetwatch.models.baseline import FixedBaseline
-    from fleetwatch.streaming.score import alerts_frame, readings_frame
-    from fleetwatch.streaming.session import build_session
+    """The trainer's input alone over the whole topic (parse and de-duplicate, no learning;
+    availableNow, memory sink): readings/s."""
+    from fleetwatch.streaming.kafka_io import kafka_stream
+    from fleetwatch.streaming.spark_session import build_session
+    from fleetwatch.streaming.trainer.processor import readings_frame
 
     spark = build_session(settings, "fleetwatch-bench-train-baseline")
     try:
-        raw = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        readings = readings_frame(raw, settings.score.dedup_window)
-        out = alerts_frame(readings, FixedBaseline(bands={"temperature": (21.0, 8.0)}))
+        raw = kafka_stream(spark, settings, topic)
+        out = readings_frame(raw, settings.score.dedup_window).select("device_id", "seq")
         began = time.perf_counter()
         query = (
             out.writeStream.format("memory")

@@ -3,10 +3,11 @@
 ``--devices`` warm devices (``--warm`` readings of temperature and humidity each, as in
 ``bench/train.py``) share one bucket; ``--batches`` consecutive micro-batches of ``--rounds``
 readings per device go through what the processor does per bucket: the state value read, each
-device's readings as a batch (:func:`~fleetwatch.streaming.device_batches.per_device`), the
-learning (:func:`~fleetwatch.streaming.train.learn_bucket`) and the state value written. Twice:
+device's readings as a batch (:func:`~fleetwatch.streaming.trainer.packing.per_device`), the
+learning (:func:`~fleetwatch.streaming.trainer.processor.learn_bucket`) and the state value
+written. Twice:
 ``cold``, every batch reading the devices' parameters from the state value's text, and
-``warm``, through :class:`~fleetwatch.streaming.device_buckets.WarmBuckets` as a reused Python
+``warm``, through :class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets` as a reused Python
 worker does. Both must publish the same bytes (checked). CPU time, the least of ``--repeat``.
 
     python bench/train_bucket.py [--devices 156] [--rounds 40] [--batches 5]
@@ -29,9 +30,9 @@ from train_step import readings  # bench/train_step.py
 
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.device_batches import per_device
-from fleetwatch.streaming.device_buckets import WarmBuckets, decode, encode
-from fleetwatch.streaming.train import learn_bucket
+from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode
+from fleetwatch.streaming.trainer.packing import per_device
+from fleetwatch.streaming.trainer.processor import learn_bucket
 
 
 def packed(ids: list[str], start: int, rounds: int) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 A warm device (``--warm`` readings of temperature and humidity every 0.5 s, as in
 ``bench/train.py``) learns batches of ``--rounds`` readings through
-:func:`fleetwatch.streaming.training.learn_update` (parameters in, parameters out, as the
+:func:`fleetwatch.streaming.trainer.learning.learn_update` (parameters in, parameters out, as the
 job's state holds them), and the parts of that step are timed apart: reading the parameters,
 the self-gate's score, learning, writing the parameters, and the record for ``model.params``.
 ``--profile`` prints the top of a cProfile of the whole step.
@@ -30,7 +30,7 @@ import pandas as pd
 from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.registry import default_detector, load_params
-from fleetwatch.streaming.training import learn_update, publication
+from fleetwatch.streaming.trainer.learning import learn_update, publication
 
 INTERVAL_MS = 500
 START_MS = 1_763_750_000_000

@@ -14,9 +14,9 @@ from confluent_kafka import Consumer
 from rich.console import Console
 
 from fleetwatch.cli.common import fail, load_settings
-from fleetwatch.cli.signals import stop_event
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.runtime import stop_event
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import ManagedProcess
 

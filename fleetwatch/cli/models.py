@@ -161,8 +161,8 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 def register_fleet(tracking_uri: TrackingUri = None) -> None:
     """Pool the devices' learned PCA moments from model.params into one fleet model per
     scope (metric set) and register each as a new challenger version."""
+    from fleetwatch.models.fleet_publish import register_fleet_models
     from fleetwatch.models.mlflow_store import with_tracking_uri
-    from fleetwatch.streaming.fleet_models import register_fleet_models
 
     try:
         registered = register_fleet_models(with_tracking_uri(load_settings(), tracking_uri))
@@ -178,9 +178,9 @@ def _publish(registry: ModelRegistry, name: str, tracking_uri: str | None) -> No
     """The champion of ``name`` onto ``model.params`` under ``fleet:{scope}``."""
     from confluent_kafka import KafkaException
 
+    from fleetwatch.models.fleet_publish import publish_champion
     from fleetwatch.models.mlflow_registry import CHAMPION, TAG_SCOPE
     from fleetwatch.models.mlflow_store import with_tracking_uri
-    from fleetwatch.streaming.fleet_models import publish_champion
 
     try:
         scope = registry.version(name, alias=CHAMPION).tags.get(TAG_SCOPE)

@@ -41,8 +41,8 @@ def replay(
     lo, hi = epoch_ms(from_), epoch_ms(to)
     if lo is not None and hi is not None and lo >= hi:
         fail("--from must be before --to")
-    from fleetwatch.streaming.replay import replay as run_replay
-    from fleetwatch.streaming.session import build_session
+    from fleetwatch.streaming.scorer.replay import replay as run_replay
+    from fleetwatch.streaming.spark_session import build_session
 
     spark = build_session(settings, "fleetwatch-replay")
     try:
@@ -61,7 +61,7 @@ def diff_topics(
 ) -> None:
     """Compare the alert events of two topics by event id (detected_ms ignored); exit 1 when
     they differ."""
-    from fleetwatch.streaming.replay import diff, read_events
+    from fleetwatch.streaming.scorer.replay import diff, read_events
 
     settings = load_settings()
     try:

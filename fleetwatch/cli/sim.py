@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 
 from fleetwatch.cli.common import fail, load_settings
-from fleetwatch.cli.signals import stop_event
+from fleetwatch.runtime import stop_event
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.runner import Totals, run_path

@@ -14,9 +14,9 @@ import typer
 from uvicorn import server as uvicorn_server
 
 from fleetwatch.cli.common import fail, load_settings
-from fleetwatch.cli.signals import stop_event
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.runtime import stop_event
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def gateway(
 
 def score() -> None:
     """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
-    from fleetwatch.streaming import score as scoring
+    from fleetwatch.streaming.scorer import job as scoring
 
     settings = load_settings()
     stop = stop_event()
@@ -80,8 +80,8 @@ def train(
 
     Live until SIGTERM; with --from/--to or --files, learns that range with the same plan, exits.
     """
-    from fleetwatch.streaming import train as training
-    from fleetwatch.streaming.observer import default_observer
+    from fleetwatch.streaming.trainer import job as training
+    from fleetwatch.streaming.trainer.observer import default_observer
 
     settings = load_settings()
     backfill = None
@@ -102,7 +102,7 @@ def train(
 
 def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
     """After a backfill: the fleet models of what it learned, as challengers in the registry."""
-    from fleetwatch.streaming.fleet_models import register_fleet_models
+    from fleetwatch.models.fleet_publish import register_fleet_models
 
     for scope, version in register_fleet_models(settings, run_id=run_id).items():
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)

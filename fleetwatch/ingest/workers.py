@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.gateway import Gateway
+from fleetwatch.runtime import fleetwatch_process
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ def retire_surplus(settings: Settings, workers: int, stop: threading.Event) -> l
 
 
 def _start(index: int) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "fleetwatch.cli.main", "gateway", "--worker-index", str(index)]
-    return subprocess.Popen(argv)
+    return fleetwatch_process("gateway", "--worker-index", str(index))
 
 
 def supervise(workers: int, stop: threading.Event) -> int:

@@ -13,7 +13,7 @@ Aliases:
   then follows the ``fleetwatch.replaced`` tag one step further back (or goes away), so
   repeated rollbacks walk back through the promotions.
 
-The scorer follows ``champion``: :func:`fleetwatch.streaming.fleet_models.publish_champion` puts
+The scorer follows ``champion``: :func:`fleetwatch.models.fleet_publish.publish_champion` puts
   it on ``model.params`` (``promote`` and ``rollback`` do).
 """
 

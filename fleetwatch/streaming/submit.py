@@ -1,23 +1,25 @@
-"""Entry file for ``spark-submit``, to run a fleetwatch job on a cluster::
+"""Entry file for ``spark-submit``, to run a fleetwatch job (the scorer or the trainer) on a
+cluster::
 
     spark-submit --master spark://host:7077 \\
         --jars "$(ls .cache/jvm/spark-kafka/*.jar | paste -sd,)" \\
-        "$(python -c 'import fleetwatch.streaming.submit as m; print(m.__file__)')" score
+        "$(python -c 'import fleetwatch.streaming.submit as m; print(m.__file__)')" score|train
 
 The master given to spark-submit wins over ``FLEETWATCH_SPARK__MASTER``. The executors need
 fleetwatch installed (``pip install`` it into the same environment on every node, or ship it
-with ``--py-files``) and ``PYSPARK_PYTHON`` pointing at that environment's python.
+with ``--py-files``) and ``PYSPARK_PYTHON`` pointing at that environment's python. The trainer
+tracks its runs in ``FLEETWATCH_MLFLOW__TRACKING_URI`` (a server, on a cluster).
 """
 
 from __future__ import annotations
 
 import sys
 
-from fleetwatch.cli.signals import stop_event
 from fleetwatch.contracts.logs import configure_logging
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.runtime import stop_event
 
-JOBS = ("score",)
+JOBS = ("score", "train")
 
 
 def main(argv: list[str]) -> None:
@@ -26,9 +28,15 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"fleetwatch: unknown job {job!r}; choose one of {', '.join(JOBS)}")
     settings = Settings()
     configure_logging(settings.log_level)
-    from fleetwatch.streaming import score
+    if job == "score":
+        from fleetwatch.streaming.scorer import job as scorer
 
-    score.run(settings, stop_event())
+        scorer.run(settings, stop_event())
+        return
+    from fleetwatch.streaming.trainer import job as trainer
+    from fleetwatch.streaming.trainer.observer import default_observer
+
+    trainer.run(settings, stop_event(), default_observer(settings))
 
 
 if __name__ == "__main__":

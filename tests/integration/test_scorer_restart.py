@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
-from fleetwatch.streaming.replay import IGNORED
-from fleetwatch.streaming.score import PLAN_VERSION
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
+from fleetwatch.streaming.scorer.replay import IGNORED
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 

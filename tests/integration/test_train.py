@@ -19,8 +19,8 @@ from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import TelemetryRecord, encode
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
-from fleetwatch.streaming.train import JOB, PLAN_VERSION
-from fleetwatch.streaming.training import learn_device
+from fleetwatch.streaming.trainer.job import JOB, PLAN_VERSION
+from fleetwatch.streaming.trainer.learning import learn_device
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 

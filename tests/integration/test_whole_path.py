@@ -12,7 +12,7 @@ import httpx
 
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
-from fleetwatch.streaming.score import PLAN_VERSION
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 

@@ -17,9 +17,9 @@ from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.score import scored_frame, scorer_input
-from fleetwatch.streaming.session import build_session
-from fleetwatch.streaming.training import publication
+from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
+from fleetwatch.streaming.spark_session import build_session
+from fleetwatch.streaming.trainer.learning import publication
 from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
 T0 = 1_763_700_000_000

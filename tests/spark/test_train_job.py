@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.streaming.observer import NoopObserver
-from fleetwatch.streaming.score import readings_frame
-from fleetwatch.streaming.session import build_session
-from fleetwatch.streaming.train import BatchPublisher, updates_frame
-from fleetwatch.streaming.training import learn_device
+from fleetwatch.streaming.spark_session import build_session
+from fleetwatch.streaming.trainer.learning import learn_device
+from fleetwatch.streaming.trainer.observer import NoopObserver
+from fleetwatch.streaming.trainer.processor import readings_frame, updates_frame
+from fleetwatch.streaming.trainer.publisher import BatchPublisher
 
 MINUTE_MS = 60_000
 

@@ -1,6 +1,6 @@
 """The scorer's per-batch log line: where a micro-batch's time went."""
 
-from fleetwatch.streaming.score import batch_anatomy
+from fleetwatch.streaming.query_loop import batch_anatomy
 
 PROGRESS = {
     "batchId": 9,

@@ -12,8 +12,8 @@ import pytest
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import BatchError
-from fleetwatch.streaming.device_batches import pack, pack_batches, unpack
-from fleetwatch.streaming.training import learn_device
+from fleetwatch.streaming.trainer.learning import learn_device
+from fleetwatch.streaming.trainer.packing import pack, pack_batches, unpack
 
 METRICS = pa.map_(pa.string(), pa.float64())
 

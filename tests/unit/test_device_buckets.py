@@ -11,9 +11,9 @@ import pytest
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
-from fleetwatch.streaming.device_buckets import WarmBuckets, decode, encode, merge_newer
-from fleetwatch.streaming.train import learn_bucket, seeds
-from fleetwatch.streaming.training import learn_device, publication
+from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
+from fleetwatch.streaming.trainer.learning import learn_device, publication
+from fleetwatch.streaming.trainer.processor import learn_bucket, seeds
 
 
 def frame(seed: int, start: int, n: int) -> pd.DataFrame:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleetwatch.streaming.device_moves import KEY, STATE, Reading, fold_moves
-from fleetwatch.streaming.episodes import Lifecycle, Observation
+from fleetwatch.streaming.scorer.device_moves import KEY, STATE, Reading, fold_moves
+from fleetwatch.streaming.scorer.episodes import Lifecycle, Observation
 
 NAN = float("nan")
 

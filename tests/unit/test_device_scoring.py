@@ -15,7 +15,7 @@ from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.device_scoring import (
+from fleetwatch.streaming.scorer.device_step import (
     ALERTS,
     LATE,
     SESSIONS,

@@ -16,11 +16,11 @@ from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.fleet_publish import champion_record, pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.device_scoring import ALERTS, Policy, new_state, process
-from fleetwatch.streaming.fleet_models import champion_record, pooled_by_scope
-from fleetwatch.streaming.observations import FleetModel, fleet_model, fleet_params
+from fleetwatch.streaming.scorer.device_step import ALERTS, Policy, new_state, process
+from fleetwatch.streaming.scorer.observations import FleetModel, fleet_model, fleet_params
 
 T0 = 1_763_700_000_000
 POLICY = Policy(

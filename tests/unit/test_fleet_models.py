@@ -5,8 +5,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetwatch.models.fleet_publish import pca_params, pooled_by_scope, scope_of
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.fleet_models import pca_params, pooled_by_scope, scope_of
 
 
 def learned(metrics: dict[str, float], seed: int) -> dict[str, Any]:

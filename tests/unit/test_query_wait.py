@@ -3,7 +3,7 @@
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from fleetwatch.streaming.session import wait_for_query
+from fleetwatch.streaming.query_loop import wait_for_query
 
 
 class FakeQuery:

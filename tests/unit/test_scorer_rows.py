@@ -12,9 +12,9 @@ import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import TelemetryRecord, encode
-from fleetwatch.streaming.device_processor import policy_of
-from fleetwatch.streaming.device_scoring import process
-from fleetwatch.streaming.rows import COLUMNS, by_device, readings_by_device
+from fleetwatch.streaming.scorer.device_step import process
+from fleetwatch.streaming.scorer.processor import policy_of
+from fleetwatch.streaming.scorer.readings import COLUMNS, by_device, readings_by_device
 
 
 def scorer_readings(n: int, seed: int) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import pytest
 
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.settings import Settings, SparkSettings
-from fleetwatch.streaming.session import (
+from fleetwatch.streaming.spark_session import (
     CHANGELOG,
     CHECKPOINT_FILE_MANAGER,
     ROCKSDB_PROVIDER,

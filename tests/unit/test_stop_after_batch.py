@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from fleetwatch.streaming.session import stop_after_batch
+from fleetwatch.streaming.query_loop import stop_after_batch
 
 
 @dataclass

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.errors import TrackingError
 from fleetwatch.models.tracking import MlflowTrainingObserver, evaluation_metrics
-from fleetwatch.streaming.observer import NoopObserver, TrainingObserver
+from fleetwatch.streaming.trainer.observer import NoopObserver, TrainingObserver
 from tests.unit.mlflow_store import local_settings
 
 CONFIG = {"trigger": "5 seconds", "spark": {"master": "local[2]"}, "detectors": ["pca"]}

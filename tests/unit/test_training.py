@@ -4,6 +4,7 @@ format, and the anomaly policy (a long level shift does not become the new norma
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,8 @@ import pytest
 from fleetwatch.models import params
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import CombinedDetector, default_detector, load_params
-from fleetwatch.streaming.train import latest_params
-from fleetwatch.streaming.training import learn_device, learn_update, params_of, publication
+from fleetwatch.streaming.trainer.learning import learn_device, learn_update, params_of, publication
+from fleetwatch.streaming.trainer.processor import latest_params
 
 INTERVAL_MS = 5 * 60_000
 PER_DAY = 288
@@ -224,7 +225,7 @@ def test_publishing_with_the_header_gives_the_same_bytes() -> None:
 
 
 def test_a_batch_progress_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from fleetwatch.streaming.train import log_progress
+    from fleetwatch.streaming.query_loop import log_progress
 
     progress = {
         "batchId": 3,
@@ -232,12 +233,12 @@ def test_a_batch_progress_is_logged_once(caplog: pytest.LogCaptureFixture) -> No
         "durationMs": {"triggerExecution": 900, "addBatch": 700},
         "stateOperators": [{"commitTimeMs": 40, "numRowsTotal": 64, "memoryUsedBytes": 5_000_000}],
     }
-    with caplog.at_level("INFO", logger="fleetwatch.streaming.train"):
-        assert log_progress(None, None) is None
-        assert log_progress(progress, None) == 3
-        assert log_progress(progress, 3) == 3
+    with caplog.at_level("INFO", logger="fleetwatch.streaming.query_loop"):
+        assert log_progress(None, None, logging.INFO) is None
+        assert log_progress(progress, None, logging.INFO) == 3
+        assert log_progress(progress, 3, logging.INFO) == 3
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "batch 3: 200 readings in 900 ms (add batch 700 ms, of it state commits 40 ms); "
-        "state 64 rows, 5 MB"
+        "batch 3: 200 rows, 900 ms (addBatch=700); state ?: commit 40 ms, updates ? ms, "
+        "64 rows, 5 MB"
     ]

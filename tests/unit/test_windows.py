@@ -11,8 +11,8 @@ import pytest
 
 from fleetwatch.contracts.devices import DeviceState
 from fleetwatch.contracts.settings import ScoreSettings
-from fleetwatch.streaming.device_scoring import STATE, process
-from fleetwatch.streaming.windows import WindowSpec, add, close
+from fleetwatch.streaming.scorer.device_step import STATE, process
+from fleetwatch.streaming.scorer.windows import WindowSpec, add, close
 from tests.unit.test_device_scoring import POLICY, T0, frame
 
 

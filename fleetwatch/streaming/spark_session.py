@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.errors import ConfigurationError
@@ -13,7 +12,6 @@ from fleetwatch.contracts.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
 
@@ -98,41 +96,3 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     session.sparkContext.setLogLevel("WARN")
     logger.info("spark session %s on %s", app_name, session.sparkContext.master)
     return session
-
-
-def wait_for_query(query: StreamingQuery, timeout_s: int) -> bool:
-    """Wait up to ``timeout_s`` for the query to end; True if it has ended. A query that ends
-    with an error ends too: the caller reads ``query.exception()`` to tell why, instead of
-    the error escaping from here mid-shutdown."""
-    from pyspark.errors import StreamingQueryException
-
-    try:
-        return bool(query.awaitTermination(timeout_s))
-    except StreamingQueryException:
-        return True
-
-
-def stop_after_batch(query: StreamingQuery, timeout_s: float = 60.0, poll_s: float = 0.1) -> bool:
-    """Stop the query once the micro-batch under way, if any, has completed: Spark's
-    ``stop()`` alone interrupts it, and its work is then done again on the next start. True if
-    that batch completed (with back-to-back triggers the next one may have just begun, and is
-    cut short at its start); after ``timeout_s`` the query is stopped regardless. A batch cut
-    short runs again from the checkpoint, with the same results."""
-    deadline = time.monotonic() + timeout_s
-    started = _last_batch_id(query)
-    finished = True
-    while query.isActive and query.status.get("isTriggerActive"):
-        if _last_batch_id(query) != started:
-            break
-        if time.monotonic() >= deadline:
-            finished = False
-            break
-        time.sleep(poll_s)
-    if query.isActive:
-        query.stop()
-    return finished
-
-
-def _last_batch_id(query: StreamingQuery) -> int:
-    progress = query.lastProgress
-    return -1 if progress is None else int(progress.batchId)

@@ -1,5 +1,5 @@
 """One device's micro-batch in the scorer, pure: its state, new parameters and readings in;
-new state and output records out. The Spark job (:mod:`fleetwatch.streaming.score`) is glue
+new state and output records out. The Spark job (:mod:`fleetwatch.streaming.scorer.job`) is glue
 around :func:`process` and :func:`expire`; the tests call them directly.
 
 Per batch, for one device:
@@ -44,8 +44,8 @@ import pandas as pd
 from fleetwatch.contracts.devices import session_id
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.flatline import FlatlineDetector
-from fleetwatch.streaming.episodes import DROPOUT, Lifecycle
-from fleetwatch.streaming.observations import (
+from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
+from fleetwatch.streaming.scorer.observations import (
     FleetLookup,
     Member,
     champion_of,
@@ -54,10 +54,10 @@ from fleetwatch.streaming.observations import (
     members_for,
     observations,
 )
-from fleetwatch.streaming.rows import Rows
-from fleetwatch.streaming.windows import WindowSpec
-from fleetwatch.streaming.windows import add as add_to_windows
-from fleetwatch.streaming.windows import close as close_windows
+from fleetwatch.streaming.scorer.readings import Rows
+from fleetwatch.streaming.scorer.windows import WindowSpec
+from fleetwatch.streaming.scorer.windows import add as add_to_windows
+from fleetwatch.streaming.scorer.windows import close as close_windows
 
 ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
 FLAT_WINDOW = FlatlineDetector().window
@@ -75,7 +75,7 @@ class Policy:
     """``score.fleet_model``: when the scope's champion replaces the device's own multivariate
     detector — ``fallback`` (own one not fitted yet), ``always`` or ``off``."""
     windows: WindowSpec = field(default_factory=lambda: WindowSpec(60_000, 60_000))
-    """Event-time windows of the metrics (:mod:`fleetwatch.streaming.windows`)."""
+    """Event-time windows of the metrics (:mod:`fleetwatch.streaming.scorer.windows`)."""
 
 
 @dataclass

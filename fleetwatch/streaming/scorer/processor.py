@@ -1,15 +1,15 @@
 """The scorer's ``StatefulProcessor``: Spark's side of :mod:`device_scoring`.
 
 The operator is keyed by a *bucket* of devices (a hash of the device id:
-:func:`~fleetwatch.streaming.device_buckets.bucket_of` into
-:data:`~fleetwatch.streaming.score.BUCKETS`), not by device: every
+:func:`~fleetwatch.streaming.buckets.bucket_of` into
+:data:`~fleetwatch.streaming.scorer.job.BUCKETS`), not by device: every
 state call of ``transformWithStateInPandas`` is a round trip between the Python worker and the
 JVM, and per key the framework adds a few more, which at one key per device cost more than the
 scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
 trips on this 2-core machine). Per bucket:
 
 - ``live`` (``ValueState``): one document holding every device's state of the bucket
-  (:func:`~fleetwatch.streaming.device_scoring.new_state`) — one read and one write per bucket
+  (:func:`~fleetwatch.streaming.scorer.device_step.new_state`) — one read and one write per bucket
   per micro-batch — pickled: the state holds only JSON's types (dicts with string keys, lists,
   strings, numbers, None; tested), which pickle gives back exactly, NaN included, and a
   bucket's document pickles 10 times and unpickles 3 times faster than as JSON text, at 60%
@@ -21,7 +21,7 @@ trips on this 2-core machine). Per bucket:
   (every bucket gets each ``fleet:{scope}`` record), read only on a worker that has not parsed
   it yet; ``live`` lists the scopes and their versions;
 - one event-time timer at the earliest ``last seen + session gap`` among its devices; when it
-  fires, the devices that are due fall silent (:func:`~fleetwatch.streaming.device_scoring.
+  fires, the devices that are due fall silent (:func:`~fleetwatch.streaming.scorer.device_step.
   expire`) and the next earliest is armed.
 """
 
@@ -40,7 +40,7 @@ import pandas as pd
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.device_scoring import (
+from fleetwatch.streaming.scorer.device_step import (
     ALERTS,
     LATE,
     SESSIONS,
@@ -52,15 +52,15 @@ from fleetwatch.streaming.device_scoring import (
     process,
     wants_timer,
 )
-from fleetwatch.streaming.observations import (
+from fleetwatch.streaming.scorer.observations import (
     CACHE,
     FleetModel,
     best_params,
     fleet_model,
     fleet_params,
 )
-from fleetwatch.streaming.rows import Rows, readings_by_device
-from fleetwatch.streaming.windows import WindowSpec
+from fleetwatch.streaming.scorer.readings import Rows, readings_by_device
+from fleetwatch.streaming.scorer.windows import WindowSpec
 
 logger = logging.getLogger(__name__)
 

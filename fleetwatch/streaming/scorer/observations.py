@@ -1,8 +1,8 @@
 """What a device's readings look like to its alert lifecycle: the detectors that score them —
 its own learned parameters (parsed once per version and worker), the scope's fleet champion
 where ``score.fleet_model`` says so, or the fixed baseline — and their scores as
-:class:`~fleetwatch.streaming.episodes.Observation` s in event-time order. Pure; used by
-:mod:`fleetwatch.streaming.device_scoring`."""
+:class:`~fleetwatch.streaming.scorer.episodes.Observation` s in event-time order. Pure; used by
+:mod:`fleetwatch.streaming.scorer.device_step`."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.streaming.device_moves import KEY as STATE_KEY
-from fleetwatch.streaming.device_moves import fold_moves, readings_of
-from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Observation
-from fleetwatch.streaming.rows import Rows
-from fleetwatch.streaming.training import params_of
+from fleetwatch.streaming.scorer.device_moves import KEY as STATE_KEY
+from fleetwatch.streaming.scorer.device_moves import fold_moves, readings_of
+from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
+from fleetwatch.streaming.scorer.readings import Rows
+from fleetwatch.streaming.trainer.learning import params_of
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def observations(
     ``previous_ms`` is where the dropout gap is measured from. Likewise the change detector's
     local lines continue from ``trends`` (metric → carried sums), which are then moved on past
     these rows. A reading on which every metric moved at once comes back as one device-wide
-    observation (:mod:`~fleetwatch.streaming.device_moves`), unless ``prior`` (the scope's
+    observation (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's
     champion, :func:`fleet_prior`) knows the state it moved into."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []

@@ -8,7 +8,7 @@ The plan (PLAN_VERSION 9)::
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
-        └─ groupBy(bucket = device_buckets.bucket_of(device_id, BUCKETS), 16 buckets)
+        └─ groupBy(bucket = buckets.bucket_of(device_id, BUCKETS), 16 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
               └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
@@ -20,45 +20,32 @@ de-duplication of repeated readings, sessions, the latest state — is in that o
 checkpointed with the Kafka offsets, so a restart (even after ``kill -9``) resumes from the
 last committed micro-batch with the state of that batch: the ids and revisions it emits again
 are the ones it emitted before. The per-device logic is pure Python in
-:mod:`fleetwatch.streaming.device_scoring`.
+:mod:`fleetwatch.streaming.scorer.device_step`.
 
 The event-time column carrying the watermark is dropped before the operator, so Spark does
 not drop late rows on its own: the operator sees them, writes them to ``telemetry.late`` with
 the watermark they missed, and counts them (the ``late`` observed metric of each batch).
 
-:func:`alerts_frame` is the first, stateless plan (fixed baseline, ``mapInArrow``), kept as the
-reference the benchmarks compare against.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
-from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
-from fleetwatch.streaming.scoring import score_batch
-from fleetwatch.streaming.session import stop_after_batch, wait_for_query
+from fleetwatch.streaming.kafka_io import kafka_stream
+from fleetwatch.streaming.query_loop import stop_after_batch, watch
+from fleetwatch.streaming.scorer.errors import ScoringError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger(__name__)
-
-
-class ScoringError(FleetwatchError):
-    """The scoring query failed (the message carries Spark's reason)."""
-
 
 PLAN_VERSION = 9
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
@@ -71,52 +58,6 @@ its devices' state in one value that is read and rewritten when any of them repo
 1,168 / 1,081 ms, 16 buckets 785 / 824 ms, 8 buckets 758 / 791 ms. 16 keep a 10,000-device
 fleet's state values to ~600 devices each."""
 
-READING_SCHEMA = (
-    "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
-)
-ALERT_SCHEMA = (
-    "alert_id STRING, device_id STRING, metric STRING, status STRING, detector STRING, "
-    "params_version BIGINT, seq BIGINT, event_ms BIGINT, received_ms BIGINT, detected_ms BIGINT, "
-    "value DOUBLE, expected DOUBLE, band DOUBLE, score DOUBLE, reason STRING"
-)
-
-
-def _score_batches(
-    detector: FixedBaseline, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        yield from score_batch(batch, detector, now_ms=time.time_ns() // 1_000_000)
-
-
-def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` → one row per distinct reading, in event time.
-
-    The raw log is at-least-once (an MQTT redelivery, a device resend, a gateway restart can
-    repeat a reading), so the scorer owns de-duplication: the first (device_id, seq) seen within
-    ``dedup_window`` of event time is kept, the rest dropped (state in the RocksDB store).
-    """
-    from pyspark.sql import functions as F
-
-    return (
-        raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
-        .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
-        .select("r.*")
-        .withColumn("event_time", F.timestamp_millis("event_ms"))
-        .withWatermark("event_time", dedup_window)
-        .dropDuplicatesWithinWatermark(["device_id", "seq"])
-    )
-
-
-def alerts_frame(readings: DataFrame, detector: FixedBaseline) -> DataFrame:
-    """Readings (:func:`readings_frame`) → alert rows (:data:`ALERT_SCHEMA`)."""
-    from pyspark.sql import functions as F
-
-    per_metric = readings.select(
-        "device_id", "seq", "event_ms", "received_ms", F.explode("metrics").alias("metric", "value")
-    )
-    return per_metric.mapInArrow(partial(_score_batches, detector), ALERT_SCHEMA)
-
-
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
 
 
@@ -128,17 +69,18 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
 
     A reading reaches the operator as the gateway wrote it: the device id is the record's key,
     its event time the record's timestamp (the watermark's column), and the value the JSON
-    text the operator parses and checks (:func:`~fleetwatch.streaming.rows.readings_by_device`;
-    a value that is not a reading is skipped and counted there). The JVM does not parse the
-    value: Spark's ``from_json`` was a quarter of the scorer JVM's CPU at 5,000 readings/s
-    (plan 8, Java Flight Recorder), and the operator parsed the text again after ``to_json``.
+    text the operator parses and checks
+    (:func:`~fleetwatch.streaming.scorer.readings.readings_by_device`; a value that is not a
+    reading is skipped and counted there). The JVM does not parse the value: Spark's
+    ``from_json`` was a quarter of the scorer JVM's CPU at 5,000 readings/s (plan 8, Java
+    Flight Recorder), and the operator parsed the text again after ``to_json``.
     The operator's Python side pays per row and per column it is handed, so the reading stays
     one text column (plan 7: 10 array columns cost 38 ms per 2,300-row micro-batch, one text
     4 ms)."""
     from pyspark.sql import functions as F
 
     from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
-    from fleetwatch.streaming.device_buckets import bucket_of
+    from fleetwatch.streaming.buckets import bucket_of
 
     bucket = partial(bucket_of, buckets=BUCKETS)
     device = F.col("key").cast("string")
@@ -175,7 +117,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
-    from fleetwatch.streaming.device_processor import device_scorer
+    from fleetwatch.streaming.scorer.processor import device_scorer
 
     return inputs.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=device_scorer(settings),
@@ -185,35 +127,20 @@ def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     )
 
 
-def _kafka_stream(
-    spark: SparkSession, settings: Settings, topic: str, starting: str, limit: int | None = None
-) -> DataFrame:
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", starting)
-        .option("failOnDataLoss", "false")
-    )
-    if limit is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(limit))
-    return reader.load()
-
-
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
     kafka = settings.kafka.bootstrap_servers
     topics = settings.topics
-    raw = _kafka_stream(
+    raw = kafka_stream(
         spark,
         settings,
         topics.telemetry_raw,
-        resume_offsets(
+        starting=resume_offsets(
             settings.checkpoint_root, "score", PLAN_VERSION, topics.telemetry_raw, kafka
         ),
-        settings.score.max_offsets_per_trigger,
+        max_offsets_per_trigger=settings.score.max_offsets_per_trigger,
     )
-    params = _kafka_stream(spark, settings, topics.model_params, "earliest")
+    params = kafka_stream(spark, settings, topics.model_params)
     out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
     checkpoint = versioned(settings.checkpoint_root, "score", PLAN_VERSION)
     query = (
@@ -240,16 +167,12 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
 def run(settings: Settings, stop: threading.Event) -> None:
     """Run until ``stop`` is set, then stop the query cleanly (the current batch completes)."""
-    from fleetwatch.streaming.session import build_session
+    from fleetwatch.streaming.spark_session import build_session
 
     spark = build_session(settings, "fleetwatch-score")
     try:
         query = start(spark, settings)
-        last_batch = -1
-        while query.isActive and not stop.is_set():
-            if wait_for_query(query, 1):
-                break
-            last_batch = _log_progress(query, last_batch)
+        watch(query, stop)
         if query.isActive:
             logger.info("stopping the scoring query after its current micro-batch")
             if not stop_after_batch(query):
@@ -258,36 +181,3 @@ def run(settings: Settings, stop: threading.Event) -> None:
             raise ScoringError(f"scoring query failed: {query.exception()}")
     finally:
         spark.stop()
-
-
-BATCH_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
-"""The parts of a micro-batch's ``durationMs`` on every reading's path (``getBatch`` is ~0)."""
-
-
-def batch_anatomy(progress: dict[str, Any]) -> str:
-    """One line of where a micro-batch's time went, from a progress report
-    (``StreamingQueryProgress.json``, parsed): the trigger's total, its phases, and the state
-    operator's commit (summed over the partitions, inside ``addBatch``)."""
-    durations = progress.get("durationMs") or {}
-    phases = " ".join(f"{k}={durations[k]}" for k in BATCH_PHASES if k in durations)
-    line = (
-        f"batch {progress.get('batchId')}: {progress.get('numInputRows', 0)} rows, "
-        f"{durations.get('triggerExecution', '?')} ms ({phases})"
-    )
-    for op in progress.get("stateOperators") or []:
-        line += (
-            f"; state {op.get('operatorName', '?')}: commit {op.get('commitTimeMs', '?')} ms, "
-            f"updates {op.get('allUpdatesTimeMs', '?')} ms, {op.get('numRowsTotal', '?')} rows"
-        )
-    return line
-
-
-def _log_progress(query: StreamingQuery, last_batch: int) -> int:
-    """Every new batch's anatomy at DEBUG (``FLEETWATCH_LOG_LEVEL=DEBUG``); only the latest
-    report is read, so at back-to-back batches some are skipped."""
-    progress = query.lastProgress
-    if progress is None or progress.batchId == last_batch:
-        return last_batch
-    if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("%s", batch_anatomy(json.loads(progress.json)))
-    return int(progress.batchId)

@@ -32,20 +32,11 @@ from fleetwatch.models import params
 from fleetwatch.models.errors import ParamsError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-
     from fleetwatch.models.base import Detector
 
 BUCKETS = 64
-"""About 150 devices of a 10,000-device fleet per bucket (a state value of about 1 MB)."""
-
-
-def bucket_of(device_id: Column, buckets: int = BUCKETS) -> Column:
-    """The bucket of a device id column among ``buckets`` (Spark's Murmur3 ``hash``: stable
-    across runs)."""
-    from pyspark.sql import functions as F
-
-    return F.pmod(F.hash(device_id), F.lit(buckets))
+"""The trainer's buckets: about 150 devices of a 10,000-device fleet per bucket (a state value of
+about 1 MB)."""
 
 
 def encode(bucket: Mapping[str, str]) -> str:

@@ -2,7 +2,7 @@
 topic of one's choosing (``fleetwatch replay``), and comparing two alert topics
 (``fleetwatch replay diff``).
 
-A replay is :func:`fleetwatch.streaming.score.scored_frame` over the log with
+A replay is :func:`fleetwatch.streaming.scorer.job.scored_frame` over the log with
 ``trigger(availableNow=True)`` and a fresh checkpoint: the same per-device code, the parameters
 on ``model.params`` (the versions there now), the same event-time rules. For the same
 parameter versions and readings in event-time order, it emits the same events — same
@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
 from fleetwatch.stack.topics import ensure_topics
-from fleetwatch.streaming.device_scoring import ALERTS
+from fleetwatch.streaming.scorer.device_step import ALERTS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +61,7 @@ def replay(
     write the alert events to ``output_topic``; returns when the range is done."""
     from pyspark.sql import functions as F
 
-    from fleetwatch.streaming.score import scored_frame, scorer_input
+    from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
 
     kafka = settings.kafka.bootstrap_servers
     create_output_topic(settings, output_topic)

@@ -1,8 +1,9 @@
 """One device's training step, pure: previous parameters + a mini-batch → new parameters.
 
-The trainer's Spark job (:mod:`fleetwatch.streaming.train`) is glue around these functions; the
-tests call them directly. Parameters travel as canonical JSON text (:func:`params.dumps`), the
-form they have in the job's state store and, wrapped by :func:`publication`, on ``model.params``.
+The trainer's Spark job (:mod:`fleetwatch.streaming.trainer.job`) is glue around these
+functions; the tests call them directly. Parameters travel as canonical JSON text
+(:func:`params.dumps`), the form they have in the job's state store and, wrapped by
+:func:`publication`, on ``model.params``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def learn_device(previous: str | None, frame: Readings) -> str | None:
     from :func:`default_detector`). Returns the new parameters as canonical JSON, or ``None``
     when nothing changed (no rows to learn). The detector's ``version`` goes up by one per batch
     learned; anomalies are kept out of the statistics by the detector's own gate (``exclude``
-    left to ``None``; see :mod:`fleetwatch.streaming.train`).
+    left to ``None``; see :mod:`fleetwatch.streaming.trainer.job`).
     """
     update = learn_update(previous, frame)
     return None if update is None else update.params_json

@@ -10,7 +10,7 @@ device, metric ``*`` and kind :data:`STATE` ("the device as a whole moved"), car
 strongest score and naming every metric's value in its reason; it opens, updates and resolves
 like any episode. A reading with a single metric, or where some metric is calm on its own, is
 left as it is — so is a dropout (already device-wide). Pure: a step of
-:func:`~fleetwatch.streaming.observations.observations`.
+:func:`~fleetwatch.streaming.scorer.observations.observations`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS
-from fleetwatch.streaming.episodes import CALM_SCORE, DROPOUT, Observation
+from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 
 STATE = "state"
 """The kind of a device-wide alert: every metric moved at once."""

@@ -1,0 +1,269 @@
+"""The trainer: ``telemetry.raw`` → each device's detector learns the new readings →
+changed parameters on the compacted ``model.params`` topic.
+
+Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device`:
+
+- readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
+  (:func:`fleetwatch.streaming.scorer.job.readings_frame`, ``score.dedup_window``), packed into one
+  row of arrays per device and Arrow batch (:mod:`fleetwatch.streaming.trainer.packing`: the
+  processor's cost is per row it is handed) and grouped by bucket of devices
+  (:mod:`fleetwatch.streaming.trainer.bucket_state`: its cost is also per key) into
+  ``transformWithStateInPandas`` (time mode "None");
+- per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
+  state store. Each device's readings of the micro-batch are learned on top of its parameters
+  (never refitted from history) and a row is emitted for each device whose parameters changed;
+  ``version`` goes up by one per batch learned. A Python worker keeps the detectors of the
+  buckets it wrote last (:class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets`), so a
+  bucket whose state is still that value is not read back from its text;
+- the rows are written to ``model.params`` (key = device id, value
+  :func:`~fleetwatch.streaming.trainer.learning.publication`) inside ``foreachBatch``
+  (:mod:`~fleetwatch.streaming.trainer.publisher`), which also tells the
+  :class:`~fleetwatch.streaming.trainer.observer.TrainingObserver` what the batch did.
+
+Restarts. The query is checkpointed under ``train-v{PLAN_VERSION}``: offsets and state resume
+together, so a restart neither skips readings nor learns them twice, and publishes no old
+version again. (A batch that was written but not committed when the process died is recomputed
+from the same state and input on restart: it re-publishes the same versions with the same
+parameters, which the compacted topic and every reader keyed by version absorb.) On a fresh
+checkpoint — first start, a new plan version, a backfill — the state is seeded from the latest
+parameters already on ``model.params``, so versions keep increasing per key.
+
+Anomalies are kept out of the baseline. The policy is the detectors' own gate (see
+:mod:`fleetwatch.models.base`): :func:`learn_device` calls ``learn`` with ``exclude=None``, and
+a fitted detector then leaves out of its statistics every row that it scores as an alert with
+its parameters *before* the batch. Those are the parameters the scorer holds for that batch
+(it follows ``model.params``), so the rows left out are the rows the scorer flags, without a
+stream-stream join of ``alerts`` back into the trainer (which would wait for the scorer, and
+couple a stopped scorer to a stalled trainer). The detectors still advance their memory
+through excluded rows (CUSUM sums, flat-line windows), so a long fault keeps alerting instead
+of becoming the new normal. Two consequences, by design: readings learned before a device is
+warmed up are all learned (there is no baseline to flag against yet), and a permanent change of
+one metric keeps alerting until the device's parameters are reset — a lasting change of the
+whole device (every metric, for ``adapt_s``) is learned instead
+(:mod:`~fleetwatch.models.combiner`).
+
+Backfill is the same plan: ``trigger(availableNow=True)`` over a range of the log (Kafka
+``startingTimestamp`` for the start, since the record timestamp is the event time, and a filter
+on event time for both ends) or over files of telemetry records, in its own checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.checkpoints import resume_offsets, versioned
+from fleetwatch.streaming.kafka_io import kafka_stream, kafka_table
+from fleetwatch.streaming.query_loop import wait_for_query, watch
+from fleetwatch.streaming.trainer.errors import TrainError
+from fleetwatch.streaming.trainer.observer import TrainingObserver
+from fleetwatch.streaming.trainer.processor import readings_frame, updates_frame
+from fleetwatch.streaming.trainer.publisher import BatchPublisher
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+logger = logging.getLogger(__name__)
+
+PLAN_VERSION = 2
+"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
+
+JOB = "train"
+ARROW_BATCH_ROWS = 200_000
+"""Rows per Arrow batch in the trainer's session (Spark's default is 10,000): the readings of a
+micro-batch's partition reach the packing step in one or a few batches, so most devices are
+one row for the processor."""
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A bounded run: readings with ``from_ms <= event_ms < to_ms`` (either end open), from the
+    log, or from ``files`` (a file or a folder of JSON lines of telemetry records) when given."""
+
+    from_ms: int | None = None
+    to_ms: int | None = None
+    files: Path | None = None
+
+    def checkpoint(self, root: Path) -> Path:
+        """Its own checkpoint: the same backfill resumes where it stopped, others start fresh."""
+        what = f"{self.from_ms}-{self.to_ms}-{self.files.resolve() if self.files else ''}"
+        digest = hashlib.sha256(what.encode()).hexdigest()[:12]
+        return versioned(root, f"{JOB}-backfill-{digest}", PLAN_VERSION)
+
+
+def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if from_ms is not None:
+        readings = readings.where(F.col("event_ms") >= F.lit(from_ms))
+    if to_ms is not None:
+        readings = readings.where(F.col("event_ms") < F.lit(to_ms))
+    return readings
+
+
+def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
+    from pyspark.sql import functions as F
+
+    from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
+
+    return (
+        kafka_table(spark, settings, settings.topics.model_params)
+        .where(F.col("key").isNotNull() & F.col("value").isNotNull())
+        .where(~F.col("key").cast("string").startswith(FLEET_KEY_PREFIX))  # champions' records
+        .select(
+            F.col("key").cast("string").alias("device_id"),
+            F.col("value").cast("string").alias("value"),
+        )
+    )
+
+
+def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -> DataFrame:
+    """Raw records with a ``value`` column: Kafka (live or from a timestamp) or files."""
+    if backfill is not None and backfill.files is not None:
+        files = backfill.files
+        if files.is_dir():
+            return spark.readStream.text(str(files))
+        # Spark's file source reads folders: one file is its folder filtered to its name
+        return spark.readStream.option("pathGlobFilter", files.name).text(str(files.parent))
+    topic = settings.topics.telemetry_raw
+    limit = settings.train.max_offsets_per_trigger
+    if backfill is not None:
+        return kafka_stream(
+            spark,
+            settings,
+            topic,
+            from_timestamp_ms=backfill.from_ms,
+            max_offsets_per_trigger=limit,
+        )
+    starting = resume_offsets(
+        settings.checkpoint_root, JOB, PLAN_VERSION, topic, settings.kafka.bootstrap_servers
+    )
+    return kafka_stream(spark, settings, topic, starting=starting, max_offsets_per_trigger=limit)
+
+
+def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) -> dict[str, Any]:
+    """What the observer is told at start (JSON-able)."""
+    mode = "live" if backfill is None else ("files" if backfill.files else "backfill")
+    return {
+        "mode": mode,
+        "plan_version": PLAN_VERSION,
+        "source": str(backfill.files)
+        if backfill and backfill.files
+        else settings.topics.telemetry_raw,
+        "params_topic": settings.topics.model_params,
+        "from_ms": backfill.from_ms if backfill else None,
+        "to_ms": backfill.to_ms if backfill else None,
+        "trigger_interval": None if backfill else settings.train.trigger_interval,
+        "dedup_window": settings.score.dedup_window,
+        "detector": {"kind": default_detector().kind, "hyper": default_detector().hyper_json()},
+        "checkpoint": str(checkpoint),
+    }
+
+
+@dataclass(frozen=True)
+class Training:
+    query: StreamingQuery
+    publisher: BatchPublisher
+    checkpoint: Path
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop after the last batch handled is committed (or the query ended by itself)."""
+        last = self.publisher.close()
+        commit = None if last is None else self.checkpoint / "commits" / str(last)
+        deadline = time.monotonic() + timeout_s
+        while (
+            commit is not None
+            and not commit.exists()
+            and self.query.isActive
+            and time.monotonic() < deadline
+        ):
+            if wait_for_query(self.query, 1):
+                break  # ended; failure() tells a refused batch from a real failure
+        if commit is not None and not commit.exists() and self.query.isActive:
+            logger.warning("batch %d not committed after %.0fs; stopping anyway", last, timeout_s)
+        if self.query.isActive:
+            self.query.stop()
+
+    def failure(self) -> str | None:
+        """Why the query failed, unless it ended because the stop refused a batch."""
+        error = self.query.exception()
+        if error is None or self.publisher.refused:
+            return None
+        return str(error)
+
+
+def start(
+    spark: SparkSession,
+    settings: Settings,
+    observer: TrainingObserver,
+    backfill: Backfill | None = None,
+) -> Training:
+    checkpoint = (
+        versioned(settings.checkpoint_root, JOB, PLAN_VERSION)
+        if backfill is None
+        else backfill.checkpoint(settings.checkpoint_root)
+    )
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+    readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
+    if backfill is not None:
+        readings = within(readings, backfill.from_ms, backfill.to_ms)
+    updates = updates_frame(readings, published_params(spark, settings))
+    publisher = BatchPublisher(settings, observer)
+    writer = (
+        updates.writeStream.queryName(f"fleetwatch-{JOB}")
+        .foreachBatch(publisher)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    writer = (
+        writer.trigger(processingTime=settings.train.trigger_interval)
+        if backfill is None
+        else writer.trigger(availableNow=True)
+    )
+    observer.on_start(run_config(settings, backfill, checkpoint))
+    query = writer.start()
+    logger.info(
+        "training %s -> %s (checkpoint %s)",
+        run_config(settings, backfill, checkpoint)["source"],
+        settings.topics.model_params,
+        checkpoint,
+    )
+    return Training(query, publisher, checkpoint)
+
+
+def run(
+    settings: Settings,
+    stop: threading.Event,
+    observer: TrainingObserver,
+    backfill: Backfill | None = None,
+) -> None:
+    """Live: run until ``stop`` is set. Backfill: run until the range is learned (or ``stop``).
+    Either way the query stops cleanly: a batch being written completes and is committed, and
+    one that had not started writing is left for the next run."""
+    from fleetwatch.streaming.spark_session import build_session
+
+    spark = build_session(settings, f"fleetwatch-{JOB}")
+    try:
+        training = start(spark, settings, observer, backfill)
+        try:
+            watch(training.query, stop, logging.INFO)
+            if training.query.isActive:
+                logger.info("stopping the training query after its current batch")
+                training.stop()
+            if (failure := training.failure()) is not None:
+                raise TrainError(f"training query failed: {failure}")
+        finally:
+            try:
+                observer.on_stop()
+            except Exception:
+                logger.exception("the training observer failed to stop")
+    finally:
+        spark.stop()

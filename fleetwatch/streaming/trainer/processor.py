@@ -1,0 +1,202 @@
+"""The trainer's ``StatefulProcessor`` and the plan around it: readings packed per device
+(:mod:`~fleetwatch.streaming.trainer.packing`), grouped by bucket of devices
+(:mod:`~fleetwatch.streaming.trainer.bucket_state`), each device learning its readings on top of
+its parameters (:func:`~fleetwatch.streaming.trainer.learning.learn_update`), one row per device
+whose parameters changed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from fleetwatch.models import params
+from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.errors import ModelError
+from fleetwatch.streaming.buckets import bucket_of
+from fleetwatch.streaming.trainer.bucket_state import (
+    BUCKETS,
+    WarmBuckets,
+    decode,
+    encode,
+    merge_newer,
+)
+from fleetwatch.streaming.trainer.learning import detector_of, learn_update, params_of, publication
+from fleetwatch.streaming.trainer.packing import (
+    PACKED_SCHEMA,
+    READING_COLUMNS,
+    pack_batches,
+    per_device,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+UPDATE_SCHEMA = (
+    "device_id STRING, version BIGINT, batch_from_ms BIGINT, batch_to_ms BIGINT, value STRING"
+)
+"""What the per-device processor emits for a device whose parameters changed: the record value
+for ``model.params`` and the event-time range of the readings it learned in this batch."""
+UPDATE_COLUMNS = ("device_id", "version", "batch_from_ms", "batch_to_ms", "value")
+SEED_SCHEMA = "device_id STRING, value STRING"
+_WARM = WarmBuckets()
+
+
+READING_SCHEMA = (
+    "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
+)
+
+
+def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` → one row per distinct reading, in event time.
+
+    The raw log is at-least-once (an MQTT redelivery, a device resend, a gateway restart can
+    repeat a reading), so the trainer de-duplicates: the first (device_id, seq) seen within
+    ``dedup_window`` of event time is kept, the rest dropped (state in the RocksDB store).
+    """
+    from pyspark.sql import functions as F
+
+    return (
+        raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
+        .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
+        .select("r.*")
+        .withColumn("event_time", F.timestamp_millis("event_ms"))
+        .withWatermark("event_time", dedup_window)
+        .dropDuplicatesWithinWatermark(["device_id", "seq"])
+    )
+
+
+def warm_buckets() -> WarmBuckets:
+    """The detectors of the buckets this Python worker last wrote (see
+    :mod:`fleetwatch.streaming.trainer.bucket_state`): a reused worker skips reading their
+    parameters. (A function of the module, so that the processor is pickled with a reference to
+    it, not with the object.)"""
+    return _WARM
+
+
+def _bucket_trainer() -> Any:
+    """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    state_schema = StructType([StructField("params", StringType(), False)])
+
+    class BucketTrainer(StatefulProcessor):
+        """Per bucket of devices: their parameters in one ``ValueState``; each device with
+        readings learns them; the updates are emitted together."""
+
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.params = handle.getValueState("params", state_schema)
+
+        def handleInputRows(
+            self, key: tuple[int], rows: Any, timerValues: TimerValues
+        ) -> Iterator[pd.DataFrame]:
+            stored = None if (held := self.params.get()) is None else str(held[0])
+            warm = warm_buckets()
+            bucket = warm.take(key, stored)
+            updates = learn_bucket(bucket.texts, per_device(rows), bucket.detectors)
+            if updates.empty:
+                if stored is not None:
+                    warm.keep(key, stored, bucket)
+                return
+            value = encode(bucket.texts)
+            self.params.update((value,))
+            warm.keep(key, value, bucket)
+            yield updates
+
+        def handleInitialState(
+            self, key: tuple[int], initialState: Any, timerValues: TimerValues
+        ) -> None:
+            stored = self.params.get()
+            bucket = decode(None if stored is None else str(stored[0]))
+            merge_newer(bucket, seeds(initialState))
+            self.params.update((encode(bucket),))
+
+        def close(self) -> None:
+            return None
+
+    return BucketTrainer()
+
+
+def learn_bucket(
+    bucket: dict[str, str],
+    batches: Iterable[tuple[str, Batch]],
+    detectors: dict[str, Detector] | None = None,
+) -> pd.DataFrame:
+    """Each device learns its batch on top of its parameters in ``bucket`` (updated in place);
+    one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed.
+
+    ``detectors`` (device id → the detector of its parameters in ``bucket``) is used where it
+    has the device and filled in as devices learn, so that the next batch does not read their
+    parameters text again."""
+    rows: list[tuple[str, int, int, int, str]] = []
+    for device_id, batch in batches:
+        previous = bucket.get(device_id)
+        detector = None if detectors is None else detectors.pop(device_id, None)
+        if detector is None:
+            detector = detector_of(previous)
+        update = learn_update(previous, batch, detector)
+        if detectors is not None:
+            detectors[device_id] = detector
+        if update is None:
+            continue
+        bucket[device_id] = update.params_json
+        published_ms = time.time_ns() // 1_000_000
+        value = publication(device_id, update.params_json, published_ms, update.header)
+        version = int(update.header["version"])
+        rows.append((device_id, version, int(batch.event_ms[0]), int(batch.event_ms[-1]), value))
+    return pd.DataFrame(rows, columns=list(UPDATE_COLUMNS))
+
+
+def seeds(records: pd.DataFrame) -> Iterator[tuple[str, str]]:
+    """``(device_id, parameters)`` of the highest version per device among ``model.params``
+    rows (:data:`SEED_SCHEMA`)."""
+    for device_id, values in records.groupby("device_id", sort=False)["value"]:
+        latest = latest_params(str(device_id), values)
+        if latest is not None:
+            yield str(device_id), latest
+
+
+def latest_params(device_id: str, values: Iterable[str]) -> str | None:
+    """The parameters of the highest version among ``model.params`` record values (records
+    that do not hold detector parameters are logged and skipped)."""
+    best: dict[str, Any] | None = None
+    for value in values:
+        try:
+            candidate = params_of(value)
+            version = int(candidate["version"])
+        except (ModelError, KeyError, TypeError, ValueError) as exc:
+            logger.warning("device %s: skipping a model.params record: %s", device_id, exc)
+            continue
+        if best is None or version > int(best["version"]):
+            best = candidate
+    return None if best is None else params.dumps(best)
+
+
+def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFrame:
+    """Readings (:func:`readings_frame`) → one row per device whose parameters changed
+    (:data:`UPDATE_SCHEMA`). ``seed`` (:data:`SEED_SCHEMA`, ``model.params`` record values)
+    initialises the state of a fresh checkpoint."""
+    packed = readings.select(*READING_COLUMNS).mapInArrow(pack_batches, PACKED_SCHEMA)
+    bucketed = packed.withColumn("bucket", bucket_of(packed["device_id"], BUCKETS))
+    initial = None
+    if seed is not None:
+        seeded = seed.withColumn("bucket", bucket_of(seed["device_id"], BUCKETS))
+        initial = seeded.groupBy("bucket")
+    return bucketed.groupBy("bucket").transformWithStateInPandas(
+        statefulProcessor=_bucket_trainer(),
+        outputStructType=UPDATE_SCHEMA,
+        outputMode="Append",
+        timeMode="None",
+        initialState=initial,
+    )
