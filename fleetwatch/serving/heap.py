@@ -4,8 +4,8 @@ What an API process holds for its lifetime (modules, FastAPI's routes and schema
 mappers, pydantic's validators: about 145,000 tracked objects) is nearly all of its heap, and a
 full (generation 2) collection walks every one of them, about 95 ms of CPU here — during which
 no request is served. Request handling makes enough short-lived cycles to trigger one every ten
-seconds or so under load, and those pauses were the API's whole latency tail (issue 7,
-``bench/api.py``). ``gc.freeze()`` moves the objects alive after start-up into the permanent
+seconds or so under load, and those pauses were the API's whole latency tail
+(``bench/api.py``). ``gc.freeze()`` moves the objects alive after start-up into the permanent
 generation, which collections skip; what requests allocate is still collected as before.
 """
 
