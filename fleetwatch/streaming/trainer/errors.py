@@ -7,3 +7,8 @@ from fleetwatch.contracts.errors import FleetwatchError
 
 class TrainError(FleetwatchError):
     """The training query failed or was configured with something it cannot run."""
+
+
+class StopRequested(TrainError):
+    """Raised into a micro-batch that starts after the stop began: it writes nothing and is
+    not committed, so the next run learns it."""

@@ -9,18 +9,13 @@ import threading
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.streaming.trainer.errors import TrainError
+from fleetwatch.streaming.trainer.errors import StopRequested
 from fleetwatch.streaming.trainer.observer import TrainingObserver
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 logger = logging.getLogger(__name__)
-
-
-class StopRequested(TrainError):
-    """Raised into a micro-batch that starts after the stop began: it writes nothing and is
-    not committed, so the next run learns it."""
 
 
 class BatchPublisher:
