@@ -14,7 +14,7 @@ previous step, de-duplicated by sequence number as the trainer does, are learned
 scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each scope's fleet model is
 pooled from the devices' parameters and put before the scorer, as ``fleetwatch models
 register-fleet`` and ``promote`` would. No broker, Kafka or Spark: what differs from a live
-run (``bench/quality.py``) is mainly timing — the real batches' lengths and the parameters'
+run (``bench/quality/live.py``) is mainly timing — the real batches' lengths and the parameters'
 publication delay.
 
 Without ``--recording``, the scenario (default ``deploy/scenarios/eval-500.toml``, cut to 100
@@ -22,7 +22,7 @@ devices and 12 minutes) is recorded first into a temporary directory, starting n
 ``fleetwatch sim record`` does; the seasonal detectors see the hour of day, so pass the kept
 recording back with ``--recording`` to compare runs on the same input.
 
-    python bench/quality_offline.py [--recording FILE | --scenario FILE --devices N --minutes M]
+    python bench/quality/offline.py [--recording FILE | --scenario FILE --devices N --minutes M]
         [--train-s S] [--batch-ms MS] [--fleet-s S] [--tolerance S] [--alerts FILE]
 
 Prints progress and a per-kind table on stderr, then a last line: {"f1", "precision",
@@ -68,7 +68,7 @@ from fleetwatch.streaming.scorer.processor import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, by_device
 from fleetwatch.streaming.trainer.learning import learn_device
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE_S = 30.0
 """``fleetwatch sim eval --tolerance``'s default."""
 DEFAULT_DEVICES, DEFAULT_MINUTES = 100, 12.0
