@@ -16,7 +16,7 @@ help:
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff + mypy"
-	@echo "make bench   - run every bench/*.py (each prints a JSON line of figures)"
+	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures)"
 
 setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check postgres-check
 
@@ -77,7 +77,7 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .
 
 bench: setup
-	@set -e; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b; done
+	@set -e; for b in bench/*/[!_]*.py; do echo "== $$b"; $(PY) $$b; done
 
 stack-up: setup
 	$(VENV)/bin/fleetwatch stack up

@@ -2,6 +2,8 @@
 and the resident memory of each broker at rest. Runs a second stack on free ports in a
 temporary run dir, so a running stack is left alone.
 
+    python bench/micro/stack.py
+
 Last line: {"cold_up_s", "warm_up_s", "down_s", "kafka_rss_mb", "mosquitto_rss_mb", "rest_s"}
 """
 
@@ -14,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import private_stack_settings, rss_mb  # bench/_common.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
+from bench.common import private_stack_settings, rss_mb
 from fleetwatch.stack.manager import Stack
 
 REST_S = 20.0

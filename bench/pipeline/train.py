@@ -27,7 +27,7 @@ that keeps up at the offered rate with a lag of L seconds shows ``rate · D / (D
 steady phase of D seconds: it reaches the rate only as the lag goes to 0). Peak RSS:
 the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc.
 
-    python bench/train.py [--devices 10000] [--rate 20000] [--duration 180]
+    python bench/pipeline/train.py [--devices 10000] [--rate 20000] [--duration 180]
 
 Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
 "freshness_p50_last_fifth_s", "throughput_rps", "devices", "peak_rss_mb",
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -58,13 +57,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import cpu_s, tree, tree_rss_mb  # bench/_common.py
 from confluent_kafka import Consumer, Producer
 
-from fleetwatch.contracts.settings import Settings, TopicSettings
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import cpu_s, isolated_env, load_avg_1m, now_ms, percentile, tree, tree_rss_mb
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
-from fleetwatch.contracts.topics import topic_specs
-from fleetwatch.stack.topics import delete_topics, ensure_topics
+from fleetwatch.stack.topics import delete_topics
 
 TEMPLATE = (
     '{{"v":{v},"device_id":"{d}","seq":{s},"event_ms":{t},"device_event_ms":{t},'
@@ -127,10 +127,6 @@ class PeakRss:
             for what, seconds in self._cpu.values():
                 out[what] += seconds
         return out
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Fleet:
@@ -237,18 +233,6 @@ class ParamsWatch:
         self.consumer.close()
 
 
-def isolated_env(settings: Settings, run_dir: Path) -> tuple[TopicSettings, dict[str, str]]:
-    tag = uuid.uuid4().hex[:8]
-    names = TopicSettings().model_dump()
-    topics = TopicSettings(**{name: f"{value}.b{tag}" for name, value in names.items()})
-    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
-    env = dict(os.environ)
-    env.update({f"FLEETWATCH_TOPICS__{n.upper()}": v for n, v in topics.model_dump().items()})
-    env["FLEETWATCH_RUN_DIR"] = str(run_dir)
-    env["FLEETWATCH_TRAIN__TRACKING"] = "false"
-    return topics, env
-
-
 def wait_for(
     condition: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes], log: Path
 ) -> None:
@@ -301,10 +285,6 @@ def baseline_rps(settings: Settings, topic: str, run_dir: Path) -> float:
     return rows / wall
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 2) if values else None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=10_000)
@@ -320,7 +300,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the topics below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-train-") as tmp:
         run_dir = Path(tmp)
-        topics, env = isolated_env(settings, run_dir)
+        topics, env = isolated_env(settings, uuid.uuid4().hex[:8], run_dir)
+        env["FLEETWATCH_TRAIN__TRACKING"] = "false"
         env["FLEETWATCH_TRAIN__TRIGGER_INTERVAL"] = args.trigger
         fleet = Fleet(bootstrap, topics.telemetry_raw, args.devices)
         watch = ParamsWatch(bootstrap, topics.model_params)
@@ -346,7 +327,7 @@ def main() -> None:
                 )
                 print(f"warm: {args.devices} devices have parameters", flush=True)
                 first_round = len(fleet.rounds)
-                load_from = os.getloadavg()[0]
+                load_from = load_avg_1m()
                 cpu_from = rss.cpu_s()
                 steady_from = now_ms()
                 steady(fleet, args.rate, args.duration)
@@ -365,7 +346,7 @@ def main() -> None:
                 while time.monotonic() < deadline and not caught_up():
                     time.sleep(1.0)
                 cpu_to = rss.cpu_s()
-                load_to = os.getloadavg()[0]
+                load_to = load_avg_1m()
                 trainer.send_signal(signal.SIGTERM)
                 try:
                     code: int | None = trainer.wait(timeout=180)
@@ -400,10 +381,10 @@ def main() -> None:
             watch._stop.set()
             delete_topics(bootstrap, topics.model_dump().values())
     figures = {
-        "freshness_p50_s": percentile(fresh, 50),
-        "freshness_p95_s": percentile(fresh, 95),
-        "freshness_p50_first_fifth_s": percentile(early, 50),
-        "freshness_p50_last_fifth_s": percentile(late, 50),
+        "freshness_p50_s": percentile(fresh, 50, 2),
+        "freshness_p95_s": percentile(fresh, 95, 2),
+        "freshness_p50_first_fifth_s": percentile(early, 50, 2),
+        "freshness_p50_last_fifth_s": percentile(late, 50, 2),
         "throughput_rps": round(throughput),
         "devices": args.devices,
         "peak_rss_mb": round(rss.peak_mb),
@@ -412,12 +393,12 @@ def main() -> None:
         "steady_readings": produced,
         "uncovered_readings": uncovered,
         "device_batches": len(newest),
-        "newest_freshness_p50_s": percentile(newest, 50),
-        "newest_freshness_p95_s": percentile(newest, 95),
+        "newest_freshness_p50_s": percentile(newest, 50, 2),
+        "newest_freshness_p95_s": percentile(newest, 95, 2),
         "trainer_exit": code,
         "baseline_throughput_rps": None if base is None else round(base),
         "cpu_s": {k: round(cpu_to[k] - cpu_from[k], 1) for k in cpu_to},
-        "loadavg_1m": [round(load_from, 2), round(load_to, 2)],
+        "loadavg_1m": [load_from, load_to],
     }
     print(json.dumps(figures))
 

@@ -1,16 +1,16 @@
 """One bucket of devices through the trainer's Python step, without Spark.
 
 ``--devices`` warm devices (``--warm`` readings of temperature and humidity each, as in
-``bench/train.py``) share one bucket; ``--batches`` consecutive micro-batches of ``--rounds``
-readings per device go through what the processor does per bucket: the state value read, each
-device's readings as a batch (:func:`~fleetwatch.streaming.trainer.packing.per_device`), the
-learning (:func:`~fleetwatch.streaming.trainer.processor.learn_bucket`) and the state value
-written. Twice:
+``bench/pipeline/train.py``) share one bucket; ``--batches`` consecutive micro-batches of
+``--rounds`` readings per device go through what the processor does per bucket: the state value
+read, each device's readings as a batch
+(:func:`~fleetwatch.streaming.trainer.packing.per_device`), the learning
+(:func:`~fleetwatch.streaming.trainer.processor.learn_bucket`) and the state value written. Twice:
 ``cold``, every batch reading the devices' parameters from the state value's text, and
 ``warm``, through :class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets` as a reused Python
 worker does. Both must publish the same bytes (checked). CPU time, the least of ``--repeat``.
 
-    python bench/train_bucket.py [--devices 156] [--rounds 40] [--batches 5]
+    python bench/micro/train_bucket.py [--devices 156] [--rounds 40] [--batches 5]
 
 Last line: {"cold_ms_per_device", "warm_ms_per_device", "cold_readings_per_cpu_s",
 "warm_readings_per_cpu_s", "devices", "rounds", "fingerprint"}: the fingerprint is a digest of
@@ -23,11 +23,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
+from pathlib import Path
 
 import pandas as pd
-from train_step import readings  # bench/train_step.py
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.micro.train_step import readings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode

@@ -5,7 +5,7 @@ days of its readings (not timed), then time ``score`` and ``learn`` (with the al
 exclusion mask) on the next batch of each device. The existing ``FixedBaseline.score`` runs on
 the same batches in the same run as the baseline.
 
-    python bench/models.py [--devices 1000] [--readings 600]
+    python bench/micro/models.py [--devices 1000] [--readings 600]
 
 Last line: {"devices", "readings_per_device", "rows", "score_rps": {kind: ...},
 "learn_rps": {kind: ...}, "baseline_score_rps"}

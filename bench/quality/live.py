@@ -12,7 +12,7 @@ devices' multivariate models are pooled into one fleet model per scope, register
 and promoted, as an operator does once the devices have learned: from then on the scorer knows
 the states the fleet is in (a machine stopping for the first time is one of them).
 
-    python bench/quality.py [--scenario FILE] [--devices N] [--minutes M] [--tolerance S]
+    python bench/quality/live.py [--scenario FILE] [--devices N] [--minutes M] [--tolerance S]
         [--fleet-s S]
 
 Prints ``sim eval``'s table, then a last line: {"f1", "precision", "recall", "anomalies",
@@ -33,14 +33,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import (  # bench/_common.py
-    end_gateway_session,
-    end_offsets,
-    isolated_env,
-    stage,
-    wait,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
+from bench.common import ROOT, end_gateway_session, end_offsets, isolated_env, stage, wait
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.mlflow_registry import model_name
 from fleetwatch.simulator.alert_source import read_alerts
@@ -48,8 +43,6 @@ from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def fleetwatch(env: dict[str, str], *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:

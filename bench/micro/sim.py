@@ -11,6 +11,8 @@ end-to-end bench's fleet publishes): CPU µs per publish of the simulator's conn
 (:class:`~fleetwatch.simulator.publisher.Links`) against paho's client as paho configures it
 (1,000 in flight, each publish written as it is made), the baseline, in the same run.
 
+    python bench/micro/sim.py   (BENCH_SIM_WORKERS=N: publisher processes, default 2)
+
 Last line: {"qos0_rps", "qos1_rps", "devices", "peak_rss_mb", "baseline_qos0_rps", "workers",
 "qos1_cpu_us_per_publish", "baseline_qos1_cpu_us_per_publish"}
 """

@@ -1,13 +1,13 @@
 """The trainer's per-device step alone, without Spark: what one device's mini-batch costs.
 
 A warm device (``--warm`` readings of temperature and humidity every 0.5 s, as in
-``bench/train.py``) learns batches of ``--rounds`` readings through
+``bench/pipeline/train.py``) learns batches of ``--rounds`` readings through
 :func:`fleetwatch.streaming.trainer.learning.learn_update` (parameters in, parameters out, as the
 job's state holds them), and the parts of that step are timed apart: reading the parameters,
 the self-gate's score, learning, writing the parameters, and the record for ``model.params``.
 ``--profile`` prints the top of a cProfile of the whole step.
 
-    python bench/train_step.py [--rounds 20] [--batches 300] [--profile]
+    python bench/micro/train_step.py [--rounds 20] [--batches 300] [--profile]
 
 Last line: {"step_ms", "load_ms", "gate_ms", "learn_ms", "dump_ms", "publication_ms",
 "params_bytes", "rounds", "device_readings_per_s"}

@@ -23,6 +23,9 @@ overridden (the pre-changelog baseline:
 ``--conf spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=false``). Each
 run has its own topics and a fresh checkpoint. Prints a summary per phase and, last, one JSON
 line.
+
+    python bench/pipeline/score_anatomy.py [--rates 1000,5000] [--seconds 40] [--buckets N]
+        [--conf k=v] [--source k=v] [--sink k=v] [--label L] [--out FILE]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -38,9 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import isolated_env  # bench/_common.py
 from confluent_kafka import Consumer, Producer
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import isolated_env, load_avg_1m, now_ms, percentile, percentiles
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.topics import delete_topics
 
@@ -54,10 +60,6 @@ PHASES_MS = (
     "commitOffsets",
     "triggerExecution",
 )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Load(threading.Thread):
@@ -236,14 +238,8 @@ def start(
     return writer.start()
 
 
-def pcts(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p90": float("nan"), "n": 0}
-    return {
-        "p50": round(float(np.percentile(values, 50)), 1),
-        "p90": round(float(np.percentile(values, 90)), 1),
-        "n": len(values),
-    }
+def pcts(values: list[float]) -> dict[str, float | None]:
+    return {**percentiles(values, 50, 90), "n": len(values)}
 
 
 def python_calls(log_path: str) -> list[tuple[str, float, float, int, float]]:
@@ -352,10 +348,10 @@ def main() -> None:
             time.sleep(5)  # settle at the new rate
             seen = {p["batchId"] for p in query.recentProgress}
             lo = now_ms()
-            load1 = os.getloadavg()[0]
+            load1 = load_avg_1m()
             time.sleep(args.seconds)
             hi = now_ms()
-            load2 = os.getloadavg()[0]
+            load2 = load_avg_1m()
             time.sleep(3)
             progress = [json.loads(p.json) for p in query.recentProgress]
             progress = [p for p in progress if p["batchId"] not in seen]
@@ -364,21 +360,21 @@ def main() -> None:
             lat = [float(alerts.opened[k] - t) for k, t in sent.items() if k in alerts.opened]
             phase = {
                 "rate": rate,
-                "load_avg_1m": [round(load1, 2), round(load2, 2)],
+                "load_avg_1m": [load1, load2],
                 "spikes": len(sent),
                 "missed": len(sent) - len(lat),
-                "lat_p50": round(float(np.percentile(lat, 50)), 1) if lat else None,
-                "lat_p90": round(float(np.percentile(lat, 90)), 1) if lat else None,
-                "lat_p99": round(float(np.percentile(lat, 99)), 1) if lat else None,
+                "lat_p50": percentile(lat, 50),
+                "lat_p90": percentile(lat, 90),
+                "lat_p99": percentile(lat, 99),
                 **summary,
             }
             out[str(int(rate))] = phase
             short = {k: v for k, v in phase.items() if k not in ("raw", "data", "nodata")}
             print(f"{args.label} @ {int(rate)}/s: {short}", flush=True)
             for k, v in phase["data"].items():
-                print(f"   data   {k:32s} p50 {v['p50']:>8} p90 {v['p90']:>8} (n={v['n']})")
+                print(f"   data   {k:32s} p50 {v['p50']!s:>8} p90 {v['p90']!s:>8} (n={v['n']})")
             for k, v in phase["nodata"].items():
-                print(f"   nodata {k:32s} p50 {v['p50']:>8} p90 {v['p90']:>8} (n={v['n']})")
+                print(f"   nodata {k:32s} p50 {v['p50']!s:>8} p90 {v['p90']!s:>8} (n={v['n']})")
     finally:
         load.stop.set()
         alerts.stop.set()

@@ -6,7 +6,7 @@ interleaved; columns timestamp, device_id, temperature, humidity, pressure) is s
 reads the same file as text and writes it back (``pd.read_csv`` + ``to_csv`` in the same
 pieces), the I/O floor any scoring pays.
 
-    python bench/detect.py [--rows 200000] [--devices 100] [--chunk-rows 50]
+    python bench/micro/detect.py [--rows 200000] [--devices 100] [--chunk-rows 50]
 
 Last line: {"rows", "devices", "chunk_rows", "seconds", "rows_per_s", "alerts",
 "baseline_seconds", "baseline_rows_per_s", "slowdown"}

@@ -1,5 +1,11 @@
-"""What several benchmarks share: a private stack's settings, free ports, resident memory,
-isolated topics and the stages run as processes."""
+"""What several benchmarks share: the clock, percentiles and the load average their figures
+are made of, resident memory and CPU time of process trees, free ports, a private stack's
+settings, isolated topics and the stages run as processes.
+
+A bench script is run as ``python bench/<group>/<name>.py`` from anywhere: Python then puts
+only the script's own folder on ``sys.path``, so a script that imports from ``bench`` first
+inserts the repository root (one line after its standard-library imports, the same in each)
+and imports ``bench.common`` and its siblings by their package names, as mypy sees them."""
 
 from __future__ import annotations
 
@@ -9,14 +15,42 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from confluent_kafka import Consumer, TopicPartition
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.stack.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root."""
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds, the unit of event times on the wire."""
+    return time.time_ns() // 1_000_000
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float, digits: int = 1) -> float | None:
+    """The ``q``-th percentile of ``values`` rounded to ``digits`` decimals; ``None`` (``null``
+    in a JSON line) when there are none."""
+    if len(values) == 0:
+        return None
+    return round(float(np.percentile(values, q)), digits)
+
+
+def percentiles(values: Sequence[float] | np.ndarray, *qs: float) -> dict[str, float | None]:
+    """``{"p50": …, "p95": …}`` for each of ``qs`` (``"max"`` for 100), one decimal."""
+    return {("max" if q == 100 else f"p{q:g}"): percentile(values, q) for q in qs}
+
+
+def load_avg_1m() -> float:
+    """The machine's 1-minute load average (noted beside timings: the machine may be shared)."""
+    return round(os.getloadavg()[0], 2)
 
 
 def free_port() -> int:

@@ -12,6 +12,8 @@ at the broker), then the consumer connects and the drain is timed.
    memory is sampled (it must plateau: at most ``max_in_flight`` messages unacknowledged), then
    Kafka is started and the time to catch up is measured.
 
+    python bench/micro/gateway.py
+
 Last line: {"baseline_mqtt_rps", "baseline_cpu_us_per_msg", "gateway_rps": {"1": .., "2": ..},
 "gateway_cpu_us_per_msg": {"1": .., "2": ..}, "backpressure": {...}}
 (CPU: user + system seconds of the draining process tree, over the drain, per message.)
@@ -30,12 +32,13 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
-from _common import private_stack_settings, rss_mb, tree_cpu_s  # bench/_common.py
-from confluent_kafka import Consumer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import end_offsets, now_ms, private_stack_settings, rss_mb, tree_cpu_s
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.stack.kafka import KafkaBroker
@@ -45,7 +48,7 @@ BURST, DEVICES, BACKLOG = 60_000, 1_000, 100_000
 
 
 def payloads(settings: Settings, n: int, offset: int = 0) -> list[tuple[str, bytes]]:
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     return [
         (
             settings.mqtt.telemetry_topic(f"g{i % DEVICES}"),
@@ -81,17 +84,10 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
 
 
 def raw_count(settings: Settings) -> int:
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "bench-count"}
+    """Records on ``telemetry.raw`` so far."""
+    return sum(
+        end_offsets(settings.kafka.bootstrap_servers, settings.topics.telemetry_raw).values()
     )
-    try:
-        topic = settings.topics.telemetry_raw
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
-        )
-    finally:
-        consumer.close()
 
 
 def wait_for(probe, timeout_s: float) -> float:  # type: ignore[no-untyped-def]

@@ -4,6 +4,8 @@ the baseline of the ingest hop alone (event time → reading on telemetry.raw), 
 Runs gateway, scorer and API as processes on the local stack (brought up if needed) with
 topics of their own, publishes a paced fleet with periodic spikes, and reads both topics.
 
+    python bench/pipeline/to_api.py
+
 Last line: {"readings", "alerts", "ingest_ms": {p50,p95,max}, "alert_kafka_ms": {...},
 "alert_api_ms": {...}, "devices", "rate_per_device"}
 """
@@ -11,44 +13,28 @@ Last line: {"readings", "alerts", "ingest_ms": {p50,p95,max}, "alert_kafka_ms": 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import httpx
-import numpy as np
 from confluent_kafka import Consumer
 
-from fleetwatch.contracts.settings import Settings, TopicSettings
-from fleetwatch.contracts.topics import topic_specs
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import isolated_env, now_ms, percentiles, stage, wait
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack
-from fleetwatch.stack.topics import delete_topics, ensure_topics
+from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 DEVICES, RATE, ROUNDS, SPIKE_EVERY, API_PORT = 10, 5.0, 300, 50, 18_765
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p95": float("nan"), "max": float("nan")}
-    arr = np.asarray(values)
-    return {
-        k: round(float(v), 1)
-        for k, v in zip(("p50", "p95", "max"), np.percentile(arr, [50, 95, 100]), strict=True)
-    }
 
 
 def drain(consumer: Consumer, sink: list[float], stop: threading.Event) -> None:
@@ -59,14 +45,6 @@ def drain(consumer: Consumer, sink: list[float], stop: threading.Event) -> None:
     consumer.close()
 
 
-def wait(probe, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     settings = Settings()
@@ -74,31 +52,15 @@ def main() -> None:
     was_up = all(c.pid for c in stack.status())
     stack.up()
     tag = uuid.uuid4().hex[:8]
-    topics = TopicSettings(**{k: f"{v}.b{tag}" for k, v in TopicSettings().model_dump().items()})
-    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-"))
-    env = dict(os.environ)
-    env.update({f"FLEETWATCH_TOPICS__{k.upper()}": v for k, v in topics.model_dump().items()})
-    env.update(
-        {
-            "FLEETWATCH_RUN_DIR": str(run_dir),
-            "FLEETWATCH_MQTT__ROOT": f"b{tag}/devices",
-            "FLEETWATCH_API__PORT": str(API_PORT),
-            "FLEETWATCH_API__CONSUMER_GROUP": f"api-{tag}",
-            "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
-            "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
-        }
-    )
+    topics, env = isolated_env(settings, tag, run_dir)
+    env["FLEETWATCH_API__PORT"] = str(API_PORT)
+    env["FLEETWATCH_API__CONSUMER_GROUP"] = f"api-{tag}"
     procs = [
-        subprocess.Popen(
-            # the API reads without a key on loopback (`--anonymous-read`), as in the demo
-            [sys.executable, "-m", "fleetwatch.cli.main", stage]
-            + (["--anonymous-read"] if stage == "api" else []),
-            env=env,
-            stdout=(run_dir / f"{stage}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        for stage in ("gateway", "score", "api")
+        stage(env, run_dir, "gateway", "gateway"),
+        stage(env, run_dir, "score", "score"),
+        # the API reads without a key on loopback (`--anonymous-read`), as in the demo
+        stage(env, run_dir, "api", "api", "--anonymous-read"),
     ]
     stop = threading.Event()
     ingest: list[float] = []
@@ -154,9 +116,9 @@ def main() -> None:
         "alerts": len(alerts),
         "devices": DEVICES,
         "rate_per_device": RATE,
-        "ingest_ms": percentiles(ingest),
-        "alert_kafka_ms": percentiles(alerts),
-        "alert_api_ms": percentiles(api_ms),
+        "ingest_ms": percentiles(ingest, 50, 95, 100),
+        "alert_kafka_ms": percentiles(alerts, 50, 95, 100),
+        "alert_api_ms": percentiles(api_ms, 50, 95, 100),
     }
     kept = len(api_ms)
     print(f"{totals.sent} readings, {spikes} spikes: {len(alerts)} alerts, {kept} in the API")

@@ -8,7 +8,7 @@ random devices, with a read key. Latency is measured from each request's schedul
 stalled server is not hidden (no coordinated omission). The baseline in the same run is
 ``GET /healthz`` at the same rate (the framework, auth-free, no database).
 
-    python bench/api.py [--devices 10000] [--alerts 100000] [--rate 500] [--seconds 15]
+    python bench/micro/api.py [--devices 10000] [--alerts 100000] [--rate 500] [--seconds 15]
                         [--workers 2]
 
 Last line: {"rps", "p50_ms", "p99_ms", "errors", "workers", "requests", "devices", "alerts",
@@ -35,8 +35,10 @@ from typing import Any
 import httpx
 import numpy as np
 import uvloop
-from _common import free_port  # bench/_common.py
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import ROOT, free_port, load_avg_1m, percentile
 from fleetwatch.contracts.alerts import Alert, alert_id, event_id
 from fleetwatch.contracts.devices import DeviceState
 from fleetwatch.contracts.settings import ApiSettings, Settings, WebhookSettings
@@ -44,8 +46,6 @@ from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.ingest import Batch, write
 from fleetwatch.serving.store.keys import create_key
 from fleetwatch.serving.tables import DeviceRow, DeviceTagRow
-
-HERE = Path(__file__).resolve().parent
 
 
 def device_ids(n: int) -> list[str]:
@@ -139,7 +139,8 @@ class NullPublisher:
 
 
 def factory() -> Any:
-    """The app uvicorn's workers import (``api:factory``); the store URL comes from the env."""
+    """The app uvicorn's workers import (``bench.micro.api:factory``); the store URL comes
+    from the env."""
     from fleetwatch.serving.app import create_app
 
     settings = Settings(
@@ -158,9 +159,9 @@ def serve(port: int, workers: int) -> None:
     import uvicorn
 
     uvicorn.run(
-        "api:factory",
+        "bench.micro.api:factory",
         factory=True,
-        app_dir=str(HERE),
+        app_dir=str(ROOT),
         host="127.0.0.1",
         port=port,
         workers=workers,
@@ -225,11 +226,11 @@ async def _load(
     return {
         "requests": total,
         "rps": round(total / took, 1),
-        "p50_ms": round(float(np.percentile(ms, 50)), 2),
-        "p99_ms": round(float(np.percentile(ms, 99)), 2),
+        "p50_ms": percentile(ms, 50, 2),
+        "p99_ms": percentile(ms, 99, 2),
         "errors": errors,
-        "send_lag_p50_ms": round(float(np.percentile(lag_ms, 50)), 2),
-        "send_lag_p99_ms": round(float(np.percentile(lag_ms, 99)), 2),
+        "send_lag_p50_ms": percentile(lag_ms, 50, 2),
+        "send_lag_p99_ms": percentile(lag_ms, 99, 2),
     }
 
 
@@ -268,7 +269,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    load_before = os.getloadavg()[0]
+    load_before = load_avg_1m()
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-api-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'api.db'}"
         started = time.perf_counter()
@@ -340,14 +341,14 @@ def main() -> None:
                 "devices_p99_ms": routes["devices"]["p99_ms"],
                 "alerts_p99_ms": routes["alerts"]["p99_ms"],
                 "send_lag_p99_ms": api_r["send_lag_p99_ms"],
-                "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "loadavg_1m": [load_before, load_avg_1m()],
             }
         )
     )
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    return dict(os.environ) | {"PYTHONPATH": str(HERE.parent)} | extra
+    return dict(os.environ) | {"PYTHONPATH": str(ROOT)} | extra
 
 
 def _wait_up(base: str, timeout_s: float = 60) -> None:

@@ -1,6 +1,8 @@
 """The gateway's per-message work without I/O: `handle()` on single readings and on batches,
 against the baseline of `json.loads` alone on the same payloads.
 
+    python bench/micro/accept.py
+
 Last line: {"single_rps", "batch_rps", "json_only_rps", "payload_bytes"}
 """
 

@@ -19,6 +19,8 @@ batch to ``WARM``).
 
 Peak RSS is of the scorer's whole process tree (Python driver, JVM, Python workers).
 
+    python bench/pipeline/under_load.py [--seconds 60] [--skip-max]
+
 Last line: {"p50_ms_1k", "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 "max_throughput_rps", "cold_throughput_rps", "peak_rss_mb", ...}
 """
@@ -37,16 +39,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import (  # bench/_common.py
+from confluent_kafka import Consumer, Producer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import (
     end_gateway_session,
     end_offsets,
     isolated_env,
+    now_ms,
+    percentile,
     stage,
     tree_rss_mb,
     wait,
 )
-from confluent_kafka import Consumer, Producer
-
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
@@ -100,14 +106,6 @@ class Probes(threading.Thread):
 def probe_prefix(tag: str) -> str:
     """The probe devices' ids start with this (the key of their records on every topic)."""
     return f"p{tag}-"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def pct(values: list[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 1) if values else float("nan")
 
 
 class Watch(threading.Thread):
@@ -212,11 +210,11 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
                 "readings": totals.sent,
                 "probe_spikes": len(sent),
                 "probe_spikes_without_alert": missed,
-                "p50_ms": pct(lat, 50),
-                "p95_ms": pct(lat, 95),
-                "p99_ms": pct(lat, 99),
-                "ingest_p50_ms": pct(base, 50),
-                "ingest_p99_ms": pct(base, 99),
+                "p50_ms": percentile(lat, 50),
+                "p95_ms": percentile(lat, 95),
+                "p99_ms": percentile(lat, 99),
+                "ingest_p50_ms": percentile(base, 50),
+                "ingest_p99_ms": percentile(base, 99),
             }
             print(f"{label}: {out[label]}", flush=True)
     finally:

@@ -1,0 +1,2 @@
+"""Detection quality: labelled anomalies through the detectors, scored like ``fleetwatch sim
+eval``."""
