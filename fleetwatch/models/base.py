@@ -24,6 +24,13 @@ left out (the combined detector lets a device of two or more metrics back in onc
 it has has alerted without a break for ``adapt_s`` of event time: a machine's new operating
 state is learned, not excluded for ever; see :mod:`combiner`).
 
+Scoring as a continuation. The scorer scores a device's readings batch by batch with parameters
+the trainer published some batches ago, so it keeps its own, newer copy of what a detector with
+memory carries (a :class:`ScoringMemory`): :meth:`Detector.resume` has a detector score the
+next batch as the continuation of that memory rather than of its parameters, and
+:meth:`Detector.remember` moves the memory on past the batch. :attr:`Detector.lookback` says how
+many of each metric's latest values the memory must hold for it.
+
 Every concrete subclass with a ``kind`` is registered here; see :mod:`registry`.
 """
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar, Self
 
@@ -50,6 +58,23 @@ Readings = pd.DataFrame | Batch
 _KINDS: dict[str, type[Detector]] = {}
 
 
+@dataclass
+class ScoringMemory:
+    """What the scorer keeps of one device's in-order readings between its batches, for the
+    detectors whose score of a row depends on the readings before it (see :meth:`Detector.resume`).
+    The dicts are the caller's (the scorer's device state) and are updated in place."""
+
+    since_ms: int | None = None
+    """The event time the device was last heard from: where the gap before the next reading is
+    measured from (``None``: nowhere, no gap is scored)."""
+    recent: dict[str, list[float]] = field(default_factory=dict)
+    """Metric → the values of its latest readings, oldest first (the longest
+    :attr:`Detector.lookback` of the device's detectors)."""
+    trends: dict[str, list[float]] = field(default_factory=dict)
+    """Metric → the carried sums of its local line after those readings
+    (:mod:`~fleetwatch.models.trend`)."""
+
+
 class Detector(ABC):
     kind: ClassVar[str]
     schema: ClassVar[int] = 1
@@ -63,6 +88,52 @@ class Detector(ABC):
     def learned_metrics(self) -> list[str]:
         """The metrics this detector has learned anything of, in the order first seen."""
         return []
+
+    def members(self) -> list[Detector]:
+        """The detectors whose scores this one gives: itself, or a combination's members."""
+        return [self]
+
+    # -- what the scorer asks of a detector --------------------------------------------------
+
+    @property
+    def lookback(self) -> int:
+        """How many of a metric's values before a row its score depends on (0: none): what the
+        scorer keeps per metric in :attr:`ScoringMemory.recent` for it."""
+        return 0
+
+    @property
+    def reports_dropouts(self) -> bool:
+        """Whether its scores include gaps between readings (rows of reason
+        :attr:`~fleetwatch.models.scores.Reason.DROPOUT`; its other rows are calm on that)."""
+        return False
+
+    @property
+    def poolable(self) -> bool:
+        """Whether the devices of a scope pool this kind into one fleet model, which can score
+        in place of a device's own (the scope's champion)."""
+        return False
+
+    @property
+    def warmed_up(self) -> bool:
+        """Whether it scores anything yet (a detector past its warm-up)."""
+        return self.fitted
+
+    def resume(self, memory: ScoringMemory) -> None:
+        """Score the next batch as the continuation of ``memory`` (the scorer's, newer than the
+        parameters' own); an empty memory: of the parameters alone, never of an earlier call.
+        Nothing to do for a detector without memory."""
+        return None
+
+    def remember(self, readings: Readings, memory: ScoringMemory) -> None:
+        """Move ``memory`` on past ``readings``, just scored after :meth:`resume` (the values of
+        :attr:`ScoringMemory.recent` are the caller's to keep)."""
+        return None
+
+    def familiar_times(self, readings: Readings) -> set[int]:
+        """The event times of ``readings`` whose reading is a state this detector knows as
+        normal for the device as a whole (a fleet model: a state some device of the scope
+        holds). Empty unless a detector can tell."""
+        return set()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

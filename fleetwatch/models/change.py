@@ -56,7 +56,7 @@ import numpy.typing as npt
 
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models import trend
-from fleetwatch.models.base import Detector
+from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.params import array, floats, ints
@@ -249,6 +249,12 @@ class ChangeDetector(Detector):
         carries = self._local(batch, batch.lookup(self.profile.metrics))[2]
         present = set(batch.names)
         return {m: carries[i].tolist() for i, m in enumerate(self.profile.metrics) if m in present}
+
+    def resume(self, memory: ScoringMemory) -> None:
+        self.use_trends(memory.trends)
+
+    def remember(self, readings: Readings, memory: ScoringMemory) -> None:
+        memory.trends.update(self.trends_after(Batch.of(readings)))
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if self.profile.metrics:

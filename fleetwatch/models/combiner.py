@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models.base import Detector, detector_class
+from fleetwatch.models.base import Detector, Readings, ScoringMemory, detector_class
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.change import ChangeDetector
@@ -123,6 +123,28 @@ class CombinedDetector(Detector):
         self.alerting = {m: s for m, s in since.items() if s is not None}
         self.adapting_until = until
         return keep
+
+    def members(self) -> list[Detector]:
+        return list(self.detectors)
+
+    @property
+    def lookback(self) -> int:
+        return max((member.lookback for member in self.detectors), default=0)
+
+    @property
+    def reports_dropouts(self) -> bool:
+        return any(member.reports_dropouts for member in self.detectors)
+
+    def resume(self, memory: ScoringMemory) -> None:
+        for member in self.detectors:
+            member.resume(memory)
+
+    def remember(self, readings: Readings, memory: ScoringMemory) -> None:
+        for member in self.detectors:
+            member.remember(readings, memory)
+
+    def familiar_times(self, readings: Readings) -> set[int]:
+        return set().union(*(member.familiar_times(readings) for member in self.detectors))
 
     def learned_metrics(self) -> list[str]:
         names: dict[str, None] = {}

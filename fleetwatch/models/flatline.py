@@ -44,7 +44,7 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
 from fleetwatch.contracts.errors import ConfigurationError
-from fleetwatch.models.base import Detector
+from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.batch import Batch, extend_metrics, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.params import array, floats, ints
@@ -93,6 +93,20 @@ class FlatlineDetector(Detector):
         self.gap_count = 0
         self.last_ms: int | None = None
         self.ref_ms: int | None = None
+
+    @property
+    def lookback(self) -> int:
+        return self.window - 1
+
+    @property
+    def reports_dropouts(self) -> bool:
+        return True
+
+    def resume(self, memory: ScoringMemory) -> None:
+        """Windows slide over the memory's latest values and the first gap is measured from its
+        ``since_ms``, not from the trainer's copy as of its last batch."""
+        self.last_ms = memory.since_ms
+        self.tails = [list(memory.recent.get(m, ())) for m in self.metrics]
 
     @property
     def _halflife_ms(self) -> float | None:

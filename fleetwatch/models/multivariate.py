@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.contracts.errors import ConfigurationError
-from fleetwatch.models.base import Detector
+from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.params import array, floats
@@ -118,6 +118,14 @@ class PcaDetector(Detector):
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
         self._model: PcaModel | None = None
+
+    @property
+    def poolable(self) -> bool:
+        return True
+
+    @property
+    def warmed_up(self) -> bool:
+        return self.model() is not None
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if not self.metrics:
@@ -213,10 +221,11 @@ class PcaDetector(Detector):
             reason[inverse],
         )
 
-    def familiar_times(self, batch: Batch) -> set[int]:
-        """The event times of ``batch`` whose reading the fleet knows: every metric within
+    def familiar_times(self, readings: Readings) -> set[int]:
+        """The event times of ``readings`` whose reading the fleet knows: every metric within
         :attr:`bounds` and the metrics together as the pooled devices' are (the residual's
         surprise under the alert level). Empty without bounds or a fitted model."""
+        batch = Batch.of(readings)
         model = self.model()
         if model is None or self.bounds is None or len(batch) == 0:
             return set()

@@ -52,7 +52,7 @@ def fold_moves(
     score: calm (it closes the episode) once some metric is calm on its own, in the hysteresis
     band while every metric is still unusual, so a device settling into its new state is one
     episode, not a string of them. ``familiar`` (asked once, at the first move) gives the event
-    times whose reading is a state the fleet knows (:meth:`PcaDetector.familiar_times` of the
+    times whose reading is a state the fleet knows (:meth:`Detector.familiar_times` of the
     scope's champion): a move into one is no alert — a machine stopping for the first time, as
     others of its kind do — and reads as calm."""
     under_way = KEY in active

@@ -25,10 +25,11 @@ A device that falls silent is found by an event-time timer at ``last seen + sess
 (:func:`expire`): its session ends, its open alerts resolve and its status becomes ``silent``.
 
 Scoring memory that spans batches is the trainer's (the CUSUM sums), as of the parameter
-version, except what a window of the device's latest readings needs: the flat-line windows
-slide over the scorer's own recent values, and the dropout gap is measured from the scorer's
-own previous reading (or the newest late one), so a stale parameter version can neither hide a
-stuck sensor nor fake a gap.
+version, except what the device's latest readings give, which the scorer keeps itself
+(:class:`~fleetwatch.models.base.ScoringMemory`): the flat-line windows slide over the scorer's
+own recent values, the change detector's local lines continue from the scorer's, and the
+dropout gap is measured from the scorer's own previous reading (or the newest late one), so a
+stale parameter version can neither hide a stuck sensor nor fake a gap.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts.devices import session_id
+from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
 from fleetwatch.streaming.scorer.observations import (
     FleetLookup,
@@ -60,8 +62,10 @@ from fleetwatch.streaming.scorer.windows import add as add_to_windows
 from fleetwatch.streaming.scorer.windows import close as close_windows
 
 ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
-FLAT_WINDOW = FlatlineDetector().window
 """Which output topic a record is for (the job maps them to the configured topic names)."""
+LOOKBACK = default_detector().lookback
+"""Values kept per metric while the device's detectors do not say (the default detector's): its
+windows are ready when its first parameters arrive."""
 
 
 @dataclass(frozen=True)
@@ -219,22 +223,19 @@ def process(
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
             lifecycle.late_reading(seq, ev, rx)
-        for obs in observations(older, members, policy.baseline, None, set(), prior=prior):
+        for obs in observations(older, members, policy.baseline, set(), prior=prior):
             lifecycle.observe_late(obs)
     if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
         active = set(lifecycle.episodes)
         heard = st.get("heard_ms")
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
-        recent: dict[str, list[float]] = st.setdefault("recent", {})
-        trends: dict[str, list[float]] = st.setdefault("trend", {})
-        scored = observations(
-            in_order, members, policy.baseline, gap_from, active, recent, trends, prior
-        )
+        memory = ScoringMemory(gap_from, st.setdefault("recent", {}), st.setdefault("trend", {}))
+        scored = observations(in_order, members, policy.baseline, active, memory, prior)
         for obs in scored:
             lifecycle.observe(obs)
         _advance(st, in_order)
-        _slide(recent, in_order, _window(members) - 1)
+        _slide(memory.recent, in_order, _lookback(members))
     out.scored = len(fresh)
     for event in [*late_events, *lifecycle.events]:
         out.add(ALERTS, event)
@@ -424,12 +425,10 @@ def _advance(st: dict[str, Any], in_order: Rows) -> None:
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
 
 
-def _window(members: list[Member] | None) -> int:
-    """The flat-line window (readings) of the device's detectors (the default without one)."""
-    for member, _ in members or ():
-        if isinstance(member, FlatlineDetector):
-            return member.window
-    return FLAT_WINDOW
+def _lookback(members: list[Member] | None) -> int:
+    """Values to keep per metric: the first lookback among the device's detectors (the
+    default without one)."""
+    return next((m.lookback for m, _ in members or () if m.lookback), LOOKBACK)
 
 
 def _slide(recent: dict[str, list[float]], in_order: Rows, keep: int) -> None:

@@ -16,15 +16,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.contracts.fleet import scope_of_metrics
-from fleetwatch.models.base import Detector
+from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.change import ChangeDetector
-from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.errors import ModelError
-from fleetwatch.models.flatline import FlatlineDetector
-from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
@@ -131,29 +127,20 @@ def members_for(
     detector: Detector | None, mode: str, champion: FleetModel | None
 ) -> list[Member] | None:
     """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
-    with its multivariate one replaced by the scope's ``champion`` (:func:`champion_of`) as
-    ``mode`` (``score.fleet_model``) says."""
-    own = (
-        []
-        if detector is None
-        else detector.detectors
-        if isinstance(detector, CombinedDetector)
-        else [detector]
-    )
+    with its poolable one (:attr:`~fleetwatch.models.base.Detector.poolable`, the multivariate
+    detector) replaced by the scope's ``champion`` (:func:`champion_of`) as ``mode``
+    (``score.fleet_model``) says: ``fallback`` while the own one is not warmed up."""
+    own = [] if detector is None else detector.members()
     members: list[Member] = [(m, None) for m in own]
     if champion is None or mode == "off":
         return members or None
-    pca = next((i for i, (m, _) in enumerate(members) if isinstance(m, PcaDetector)), None)
-    replace = mode == "always" or pca is None
-    if not replace and pca is not None:
-        own_pca = members[pca][0]
-        replace = isinstance(own_pca, PcaDetector) and own_pca.model() is None
-    if not replace:
+    pooled = next((i for i, (m, _) in enumerate(members) if m.poolable), None)
+    if mode != "always" and pooled is not None and members[pooled][0].warmed_up:
         return members
-    if pca is None:
+    if pooled is None:
         members.append((champion.detector, champion.label))
     else:
-        members[pca] = (champion.detector, champion.label)
+        members[pooled] = (champion.detector, champion.label)
     return members
 
 
@@ -167,23 +154,19 @@ def champion_of(
     return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
 
 
-def fleet_prior(champion: FleetModel | None) -> PcaDetector | None:
-    """The champion's model when it can tell a state the fleet knows (a pooled model with
-    bounds)."""
-    if champion is None or not isinstance(champion.detector, PcaDetector):
-        return None
-    return champion.detector if champion.detector.bounds is not None else None
+def fleet_prior(champion: FleetModel | None) -> Detector | None:
+    """The champion's model, which may tell a state the fleet knows
+    (:meth:`~fleetwatch.models.base.Detector.familiar_times`)."""
+    return None if champion is None else champion.detector
 
 
 def observations(
     rows: Rows,
     members: list[Member] | None,
     baseline: FixedBaseline,
-    previous_ms: int | None,
     active: set[str],
-    recent: dict[str, list[float]] | None = None,
-    trends: dict[str, list[float]] | None = None,
-    prior: PcaDetector | None = None,
+    memory: ScoringMemory | None = None,
+    prior: Detector | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -191,14 +174,15 @@ def observations(
     (:func:`members_for`): ``None`` scores with the fixed ``baseline``; a device with no learned
     parameters but a fleet champion gets both.
 
-    The flat-line detector's windows are the scorer's own: ``recent`` holds, per metric, the
-    values of the device's latest in-order readings (event-time order), so each window slides
-    over exactly the readings before it, not over the trainer's copy as of its last batch;
-    ``previous_ms`` is where the dropout gap is measured from. Likewise the change detector's
-    local lines continue from ``trends`` (metric → carried sums), which are then moved on past
-    these rows. A reading on which every metric moved at once comes back as one device-wide
-    observation (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's
-    champion, :func:`fleet_prior`) knows the state it moved into."""
+    The rows are scored as the continuation of the scorer's ``memory`` of the device's in-order
+    readings (:class:`~fleetwatch.models.base.ScoringMemory`: the flat-line windows slide over
+    exactly the readings before each row, the change detector's local lines continue, the
+    dropout gap is measured from ``memory.since_ms``), not of the trainer's copy as of its last
+    batch, and the memory's local lines are moved on past these rows. ``None``: rows scored on
+    their own, from the parameters alone (late readings). A reading on which every metric moved
+    at once comes back as one device-wide observation
+    (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's champion,
+    :func:`fleet_prior`) knows the state it moved into."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):
@@ -209,18 +193,13 @@ def observations(
     frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
     dropout_active = f"*\x1f{DROPOUT}" in active
     for m_index, (member, label) in enumerate(members):
-        # Late readings come without the scorer's windows and lines: their windows start empty
-        # and their lines are the parameters', never what an earlier call on the cached
-        # detector left behind (the same readings score the same, cached or not).
-        if isinstance(member, FlatlineDetector):
-            member.last_ms = previous_ms
-            held = recent or {}
-            member.tails = [list(held.get(m, ())) for m in member.metrics]
-        if isinstance(member, ChangeDetector):
-            member.use_trends(trends or {})
+        # Late readings come without the scorer's memory: their windows start empty and their
+        # lines are the parameters', never what an earlier call on the cached detector left
+        # behind (the same readings score the same, cached or not).
+        member.resume(ScoringMemory() if memory is None else memory)
         scores = member.score(frame)
-        if isinstance(member, ChangeDetector) and trends is not None:
-            trends.update(member.trends_after(frame))
+        if memory is not None:
+            member.remember(frame, memory)
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
@@ -228,7 +207,7 @@ def observations(
         for i in np.flatnonzero(wanted):
             obs = _observation(scores, int(i), seq, event_ms, received, label)
             found.append((obs.event_ms, m_index, obs))
-        if dropout_active and isinstance(member, FlatlineDetector):
+        if dropout_active and member.reports_dropouts:
             calm = np.flatnonzero(scores.reason != Reason.DROPOUT)
             found.extend(
                 (int(event_ms[i]), m_index, _calm_dropout(int(i), seq, event_ms, received))
