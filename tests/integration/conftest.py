@@ -30,7 +30,17 @@ from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from tests.polling import wait_until
 
-pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under this folder ``integration`` (``-m "not integration"`` leaves them
+    out). A conftest's ``pytestmark`` marks nothing, and this hook sees the whole session's
+    items, hence the folder check; ``tryfirst`` so the mark is there before ``-m`` selects."""
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.integration)
 
 
 def fleetwatch(
