@@ -121,11 +121,12 @@ class SparkSettings(_Part):
     snapshots are made by the background maintenance task, instead of every micro-batch
     copying a RocksDB snapshot into the checkpoint. The commit is on every reading's path.
     Measured on the scorer (1,000 devices, 2 partitions, shared 2-core machine):
-    ``bench/score_anatomy.py``, state commit p50 290 to 388 → 152 to 242 ms per micro-batch
-    (summed over the partitions), batch p50 at 1,000 readings/s 849 / 1,094 → 616 / 706 ms in
-    alternating pairs at load 4, at 5,000/s no change; ``bench/e2e.py`` at 1,000/s, p50 / p99
-    4.2 / 9.6, 3.5 / 6.5 and 2.2 / 4.3 s → 3.1 / 5.7, 2.7 / 4.9 and 1.6 / 2.7 s (three pairs,
-    the last without the other engineer's load). Same state, same alert events (29,970
+    ``bench/pipeline/score_anatomy.py``, state commit p50 290 to 388 → 152 to 242 ms per
+    micro-batch (summed over the partitions), batch p50 at 1,000 readings/s 849 / 1,094 → 616 /
+    706 ms in alternating pairs at load 4, at 5,000/s no change;
+    ``bench/pipeline/under_load.py`` at 1,000/s, p50 / p99 4.2 / 9.6, 3.5 / 6.5 and 2.2 / 4.3 s
+    → 3.1 / 5.7, 2.7 / 4.9 and 1.6 / 2.7 s (three pairs, the last without other load).
+    Same state, same alert events (29,970
     readings in 17 micro-batches, off and on: 3,433 identical events); Spark reads a
     checkpoint written either way, so it can be switched on an existing one."""
     checkpoint_file_manager: str | None = (
@@ -135,8 +136,9 @@ class SparkSettings(_Part):
     the offset and commit logs and the state store's changelog files, each micro-batch, on
     every reading's path. Spark's default, FileContext-based, cost 40 to 85 ms per log write and
     150 to 210 ms of state commit per micro-batch on a local disk here; Hadoop's FileSystem API
-    (write to a temporary file, rename) 17 to 21 ms and 8 ms (``bench/score_anatomy.py``, 5,000
-    readings/s). Both are atomic by rename on a local or HDFS checkpoint. ``None`` leaves
+    (write to a temporary file, rename) 17 to 21 ms and 8 ms
+    (``bench/pipeline/score_anatomy.py``, 5,000 readings/s). Both are atomic by rename on a
+    local or HDFS checkpoint. ``None`` leaves
     Spark's default (e.g. for an object store, where rename is a copy)."""
     local_file_system: str | None = "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem"
     """Hadoop's ``FileSystem`` for ``file:`` paths (``spark.hadoop.fs.file.impl``), when the
@@ -146,8 +148,8 @@ class SparkSettings(_Part):
     offset and commit log write and each state store changelog file, every micro-batch. This
     one (Maven ``com.globalmentor:hadoop-bare-naked-local-fs``, resolved by ``make setup`` into
     :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
-    (``bench/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit log
-    write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
+    (``bench/pipeline/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit
+    log write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
 
 
 class ScoreSettings(_Part):
@@ -203,7 +205,7 @@ class TrainSettings(_Part):
 
     trigger_interval: str = "10 seconds"
     """How often a micro-batch of new readings is learned (and changed parameters published).
-    Measured with ``bench/train.py`` (10,000 devices, 20,000 readings/s, a shared 2-core
+    Measured with ``bench/pipeline/train.py`` (10,000 devices, 20,000 readings/s, a shared 2-core
     machine): a batch then takes about 20 s, so at 10 s batches run back to back and a reading
     waits only for the batch in progress (per-reading freshness p95 48 s); a longer interval
     would add up to its length to that wait."""

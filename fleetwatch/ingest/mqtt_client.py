@@ -2,7 +2,7 @@
 
 paho reads every packet with three or more ``recv`` calls (one byte of type, the length a byte at
 a time, then the body) and handles one packet per ``select``: at thousands of messages a second
-that was a third of the gateway's CPU (``bench/gateway.py``). :class:`BufferedClient` reads up
+that was a third of the gateway's CPU (``bench/micro/gateway.py``). :class:`BufferedClient` reads up
 to 64 KiB per ``recv`` and hands paho's packet reader slices of that buffer, and it handles
 every packet already buffered before returning to ``select`` (which cannot see bytes held
 here); the broker sends at most the receive-maximum of unacknowledged messages, so such a

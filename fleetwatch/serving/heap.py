@@ -5,7 +5,7 @@ mappers, pydantic's validators: about 145,000 tracked objects) is nearly all of 
 full (generation 2) collection walks every one of them, about 95 ms of CPU here — during which
 no request is served. Request handling makes enough short-lived cycles to trigger one every ten
 seconds or so under load, and those pauses were the API's whole latency tail
-(``bench/api.py``). ``gc.freeze()`` moves the objects alive after start-up into the permanent
+(``bench/micro/api.py``). ``gc.freeze()`` moves the objects alive after start-up into the permanent
 generation, which collections skip; what requests allocate is still collected as before.
 """
 

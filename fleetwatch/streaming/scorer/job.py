@@ -53,7 +53,7 @@ BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
 a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
 its devices' state in one value that is read and rewritten when any of them reports.
-``bench/score_anatomy.py --buckets N`` (1,000 devices, micro-batches back to back, shared
+``bench/pipeline/score_anatomy.py --buckets N`` (1,000 devices, micro-batches back to back, shared
 2-core machine, one run each), batch p50 at 1,000 / 5,000 readings/s: 64 buckets (plan 5)
 1,168 / 1,081 ms, 16 buckets 785 / 824 ms, 8 buckets 758 / 791 ms. 16 keep a 10,000-device
 fleet's state values to ~600 devices each."""
@@ -79,7 +79,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     4 ms)."""
     from pyspark.sql import functions as F
 
-    from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
+    from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
     from fleetwatch.streaming.buckets import bucket_of
 
     bucket = partial(bucket_of, buckets=BUCKETS)
