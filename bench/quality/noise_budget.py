@@ -1,0 +1,180 @@
+"""False alarms on normal data: long synthetic single-metric streams of awkward but healthy noise,
+with no anomaly at all, through file mode's engine; every alert is a false one.
+
+Each shape is ``--devices`` devices (seeded) of one metric, one reading every 10 s for
+``--days`` simulated days, scored by :func:`~fleetwatch.models.filemode.detect_frame` (what
+``fleetwatch detect`` runs: per device, online and causal, chunks of ``--chunk-rows``):
+
+- ``student_t2``, ``student_t3``: heavy-tailed noise, Student-t with 2 and 3 degrees of freedom;
+- ``random_walk``: a level that wanders (Gaussian steps);
+- ``poisson``: integer counts (Poisson, mean 4);
+- ``on_off``: two levels switching at random (mean dwell 30 minutes), small noise on each;
+- ``load_cycle``: a 20-minute sine (a within-hour load cycle) plus noise;
+- ``discharge``: a slow exponential decline (a battery over days) plus noise.
+
+An alert is an episode: a run of consecutive alerting rows of one device (file mode flags rows
+and has no episode of its own). Printed per shape: alerts per device-day over the whole run
+and after the first day (once the detector has learned), and the share of alerting rows.
+The budget is 1 alert per device-day.
+
+    python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
+
+Last line: {"shapes": {shape: alerts_per_device_day}, "budget": 1.0, "worst": shape,
+"over_budget": [shapes], "after_day1": {shape: alerts_per_device_day}, "alert_row_share":
+{shape: share}, "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at the
+start), "loadavg_1m_end"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from fleetwatch.evaluation.detections import run_starts
+from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
+
+STEP_MS = 10_000
+PER_DAY = 86_400_000 // STEP_MS
+BUDGET = 1.0
+START = datetime(2026, 1, 5, tzinfo=UTC)
+Floats = npt.NDArray[np.float64]
+Shape = Callable[[np.random.Generator, int], Floats]
+
+
+def student_t(dof: float) -> Shape:
+    def make(rng: np.random.Generator, n: int) -> Floats:
+        return 20.0 + 0.5 * rng.standard_t(dof, n)
+
+    return make
+
+
+def random_walk(rng: np.random.Generator, n: int) -> Floats:
+    return 50.0 + np.cumsum(rng.normal(0.0, 0.05, n))
+
+
+def poisson(rng: np.random.Generator, n: int) -> Floats:
+    return rng.poisson(4.0, n).astype(np.float64)
+
+
+def on_off(rng: np.random.Generator, n: int) -> Floats:
+    dwell = 30 * 60_000 / STEP_MS
+    switches = rng.random(n) < 1.0 / dwell
+    state = (np.cumsum(switches) + rng.integers(2)) % 2
+    return np.where(state == 1, 12.0, 5.0) + rng.normal(0.0, 0.2, n)
+
+
+def load_cycle(rng: np.random.Generator, n: int) -> Floats:
+    t_s = np.arange(n) * STEP_MS / 1000
+    return (
+        50.0
+        + 10.0 * np.sin(2 * np.pi * t_s / 1200 + rng.uniform(0, 2 * np.pi))
+        + rng.normal(0.0, 1.0, n)
+    )
+
+
+def discharge(rng: np.random.Generator, n: int) -> Floats:
+    t_days = np.arange(n) * STEP_MS / 86_400_000
+    return 3.3 + 0.9 * np.exp(-t_days / 4.0) + rng.normal(0.0, 0.01, n)
+
+
+SHAPES: dict[str, Shape] = {
+    "student_t2": student_t(2),
+    "student_t3": student_t(3),
+    "random_walk": random_walk,
+    "poisson": poisson,
+    "on_off": on_off,
+    "load_cycle": load_cycle,
+    "discharge": discharge,
+}
+
+
+def stream(shape: Shape, seed: int, days: float) -> pd.DataFrame:
+    """One device's readings (epoch ms, value), rounded as a sensor would report them."""
+    n = round(days * PER_DAY)
+    rng = np.random.default_rng(seed)
+    start_ms = int(START.timestamp() * 1000)
+    return pd.DataFrame(
+        {
+            "timestamp": start_ms + np.arange(n, dtype=np.int64) * STEP_MS,
+            "value": np.round(shape(rng, n), 4),
+        }
+    )
+
+
+def episodes_per_device(
+    flags: npt.NDArray[np.bool_], devices: int, rows: int, skip_rows: int = 0
+) -> float:
+    """Runs of alerting rows per device (each device's rows contiguous), from ``skip_rows``."""
+    per = flags.reshape(devices, rows)[:, skip_rows:]
+    return float(sum(int(run_starts(device).sum()) for device in per)) / devices
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--devices", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
+    args = parser.parse_args()
+    load_start = os.getloadavg()[0]
+    began = time.perf_counter()
+    engine_s = 0.0
+    total_rows = 0
+    per_day: dict[str, float] = {}
+    after: dict[str, float] = {}
+    """Alerts per device-day after the first day (when there is more than one)."""
+    share: dict[str, float] = {}
+    for index, (name, shape) in enumerate(SHAPES.items()):
+        frames = [
+            stream(shape, args.seed * 1000 + index * 100 + d, args.days).assign(
+                device_id=f"{name}-{d}"
+            )
+            for d in range(args.devices)
+        ]
+        frame = pd.concat(frames, ignore_index=True)
+        rows = len(frames[0])
+        started = time.perf_counter()
+        scored = detect_frame(frame, "timestamp", "device_id", ["value"], args.chunk_rows)
+        engine_s += time.perf_counter() - started
+        total_rows += len(frame)
+        flags = scored["alert"].to_numpy(dtype=bool)
+        per_day[name] = episodes_per_device(flags, args.devices, rows) / args.days
+        later_days = args.days - 1
+        if later_days > 0:
+            after[name] = episodes_per_device(flags, args.devices, rows, PER_DAY) / later_days
+        share[name] = float(flags.mean())
+        later = f"{after[name]:.2f}" if name in after else "-"
+        print(
+            f"{name:<12} {per_day[name]:8.2f} alerts per device-day "
+            f"(after day 1: {later}; alerting rows {share[name]:.3%}) "
+            f"{'OVER' if per_day[name] > BUDGET else 'within'} budget {BUDGET}"
+        )
+    worst = max(per_day, key=lambda s: per_day[s])
+    result = {
+        "shapes": {s: round(v, 3) for s, v in per_day.items()},
+        "budget": BUDGET,
+        "worst": worst,
+        "over_budget": [s for s, v in per_day.items() if v > BUDGET],
+        "after_day1": {s: round(v, 3) for s, v in after.items()},
+        "alert_row_share": {s: round(v, 5) for s, v in share.items()},
+        "days": args.days,
+        "devices": args.devices,
+        "rows": total_rows,
+        "rows_per_s": round(total_rows / engine_s) if engine_s else None,
+        "seconds": round(time.perf_counter() - began, 1),
+        "loadavg_1m": round(load_start, 2),
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Detection quality on real labelled data: SKAB's fault files through file mode's engine,
+scored with SKAB's own protocols.
+
+SKAB (Skoltech Anomaly Benchmark, github.com/waico/SKAB, its ``data/`` folder; GPL-3, so it is
+read from where it lies, never copied here) is a water-pump testbed: 8 sensors about once a
+second, 34 experiments with a labelled fault each in ``valve1/``, ``valve2/`` and ``other/``.
+Each file goes, as one device, through :func:`~fleetwatch.models.filemode.detect_frame` — what
+``fleetwatch detect`` runs, online and causal: each chunk of rows is scored with what was
+learned from earlier chunks only — on the 8 sensor columns (the labels are kept out). A row is
+flagged when its ``alert`` is true.
+
+Scored as SKAB's leaderboard is (:mod:`fleetwatch.evaluation.skab`): rows from ``--train-rows``
+(SKAB's 400) on; the detector learns online from the rows before. Outlier protocol: F1, FAR %,
+MAR % of rows, counts summed over files. Changepoint protocol: NAB standard / low FP / low FN
+with a 60 s window after each labelled changepoint, detections = alert openings (the first row
+of each run of alerting rows; file mode has no episode of its own, so a run is an episode);
+also from every alerting row (``nab_standard_rows``) and from every change of the alert flag, as
+SKAB's notebooks derive changepoints (``nab_*_changes``). ``whole_file`` scores every row.
+
+    python bench/quality/realdata.py --skab DIR [--limit N] [--train-rows 400] [--chunk-rows 50]
+
+Last line: {"outlier_f1", "far_pct", "mar_pct", "nab_standard", "nab_low_fp", "nab_low_fn",
+"nab_standard_rows", "nab_standard_changes", "nab_low_fp_changes", "nab_low_fn_changes",
+"episodes", "anomalies", "episodes_per_anomaly", "rows" (run through the engine),
+"scored_rows", "files", "rows_per_s" (the engine's), "seconds", "train_rows", "loadavg_1m"
+(at the start), "loadavg_1m_end", "categories": {category: figures}, "whole_file": figures}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from fleetwatch.evaluation.changepoints import LOW_FN, LOW_FP, SKAB_WINDOW_MS, STANDARD
+from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
+from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
+
+CATEGORIES = ("valve1", "valve2", "other")
+TIME = "datetime"
+LABELS = ("anomaly", "changepoint")
+FLAG = "alert"
+WHERE = (
+    "SKAB is not here. Get it from https://github.com/waico/SKAB (the data/ folder: valve1/, "
+    "valve2/, other/), e.g. `git clone --depth 1 https://github.com/waico/SKAB`, and pass "
+    "--skab SKAB/data"
+)
+
+
+def skab_files(root: Path, limit: int | None = None) -> list[tuple[str, Path]]:
+    """(category, file) of every fault file, categories in SKAB's order, files by number."""
+    found = [
+        (category, path)
+        for category in CATEGORIES
+        for path in sorted(
+            (root / category).glob("*.csv"),
+            key=lambda p: (int(p.stem) if p.stem.isdigit() else 10**9, p.name),
+        )
+    ]
+    return found[:limit] if limit is not None else found
+
+
+def read_skab(path: Path) -> pd.DataFrame:
+    """A SKAB file: ``;``-separated, ``datetime``, the sensors, ``anomaly``, ``changepoint``."""
+    frame = pd.read_csv(path, sep=";")
+    missing = [c for c in (TIME, *LABELS) if c not in frame.columns]
+    if missing:
+        raise SystemExit(f"{path}: no column {', '.join(missing)} (not a SKAB file?)")
+    return frame
+
+
+def sensors(frame: pd.DataFrame) -> list[str]:
+    """Every column but the time, the labels and the detector's flag."""
+    return [c for c in frame.columns if c not in (TIME, *LABELS, FLAG)]
+
+
+def times_ms(frame: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """The ``datetime`` column as epoch ms (SKAB's times have no zone; taken as UTC, as file
+    mode does)."""
+    parsed = pd.to_datetime(frame[TIME], format="ISO8601")
+    return parsed.to_numpy(dtype="datetime64[ms]").astype(np.int64)
+
+
+def detect(frame: pd.DataFrame, chunk_rows: int) -> tuple[npt.NDArray[np.bool_], float]:
+    """The engine's alert flag of every row (the sensors only, labels kept out), and its time."""
+    started = time.perf_counter()
+    scored = detect_frame(frame[[TIME, *sensors(frame)]], TIME, None, sensors(frame), chunk_rows)
+    seconds = time.perf_counter() - started
+    if scored["anomaly_score"].isna().any():
+        raise SystemExit(f"file mode left {scored['anomaly_score'].isna().sum()} rows unscored")
+    return scored["alert"].to_numpy(dtype=bool), seconds
+
+
+def score_frame(
+    frame: pd.DataFrame,
+    scored_from: int = SKAB_TRAIN_ROWS,
+    window_ms: int = SKAB_WINDOW_MS,
+) -> SkabTally:
+    """One file with its labels and an ``alert`` column (0/1 or bool), scored as SKAB does."""
+    return score_file(
+        times_ms(frame),
+        frame["anomaly"].to_numpy(),
+        frame["changepoint"].to_numpy(),
+        frame[FLAG].to_numpy(),
+        scored_from,
+        window_ms,
+    )
+
+
+def _r(value: float, digits: int = 2) -> float | None:
+    return None if np.isnan(value) else round(value, digits)
+
+
+def figures(tally: SkabTally) -> dict[str, Any]:
+    c = tally.confusion
+    return {
+        "outlier_f1": _r(c.f1, 3),
+        "far_pct": _r(c.far_pct),
+        "mar_pct": _r(c.mar_pct),
+        "nab_standard": _r(tally.openings.score(STANDARD)),
+        "nab_low_fp": _r(tally.openings.score(LOW_FP)),
+        "nab_low_fn": _r(tally.openings.score(LOW_FN)),
+        "nab_standard_rows": _r(tally.rows_nab.score(STANDARD)),
+        "nab_standard_changes": _r(tally.changes_nab.score(STANDARD)),
+        "nab_low_fp_changes": _r(tally.changes_nab.score(LOW_FP)),
+        "nab_low_fn_changes": _r(tally.changes_nab.score(LOW_FN)),
+        "episodes": tally.episodes,
+        "anomalies": tally.anomalies,
+        "episodes_per_anomaly": _r(tally.episodes / tally.anomalies if tally.anomalies else np.nan),
+        "windows": tally.openings.windows,
+        "windows_detected": tally.openings.detected,
+        "false_openings": tally.openings.false_positives,
+        "scored_rows": tally.rows,
+        "files": tally.files,
+    }
+
+
+def line(name: str, tally: SkabTally) -> str:
+    f = figures(tally)
+    return (
+        f"{name:<8} {tally.files:>2} files {tally.rows:>6} rows  F1 {f['outlier_f1']}  "
+        f"FAR {f['far_pct']} %  MAR {f['mar_pct']} %  NAB std/lowFP/lowFN "
+        f"{f['nab_standard']} / {f['nab_low_fp']} / {f['nab_low_fn']} "
+        f"(rows {f['nab_standard_rows']}, changes {f['nab_standard_changes']})  "
+        f"windows {f['windows_detected']}/{f['windows']}  episodes {tally.episodes} "
+        f"({f['episodes_per_anomaly']} per anomaly, {f['false_openings']} outside windows)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skab", type=Path, help="SKAB's data/ folder (valve1/, valve2/, other/)")
+    parser.add_argument("--limit", type=int, help="only the first N files (a quick run)")
+    parser.add_argument("--train-rows", type=int, default=SKAB_TRAIN_ROWS)
+    parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
+    args = parser.parse_args()
+    files = skab_files(args.skab, args.limit) if args.skab and args.skab.is_dir() else []
+    if not files:
+        print(WHERE)
+        return
+    load_start = os.getloadavg()[0]
+    began = time.perf_counter()
+    per_category: dict[str, SkabTally] = {}
+    whole = SkabTally()
+    rows = 0
+    engine_s = 0.0
+    for category, path in files:
+        frame = read_skab(path)
+        frame[FLAG], seconds = detect(frame, args.chunk_rows)
+        engine_s += seconds
+        rows += len(frame)
+        tally = score_frame(frame, args.train_rows)
+        whole += score_frame(frame, 0)
+        per_category[category] = per_category.get(category, SkabTally()) + tally
+        print(line(f"{category}/{path.stem}", tally), file=sys.stderr)
+    overall = sum(per_category.values(), SkabTally())
+    print(f"scored from row {args.train_rows} of each file (SKAB's split); chunk {args.chunk_rows}")
+    for category, tally in per_category.items():
+        print(line(category, tally))
+    print(line("overall", overall))
+    print(line("whole", whole) + "  (every row scored)")
+    result = {
+        **figures(overall),
+        "rows": rows,
+        "rows_per_s": round(rows / engine_s) if engine_s else None,
+        "seconds": round(time.perf_counter() - began, 2),
+        "train_rows": args.train_rows,
+        "chunk_rows": args.chunk_rows,
+        "loadavg_1m": round(load_start, 2),
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
+        "categories": {category: figures(tally) for category, tally in per_category.items()},
+        "whole_file": figures(whole),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

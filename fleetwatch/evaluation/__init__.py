@@ -1,0 +1,1 @@
+"""Scoring detections against labels: SKAB's outlier and changepoint (NAB-style) protocols."""
