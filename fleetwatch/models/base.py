@@ -9,7 +9,8 @@ In the style of river's estimators, kept to a few methods:
   returns :class:`~fleetwatch.models.scores.Scores`, one per input row;
 - ``to_params()`` / ``from_params()`` turn a detector into a small JSON-able dict and back;
 - hyperparameters are exactly the constructor arguments (``hyperparameters()`` reads them
-  back), and ``clone()`` gives a fresh, unfitted detector with the same ones.
+  back; a detector refuses bad ones with :class:`~fleetwatch.models.errors.HyperParameterError`),
+  and ``clone()`` gives a fresh, unfitted detector with the same ones.
 
 A batch is scored as the continuation of the data learned so far: detectors with memory
 (the CUSUM sums, the last readings of a flat-line window, the last event time) carry it in
@@ -49,7 +50,7 @@ import pandas as pd
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
-from fleetwatch.models.errors import BatchError, ParamsError, UnknownDetector
+from fleetwatch.models.errors import BatchError, HyperParameterError, ParamsError, UnknownDetector
 from fleetwatch.models.params import check_header
 from fleetwatch.models.scores import Scores
 
@@ -155,7 +156,9 @@ class Detector(ABC):
         try:
             return cls(**hyper)
         except TypeError as exc:
-            raise ParamsError(f"bad {cls.kind} hyperparameters {dict(hyper)!r}: {exc}") from exc
+            raise HyperParameterError(
+                f"bad {cls.kind} hyperparameters {dict(hyper)!r}: {exc}"
+            ) from exc
 
     def clone(self) -> Self:
         """A fresh, unfitted detector with the same hyperparameters."""

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.contracts.errors import ConfigurationError
+from fleetwatch.models.errors import HyperParameterError
 
 PARAMS_SCHEMA = 1
 
@@ -38,7 +39,7 @@ class FixedBaseline:
     def __post_init__(self) -> None:
         for metric, (_, width) in self.bands.items():
             if not width > 0:
-                raise ConfigurationError(f"baseline band for {metric!r} must be > 0, got {width}")
+                raise HyperParameterError(f"baseline band for {metric!r} must be > 0, got {width}")
 
     def score(self, metrics: npt.ArrayLike, values: npt.ArrayLike) -> BandScores:
         """Score many (metric, value) pairs at once; unknown metrics score 0 and never alert."""

@@ -54,11 +54,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models import trend
 from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -136,9 +136,9 @@ class ChangeDetector(Detector):
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
         if not drift > 0:
-            raise ConfigurationError(f"drift must be > 0, got {drift}")
+            raise HyperParameterError(f"drift must be > 0, got {drift}")
         if not local_halflife > 0:
-            raise ConfigurationError(f"local_halflife must be > 0 readings, got {local_halflife}")
+            raise HyperParameterError(f"local_halflife must be > 0 readings, got {local_halflife}")
         self.drift = drift
         self.reset = reset
         self.halflife_hours = halflife_hours

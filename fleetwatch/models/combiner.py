@@ -33,7 +33,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory, detector_c
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.change import ChangeDetector
-from fleetwatch.models.errors import ParamsError
+from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import check_header
@@ -54,9 +54,9 @@ class CombinedDetector(Detector):
     ) -> None:
         self.detectors: list[Detector] = default_members() if detectors is None else list(detectors)
         if not self.detectors:
-            raise ParamsError("a combined detector needs at least one member")
+            raise HyperParameterError("a combined detector needs at least one member")
         if adapt_s is not None and not adapt_s > 0:
-            raise ParamsError(f"adapt_s must be > 0 or None, got {adapt_s}")
+            raise HyperParameterError(f"adapt_s must be > 0 or None, got {adapt_s}")
         self.adapt_s = adapt_s
         self.alerting: dict[str, int] = {}
         """Metric → event time since which every reading of it alerted (the gate's memory)."""
@@ -77,7 +77,7 @@ class CombinedDetector(Detector):
             adapt = hyper.get("adapt_s", 300.0)
             return cls(members, None if adapt is None else float(adapt))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ParamsError(f"bad combined hyperparameters {dict(hyper)!r}") from exc
+            raise HyperParameterError(f"bad combined hyperparameters {dict(hyper)!r}") from exc
 
     def _gate(self, batch: Batch) -> npt.NDArray[np.bool_]:
         """The pre-batch alerts are left out, but for a device in a lasting new state: a row is

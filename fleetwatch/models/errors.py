@@ -1,6 +1,6 @@
 """Errors of the detectors package, all rooted in :class:`FleetwatchError`."""
 
-from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.contracts.errors import ConfigurationError, FleetwatchError
 
 
 class ModelError(FleetwatchError):
@@ -13,6 +13,12 @@ class ParamsError(ModelError):
 
 class UnknownDetector(ParamsError):
     """A detector kind that the registry does not know."""
+
+
+class HyperParameterError(ModelError, ConfigurationError):
+    """Constructor arguments a detector refuses: out of range, unknown or of the wrong type.
+    A configuration error where they come from the settings; a model error (bad parameters,
+    skipped like any) where they come from a ``model.params`` record."""
 
 
 class BatchError(ModelError):

@@ -43,10 +43,10 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.batch import Batch, extend_metrics, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -69,11 +69,11 @@ class FlatlineDetector(Detector):
         rest_windows: int = 5,
     ) -> None:
         if window < 3:
-            raise ConfigurationError(f"window must be >= 3 readings, got {window}")
+            raise HyperParameterError(f"window must be >= 3 readings, got {window}")
         if not gap_factor > 1:
-            raise ConfigurationError(f"gap_factor must be > 1, got {gap_factor}")
+            raise HyperParameterError(f"gap_factor must be > 1, got {gap_factor}")
         if halflife_hours is not None and not halflife_hours > 0:
-            raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+            raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
         self.window = window
         self.gap_factor = gap_factor
         self.halflife_hours = halflife_hours

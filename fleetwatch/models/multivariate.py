@@ -49,10 +49,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -98,11 +98,11 @@ class PcaDetector(Detector):
         min_residual_var: float = 0.02,
     ) -> None:
         if components < 1:
-            raise ConfigurationError(f"components must be >= 1, got {components}")
+            raise HyperParameterError(f"components must be >= 1, got {components}")
         if halflife_hours is not None and not halflife_hours > 0:
-            raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+            raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
         if not min_residual_var > 0:
-            raise ConfigurationError(f"min_residual_var must be > 0, got {min_residual_var}")
+            raise HyperParameterError(f"min_residual_var must be > 0, got {min_residual_var}")
         self.components = components
         self.halflife_hours = halflife_hours
         self.warmup = warmup

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, normal_two_sided_surprise
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
 
@@ -40,13 +40,13 @@ def check_profile_hyper(
     halflife_hours: float | None, buckets: int, period_hours: float, min_std: float
 ) -> None:
     if halflife_hours is not None and not halflife_hours > 0:
-        raise ConfigurationError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
+        raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
     if buckets < 1 or not period_hours > 0:
-        raise ConfigurationError(
+        raise HyperParameterError(
             f"need buckets >= 1 and period_hours > 0, got {buckets}, {period_hours}"
         )
     if not min_std > 0:
-        raise ConfigurationError(f"min_std must be > 0, got {min_std}")
+        raise HyperParameterError(f"min_std must be > 0, got {min_std}")
 
 
 def new_profile(halflife_hours: float | None, buckets: int, period_hours: float) -> SeasonalProfile:

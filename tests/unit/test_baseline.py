@@ -1,7 +1,7 @@
 import pytest
 
-from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.errors import HyperParameterError
 
 DETECTOR = FixedBaseline(bands={"temperature": (21.0, 8.0)})
 
@@ -27,5 +27,5 @@ def test_params_round_trip() -> None:
 
 
 def test_a_non_positive_band_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="must be > 0"):
+    with pytest.raises(HyperParameterError, match="must be > 0"):
         FixedBaseline(bands={"t": (0.0, 0.0)})

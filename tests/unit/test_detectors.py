@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
 from sklearn.decomposition import PCA
 
-from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.contracts.errors import ConfigurationError, FleetwatchError
 from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import (
@@ -20,7 +21,13 @@ from fleetwatch.models.calibration import (
     score_from_surprise,
 )
 from fleetwatch.models.change import ChangeDetector, cusum
-from fleetwatch.models.errors import BatchError, ParamsError, UnknownDetector
+from fleetwatch.models.errors import (
+    BatchError,
+    HyperParameterError,
+    ModelError,
+    ParamsError,
+    UnknownDetector,
+)
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import CombinedDetector, SeasonalBaseline, load_params
@@ -281,6 +288,30 @@ def test_bad_input_and_bad_parameters_raise_typed_errors() -> None:
     with pytest.raises(ParamsError):
         params.loads("[1, 2]")
     assert issubclass(UnknownDetector, FleetwatchError)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: FlatlineDetector(window=2), "window"),
+        (lambda: ChangeDetector(drift=0.0), "drift"),
+        (lambda: ChangeDetector(buckets=0), "buckets"),
+        (lambda: PcaDetector(components=0), "components"),
+        (lambda: SeasonalBaseline(min_std=0.0), "min_std"),
+        (lambda: CombinedDetector([]), "at least one member"),
+        (lambda: CombinedDetector(adapt_s=0.0), "adapt_s"),
+        (lambda: FlatlineDetector.from_hyper({"windows": 10}), "flatline hyperparameters"),
+        (lambda: CombinedDetector.from_hyper({"adapt_s": 1.0}), "combined hyperparameters"),
+    ],
+)
+def test_every_detector_refuses_bad_hyperparameters_alike(
+    make: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(HyperParameterError, match=match) as refused:
+        make()
+    # a configuration error where the settings gave them, a model error from a params record
+    assert isinstance(refused.value, ModelError)
+    assert isinstance(refused.value, ConfigurationError)
 
 
 def test_cusum_follows_a_load_cycle_faster_than_its_profile_and_still_sees_a_shift() -> None:
