@@ -55,6 +55,7 @@ from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.recording import read_header, record, recorded
 from fleetwatch.simulator.scenario import Scenario, load_scenario
+from fleetwatch.streaming.scorer.detectors import FleetModel
 from fleetwatch.streaming.scorer.device_step import (
     ALERTS,
     Output,
@@ -63,7 +64,6 @@ from fleetwatch.streaming.scorer.device_step import (
     process,
     wants_timer,
 )
-from fleetwatch.streaming.scorer.observations import FleetModel
 from fleetwatch.streaming.scorer.processor import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, by_device
 from fleetwatch.streaming.trainer.learning import learn_device

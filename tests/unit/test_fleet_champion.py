@@ -19,8 +19,9 @@ from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.fleet_publish import champion_record, pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model
 from fleetwatch.streaming.scorer.device_step import ALERTS, Policy, new_state, process
-from fleetwatch.streaming.scorer.observations import FleetModel, fleet_model, fleet_params
+from fleetwatch.streaming.scorer.observations import fleet_params
 
 T0 = 1_763_700_000_000
 POLICY = Policy(

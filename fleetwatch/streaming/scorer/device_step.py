@@ -46,16 +46,16 @@ from fleetwatch.contracts.devices import session_id
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
-from fleetwatch.streaming.scorer.observations import (
+from fleetwatch.streaming.scorer.detectors import (
     FleetLookup,
     Member,
     champion_of,
     detector_for,
     fleet_prior,
     members_for,
-    observations,
 )
+from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
+from fleetwatch.streaming.scorer.observations import observations
 from fleetwatch.streaming.scorer.readings import Rows
 from fleetwatch.streaming.scorer.windows import WindowSpec
 from fleetwatch.streaming.scorer.windows import add as add_to_windows

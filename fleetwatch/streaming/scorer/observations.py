@@ -1,71 +1,28 @@
-"""What a device's readings look like to its alert lifecycle: the detectors that score them —
-its own learned parameters (parsed once per version and worker), the scope's fleet champion
-where ``score.fleet_model`` says so, or the fixed baseline — and their scores as
+"""What a device's readings look like to its alert lifecycle: the scores of the detectors
+:mod:`~fleetwatch.streaming.scorer.detectors` chose for it, as
 :class:`~fleetwatch.streaming.scorer.episodes.Observation` s in event-time order. Pure; used by
 :mod:`fleetwatch.streaming.scorer.device_step`."""
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.errors import ModelError
-from fleetwatch.models.params import loads
-from fleetwatch.models.registry import load_params
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.streaming.scorer.detectors import Member
 from fleetwatch.streaming.scorer.device_moves import KEY as STATE_KEY
 from fleetwatch.streaming.scorer.device_moves import fold_moves, readings_of
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.scorer.readings import Rows
 from fleetwatch.streaming.trainer.learning import params_of
-
-
-@dataclass(frozen=True)
-class FleetModel:
-    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``)."""
-
-    label: str
-    detector: Detector
-
-
-FleetLookup = Callable[[str], FleetModel | None]
-"""Scope → its champion, if any (the processor's view of the fleet records it has seen)."""
-
-
-class DetectorCache:
-    """Parsed detectors by device, so a batch does not re-read 10 KB of JSON per device. The
-    state store holds the parameters; this only saves parsing them (a miss re-reads them)."""
-
-    def __init__(self, size: int = 20_000) -> None:
-        self.size = size
-        self._items: OrderedDict[str, tuple[int, Detector]] = OrderedDict()
-
-    def get(self, device_id: str, version: int) -> Detector | None:
-        item = self._items.get(device_id)
-        if item is None or item[0] != version:
-            return None
-        self._items.move_to_end(device_id)
-        return item[1]
-
-    def put(self, device_id: str, version: int, detector: Detector) -> None:
-        self._items[device_id] = (version, detector)
-        self._items.move_to_end(device_id)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-
-CACHE = DetectorCache()
 
 
 def best_params(values: list[str]) -> tuple[int, str] | None:
@@ -98,68 +55,6 @@ def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
     return best
 
 
-def fleet_model(label: str, params_json: str) -> FleetModel | None:
-    try:
-        return FleetModel(label, load_params(loads(params_json)))
-    except (ModelError, KeyError, TypeError, ValueError):
-        return None
-
-
-def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
-    if version <= 0 or params_json is None:
-        return None
-    cached = CACHE.get(device_id, version)
-    if cached is not None:
-        return cached
-    try:
-        detector = load_params(loads(params_json))
-    except (ModelError, KeyError, TypeError, ValueError):
-        return None
-    CACHE.put(device_id, version, detector)
-    return detector
-
-
-Member = tuple[Detector, str | None]
-"""A detector the scorer runs for a device, and the fleet model's label when it is one."""
-
-
-def members_for(
-    detector: Detector | None, mode: str, champion: FleetModel | None
-) -> list[Member] | None:
-    """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
-    with its poolable one (:attr:`~fleetwatch.models.base.Detector.poolable`, the multivariate
-    detector) replaced by the scope's ``champion`` (:func:`champion_of`) as ``mode``
-    (``score.fleet_model``) says: ``fallback`` while the own one is not warmed up."""
-    own = [] if detector is None else detector.members()
-    members: list[Member] = [(m, None) for m in own]
-    if champion is None or mode == "off":
-        return members or None
-    pooled = next((i for i, (m, _) in enumerate(members) if m.poolable), None)
-    if mode != "always" and pooled is not None and members[pooled][0].warmed_up:
-        return members
-    if pooled is None:
-        members.append((champion.detector, champion.label))
-    else:
-        members[pooled] = (champion.detector, champion.label)
-    return members
-
-
-def champion_of(
-    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
-) -> FleetModel | None:
-    """The champion of the device's scope (the metrics it has reported), if any; ``None``
-    with fleet models off."""
-    if fleet is None or mode == "off":
-        return None
-    return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
-
-
-def fleet_prior(champion: FleetModel | None) -> Detector | None:
-    """The champion's model, which may tell a state the fleet knows
-    (:meth:`~fleetwatch.models.base.Detector.familiar_times`)."""
-    return None if champion is None else champion.detector
-
-
 def observations(
     rows: Rows,
     members: list[Member] | None,
@@ -171,8 +66,8 @@ def observations(
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
     the only calm rows the lifecycle needs are those that may close an episode. ``members``
-    (:func:`members_for`): ``None`` scores with the fixed ``baseline``; a device with no learned
-    parameters but a fleet champion gets both.
+    (:func:`~fleetwatch.streaming.scorer.detectors.members_for`): ``None`` scores with the
+    fixed ``baseline``; a device with no learned parameters but a fleet champion gets both.
 
     The rows are scored as the continuation of the scorer's ``memory`` of the device's in-order
     readings (:class:`~fleetwatch.models.base.ScoringMemory`: the flat-line windows slide over
@@ -182,7 +77,7 @@ def observations(
     their own, from the parameters alone (late readings). A reading on which every metric moved
     at once comes back as one device-wide observation
     (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's champion,
-    :func:`fleet_prior`) knows the state it moved into."""
+    :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     found: list[tuple[int, int, Observation]] = []
     if members is None or all(label is not None for _, label in members):

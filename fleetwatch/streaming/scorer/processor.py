@@ -40,6 +40,7 @@ import pandas as pd
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.streaming.scorer.detectors import CACHE, FleetModel, fleet_model
 from fleetwatch.streaming.scorer.device_step import (
     ALERTS,
     LATE,
@@ -52,13 +53,7 @@ from fleetwatch.streaming.scorer.device_step import (
     process,
     wants_timer,
 )
-from fleetwatch.streaming.scorer.observations import (
-    CACHE,
-    FleetModel,
-    best_params,
-    fleet_model,
-    fleet_params,
-)
+from fleetwatch.streaming.scorer.observations import best_params, fleet_params
 from fleetwatch.streaming.scorer.readings import Rows, readings_by_device
 from fleetwatch.streaming.scorer.windows import WindowSpec
 

@@ -1,0 +1,121 @@
+"""Which detectors score a device's readings: its own learned parameters (parsed once per
+version and Python worker, :data:`CACHE`), the scope's fleet champion where
+``score.fleet_model`` says so, or — with neither — the fixed baseline (``None`` here).
+
+The cache is the only state of this module, and only saves work: the state store holds the
+parameters, and a miss parses them again. Used by
+:mod:`~fleetwatch.streaming.scorer.device_step` (per device) and
+:mod:`~fleetwatch.streaming.scorer.processor` (the parameters and champions a bucket holds).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fleetwatch.contracts.fleet import scope_of_metrics
+from fleetwatch.models.base import Detector
+from fleetwatch.models.errors import ModelError
+from fleetwatch.models.params import loads
+from fleetwatch.models.registry import load_params
+from fleetwatch.streaming.scorer.readings import Rows
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``)."""
+
+    label: str
+    detector: Detector
+
+
+FleetLookup = Callable[[str], FleetModel | None]
+"""Scope → its champion, if any (the processor's view of the fleet records it has seen)."""
+
+Member = tuple[Detector, str | None]
+"""A detector the scorer runs for a device, and the fleet model's label when it is one."""
+
+
+class DetectorCache:
+    """Parsed detectors by device, so a batch does not re-read 10 KB of JSON per device. The
+    state store holds the parameters; this only saves parsing them (a miss re-reads them)."""
+
+    def __init__(self, size: int = 20_000) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[int, Detector]] = OrderedDict()
+
+    def get(self, device_id: str, version: int) -> Detector | None:
+        item = self._items.get(device_id)
+        if item is None or item[0] != version:
+            return None
+        self._items.move_to_end(device_id)
+        return item[1]
+
+    def put(self, device_id: str, version: int, detector: Detector) -> None:
+        self._items[device_id] = (version, detector)
+        self._items.move_to_end(device_id)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
+CACHE = DetectorCache()
+
+
+def fleet_model(label: str, params_json: str) -> FleetModel | None:
+    try:
+        return FleetModel(label, load_params(loads(params_json)))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+
+
+def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
+    if version <= 0 or params_json is None:
+        return None
+    cached = CACHE.get(device_id, version)
+    if cached is not None:
+        return cached
+    try:
+        detector = load_params(loads(params_json))
+    except (ModelError, KeyError, TypeError, ValueError):
+        return None
+    CACHE.put(device_id, version, detector)
+    return detector
+
+
+def members_for(
+    detector: Detector | None, mode: str, champion: FleetModel | None
+) -> list[Member] | None:
+    """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
+    with its poolable one (:attr:`~fleetwatch.models.base.Detector.poolable`, the multivariate
+    detector) replaced by the scope's ``champion`` (:func:`champion_of`) as ``mode``
+    (``score.fleet_model``) says: ``fallback`` while the own one is not warmed up."""
+    own = [] if detector is None else detector.members()
+    members: list[Member] = [(m, None) for m in own]
+    if champion is None or mode == "off":
+        return members or None
+    pooled = next((i for i, (m, _) in enumerate(members) if m.poolable), None)
+    if mode != "always" and pooled is not None and members[pooled][0].warmed_up:
+        return members
+    if pooled is None:
+        members.append((champion.detector, champion.label))
+    else:
+        members[pooled] = (champion.detector, champion.label)
+    return members
+
+
+def champion_of(
+    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
+) -> FleetModel | None:
+    """The champion of the device's scope (the metrics it has reported), if any; ``None``
+    with fleet models off."""
+    if fleet is None or mode == "off":
+        return None
+    return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+
+
+def fleet_prior(champion: FleetModel | None) -> Detector | None:
+    """The champion's model, which may tell a state the fleet knows
+    (:meth:`~fleetwatch.models.base.Detector.familiar_times`)."""
+    return None if champion is None else champion.detector
