@@ -67,7 +67,7 @@ def diff_topics(
     try:
         left = read_events(settings.kafka.bootstrap_servers, a)
         right = read_events(settings.kafka.bootstrap_servers, b)
-    except LookupError as exc:
+    except (LookupError, TimeoutError) as exc:
         fail(str(exc))
     result = diff(left, right)
     _out.print(

@@ -22,7 +22,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.contracts.telemetry import DeviceId, EpochMs, first_problem
+from fleetwatch.contracts.identifiers import DeviceId
+from fleetwatch.contracts.telemetry import EpochMs, first_problem
 
 SCHEMA_VERSION = 1
 KNOWN_COMMANDS = frozenset({"set_interval", "reboot", "calibrate"})

@@ -11,3 +11,8 @@ class ConfigurationError(FleetwatchError):
 
 class PayloadError(FleetwatchError):
     """A payload that does not follow the wire contract; the message says which rule it broke."""
+
+
+class ParamsRecordError(PayloadError):
+    """A ``model.params`` record that does not follow its contract
+    (:mod:`fleetwatch.contracts.model_params`)."""

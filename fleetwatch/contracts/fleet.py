@@ -4,11 +4,9 @@
 model: the multivariate model of every device that reports the same metrics (the *scope*,
 e.g. ``humidity_temperature``), registered in MLflow. ``fleetwatch models promote`` and
 ``rollback`` publish the new champion's parameters there, so the scorer follows the champion
-without a restart. A device id never contains ``:``, so the two kinds of key cannot collide.
-
-Value: ``{"scope", "model", "model_version", "kind", "schema", "version", "params",
-"published_ms"}``; ``version`` rises by one per record of the key (a rollback publishes an
-older ``model_version`` under a newer ``version``).
+without a restart. A device id never contains ``:`` (:mod:`fleetwatch.contracts.identifiers`),
+so the two kinds of key cannot collide. The record's value, and how to write and read it:
+:mod:`fleetwatch.contracts.model_params`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-FLEET_KEY_PREFIX = "fleet:"
+from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 
 
 def fleet_key(scope: str) -> str:

@@ -15,16 +15,15 @@ after 2020-01-01.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from fleetwatch.contracts.identifiers import is_device_id
 from fleetwatch.contracts.telemetry import Reading, TelemetryRecord, encode, first_problem
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.errors import PayloadRejected
 
-_DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _MINUTE_MS = 60_000
 _DAY_MS = 24 * 60 * _MINUTE_MS
 MAX_SEND_BEFORE_EVENT_MS = _MINUTE_MS
@@ -64,7 +63,7 @@ def device_from_topic(topic: str, root: str, channel: str = "telemetry") -> str:
     if not topic.startswith(prefix) or not topic.endswith(suffix):
         raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/{channel}")
     device_id = topic[len(prefix) : -len(suffix)]
-    if not _DEVICE_ID.match(device_id):
+    if not is_device_id(device_id):
         raise PayloadRejected(
             f"device id {device_id!r} in topic {topic!r} is not a valid device id"
         )

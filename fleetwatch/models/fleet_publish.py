@@ -9,62 +9,45 @@ the same things are pooled. Run at the end of a backfill, or on a schedule with
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
+from fleetwatch.contracts import model_params
+from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
 
 logger = logging.getLogger(__name__)
 
 
-def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_params.ParamsRecord]:
     """The latest record per key — devices, and the fleet champions' ``fleet:{scope}`` — read
     from the start of ``model.params`` to its current end (later records of a key replace
-    earlier ones, as compaction will)."""
+    earlier ones, as compaction will; records that break the contract are logged and skipped).
+    No topic yet: an empty table."""
     topic = settings.topics.model_params
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": "fleetwatch-fleet-models",
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    table: dict[str, dict[str, Any]] = {}
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        while todo:
-            batch = consumer.consume(1000, timeout=timeout_s)
-            if not batch:
-                raise TimeoutError(
-                    f"{topic}: no records within {timeout_s:.0f}s, {len(todo)} partitions unread"
-                )
-            for msg in batch:
-                if msg.error() is not None:
-                    continue
-                if msg.value():
-                    record = json.loads(msg.value() or b"{}")
-                    key = msg.key()
-                    table[key.decode() if key else str(record.get("device_id"))] = record
-                if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                    todo.discard(msg.partition() or 0)
-    finally:
-        consumer.close()
+        records = read_to_end(
+            settings.kafka.bootstrap_servers, topic, "fleetwatch-fleet-models", timeout_s
+        )
+    except LookupError:
+        return {}
+    table: dict[str, model_params.ParamsRecord] = {}
+    for key, value in records:
+        if not value:
+            continue
+        try:
+            record = model_params.decode(value, key)
+        except ParamsRecordError as exc:
+            logger.warning("%s: skipping the record of %r: %s", topic, key, exc)
+            continue
+        table[key.decode(errors="replace") if key else model_params.key_of(record)] = record
     return table
 
 
@@ -112,23 +95,6 @@ def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict
     return registered
 
 
-def champion_record(
-    scope: str, model: str, model_version: int, params: Mapping[str, Any], version: int, now_ms: int
-) -> str:
-    """The value of a ``fleet:{scope}`` record (:mod:`fleetwatch.contracts.fleet`)."""
-    record = {
-        "scope": scope,
-        "model": model,
-        "model_version": model_version,
-        "kind": params["kind"],
-        "schema": params["schema"],
-        "version": version,
-        "params": dict(params),
-        "published_ms": now_ms,
-    }
-    return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
-
-
 def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     """Publish the champion of ``scope`` to ``model.params`` under ``fleet:{scope}``, so that
     the scorer follows it; returns ``(model name, model version)``, ``None`` when the scope has
@@ -141,9 +107,10 @@ def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     if found is None:
         return None
     key = fleet_key(scope)
-    previous = read_table(settings).get(key, {}).get("version", 0)
-    value = champion_record(
-        scope, found.name, found.version, found.params, int(previous) + 1, int(time.time() * 1000)
+    previous = read_table(settings).get(key)
+    version = 1 if previous is None else previous["version"] + 1
+    value = model_params.encode_champion(
+        scope, found.name, found.version, found.params, version, int(time.time() * 1000)
     )
     producer = Producer(
         {"bootstrap.servers": settings.kafka.bootstrap_servers, "acks": "all", "log_level": 3}

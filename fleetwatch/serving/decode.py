@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fleetwatch.contracts import model_params
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
+from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.telemetry import TelemetryRecord
 from fleetwatch.serving.store.ingest import AckRecord, ModelRecord
 
@@ -52,34 +54,21 @@ def decode_reading(value: bytes | None) -> TelemetryRecord:
     return TelemetryRecord.model_validate(_object(value))
 
 
-def _int_or_none(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer or null, got {value!r}")
-    return value
-
-
 def decode_model(key: bytes | None, value: bytes | None) -> ModelRecord:
-    """A ``model.params`` record: the value carries ``kind``, ``version``, the trained range and
-    the parameters; the device is the record key (or the value's ``device_id``)."""
-    body = _object(value)
-    device_id = body.get("device_id") or (key.decode(errors="replace") if key else None)
-    if not isinstance(device_id, str) or not device_id:
-        raise ValueError("no device id (neither a record key nor device_id)")
-    kind, version = body.get("kind"), body.get("version")
-    if not isinstance(kind, str) or not kind:
-        raise ValueError("kind must be a non-empty string")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError(f"version must be an integer, got {version!r}")
-    params = body.get("params")
+    """A device's ``model.params`` record (:mod:`fleetwatch.contracts.model_params`); the device
+    is the value's ``device_id`` (or the record key)."""
+    try:
+        record = model_params.decode(value, key)
+    except ParamsRecordError as exc:
+        raise ValueError(str(exc)) from exc
+    if "scope" in record:
+        raise ValueError(f"the fleet champion of {record['scope']}, not a device's record")
     return ModelRecord(
-        device_id=device_id[:128],
-        kind=kind[:64],
-        version=version,
-        trained_from_ms=_int_or_none(body, "trained_from_ms"),
-        trained_to_ms=_int_or_none(body, "trained_to_ms"),
-        published_ms=_int_or_none(body, "published_ms"),
-        params=params if isinstance(params, dict) else body,
+        device_id=record["device_id"][:128],
+        kind=record["kind"][:64],
+        version=record["version"],
+        trained_from_ms=record["trained_from_ms"],
+        trained_to_ms=record["trained_to_ms"],
+        published_ms=record["published_ms"],
+        params=record["params"],
     )

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.fleet import fleet_key
+from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
 from fleetwatch.streaming.spark_session import build_session
-from fleetwatch.streaming.trainer.learning import publication
 from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
 T0 = 1_763_700_000_000
@@ -120,7 +120,7 @@ def trained(device: str) -> tuple[int, str]:
     for start in range(0, n, 100):
         detector.learn(data.iloc[start : start + 100])
     p = params.dumps(detector.to_params())
-    return detector.version, publication(device, p, published_ms=T0)
+    return detector.version, encode_device(device, p, published_ms=T0)
 
 
 def test_alerts_state_sessions_late_data_and_a_parameter_update(spark: Any, tmp_path: Path) -> None:

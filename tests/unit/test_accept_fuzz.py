@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetwatch.contracts.identifiers import is_device_id
 from fleetwatch.contracts.telemetry import TelemetryRecord
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
@@ -50,7 +51,8 @@ topics = st.one_of(
 
 def expected_records(topic: str, payload: bytes) -> int:
     """How many outputs a message must give: one per reading of a batch, else one."""
-    if not re.fullmatch(r"devices/[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}/telemetry", topic):
+    device = re.fullmatch(r"devices/(.*)/telemetry", topic, flags=re.DOTALL)
+    if device is None or not is_device_id(device[1]):
         return 1
     try:
         parsed: Any = json.loads(payload)

@@ -1,11 +1,15 @@
 import json
 
+from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.contracts.settings import TopicSettings
 from fleetwatch.serving.materialiser import batch_of
 from tests.unit.api_support import make_alert
 
 TOPICS = TopicSettings()
 KINDS = {TOPICS.alerts: "alerts", TOPICS.device_state: "state", TOPICS.model_params: "models"}
+PARAMS = json.dumps(
+    {"kind": "seasonal", "schema": 1, "version": 7, "trained_from_ms": 1, "trained_to_ms": 2}
+)
 
 
 class FakeMessage:
@@ -41,11 +45,13 @@ def test_records_that_break_their_contract_are_skipped_not_fatal() -> None:
         FakeMessage(b"", TOPICS.model_params),
         FakeMessage(json.dumps({"kind": "seasonal", "version": "7"}).encode(), TOPICS.model_params),
         FakeMessage(json.dumps({"kind": "seasonal", "version": 7}).encode(), TOPICS.model_params),
+        FakeMessage(encode_device("d1", PARAMS, 9).encode(), TOPICS.model_params),
     ]
     batch = batch_of(messages, KINDS, skipped.append)  # type: ignore[arg-type]
     assert batch.alerts == [good]
     assert [(m.device_id, m.version) for m in batch.models] == [("d1", 7)]
-    assert len(skipped) == 5
+    assert batch.models[0].params == json.loads(PARAMS)
+    assert len(skipped) == 6  # a model.params record without its parameters among them
 
 
 def test_an_ack_record_carries_the_device_it_came_from() -> None:

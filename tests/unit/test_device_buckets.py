@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
-from fleetwatch.streaming.trainer.learning import learn_device, publication
+from fleetwatch.streaming.trainer.learning import learn_device
 from fleetwatch.streaming.trainer.processor import learn_bucket, seeds
 
 
@@ -58,10 +59,10 @@ def test_seeding_keeps_the_highest_version_per_device() -> None:
         {
             "device_id": ["a", "a", "b", "c"],
             "value": [
-                publication("a", two, 1),
-                publication("a", one, 2),
+                encode_device("a", two, 1),
+                encode_device("a", one, 2),
                 "{broken",
-                publication("c", one, 3),
+                encode_device("c", one, 3),
             ],
         }
     )

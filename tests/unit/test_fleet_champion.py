@@ -13,14 +13,15 @@ import pytest
 
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
+from fleetwatch.contracts.model_params import encode_champion
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_publish import champion_record, pooled_by_scope
+from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model
-from fleetwatch.streaming.scorer.device_step import ALERTS, Policy, new_state, process
+from fleetwatch.streaming.scorer.device_step import Policy, Role, new_state, process
 from fleetwatch.streaming.scorer.observations import fleet_params
 
 T0 = 1_763_700_000_000
@@ -52,7 +53,7 @@ def champion_json(model_version: int = 3, version: int = 1) -> str:
     data = correlated(1200, seed=1)
     for start in range(0, len(data), 200):
         pca.learn(data.iloc[start : start + 200])
-    return champion_record(
+    return encode_champion(
         SCOPE, "fleetwatch-" + SCOPE, model_version, pca.to_params(), version, T0
     )
 
@@ -100,7 +101,7 @@ def alerts_of(
     _, out = process(
         "d1", state, params_json, readings(BROKEN, T0 + 3_600_000), 0, T0 + 10**9, policy, lookup
     )
-    return [json.loads(v) for role, v in out.records if role == ALERTS]
+    return [json.loads(v) for role, v in out.records if role == Role.ALERTS]
 
 
 def test_keys_and_scopes() -> None:
@@ -231,7 +232,7 @@ def test_a_machine_stopping_as_others_of_its_kind_do_is_no_alert() -> None:
     def alerts(rows: pd.DataFrame, lookup: Any) -> list[dict[str, Any]]:
         state = {**new_state(), "v": version}
         _, out = process("m1", state, own_json, rows, 0, stop_ms + 10**6, POLICY, lookup)
-        return [json.loads(v) for role, v in out.records if role == ALERTS]
+        return [json.loads(v) for role, v in out.records if role == Role.ALERTS]
 
     def fleet(scope: str) -> FleetModel | None:
         return champion if scope == "rpm_vibration_rms" else None

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.contracts.errors import ParamsRecordError
+from fleetwatch.contracts.model_params import decode, encode_device
 from fleetwatch.models import params
-from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import CombinedDetector, default_detector, load_params
-from fleetwatch.streaming.trainer.learning import learn_device, learn_update, params_of, publication
+from fleetwatch.streaming.trainer.learning import learn_device, learn_update
 from fleetwatch.streaming.trainer.processor import latest_params
 
 INTERVAL_MS = 5 * 60_000
@@ -186,7 +187,7 @@ def test_a_lasting_change_of_one_metric_is_never_learned(partner: str | None) ->
 def test_the_record_lifts_the_header_out_of_the_parameters() -> None:
     p = learn_device(None, readings(0, 12))
     assert p is not None
-    record = json.loads(publication("d7", p, 123))
+    record = json.loads(encode_device("d7", p, 123))
     assert set(record) == {
         "device_id",
         "kind",
@@ -199,7 +200,7 @@ def test_the_record_lifts_the_header_out_of_the_parameters() -> None:
     }
     assert (record["device_id"], record["version"], record["published_ms"]) == ("d7", 1, 123)
     assert record["params"] == json.loads(p)
-    assert params_of(publication("d7", p, 123)) == json.loads(p)
+    assert decode(encode_device("d7", p, 123))["params"] == json.loads(p)
 
 
 def test_the_seed_is_the_highest_version_and_foreign_records_are_skipped() -> None:
@@ -207,11 +208,16 @@ def test_the_seed_is_the_highest_version_and_foreign_records_are_skipped() -> No
     two = learn_device(one, readings(12, 12))
     assert one is not None
     assert two is not None
-    values = [publication("d", two, 2), "{broken", json.dumps({"x": 1}), publication("d", one, 3)]
+    values = [
+        encode_device("d", two, 2),
+        "{broken",
+        json.dumps({"x": 1}),
+        encode_device("d", one, 3),
+    ]
     assert latest_params("d", values) == two
     assert latest_params("d", ["{}"]) is None
-    with pytest.raises(ParamsError):
-        params_of(json.dumps({"params": 3}))
+    with pytest.raises(ParamsRecordError):
+        decode(json.dumps({"params": 3}))
 
 
 def test_publishing_with_the_header_gives_the_same_bytes() -> None:
@@ -220,8 +226,8 @@ def test_publishing_with_the_header_gives_the_same_bytes() -> None:
     two = learn_update(one.params_json, readings(12, 12))
     assert two is not None
     for update in (one, two):
-        fast = publication('d"7,"published_ms":1', update.params_json, 123, update.header)
-        assert fast == publication('d"7,"published_ms":1', update.params_json, 123)
+        fast = encode_device('d"7,"published_ms":1', update.params_json, 123, update.header)
+        assert fast == encode_device('d"7,"published_ms":1', update.params_json, 123)
 
 
 def test_a_batch_progress_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -6,13 +6,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from fleetwatch.contracts.telemetry import DeviceId, EpochMs
+from fleetwatch.contracts.identifiers import DEVICE_ID_PATTERN, DeviceId
+from fleetwatch.contracts.telemetry import EpochMs
 
-__all__ = ["DeviceId", "EpochMs", "Label", "Page", "Tag", "Text"]
+__all__ = ["DEVICE_ID_PATTERN", "DeviceId", "EpochMs", "Label", "Page", "Tag", "Text"]
 
 Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
-DEVICE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,96}$"
 
 

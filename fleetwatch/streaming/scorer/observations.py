@@ -11,48 +11,49 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetwatch.contracts.errors import ParamsRecordError
+from fleetwatch.contracts.model_params import decode
 from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.errors import ModelError
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.scorer.detectors import Member
-from fleetwatch.streaming.scorer.device_moves import KEY as STATE_KEY
-from fleetwatch.streaming.scorer.device_moves import fold_moves, readings_of
+from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.scorer.readings import Rows
-from fleetwatch.streaming.trainer.learning import params_of
 
 
 def best_params(values: list[str]) -> tuple[int, str] | None:
-    """The newest parameters among ``model.params`` record values (bad records skipped)."""
-    best: tuple[int, str] | None = None
+    """The newest parameters among a device's ``model.params`` record values: ``(version,
+    parameters JSON)`` (bad records skipped)."""
+    best: tuple[int, dict[str, Any]] | None = None
     for value in values:
         try:
-            inner = params_of(value)
-            version = int(inner["version"])
-        except (ModelError, KeyError, TypeError, ValueError):
+            record = decode(value)
+        except ParamsRecordError:
             continue
-        if best is None or version > best[0]:
-            best = (version, json.dumps(inner, separators=(",", ":")))
-    return best
+        if "device_id" in record and (best is None or record["version"] > best[0]):
+            best = (record["version"], record["params"])
+    return None if best is None else (best[0], json.dumps(best[1], separators=(",", ":")))
 
 
 def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
     """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
     JSON, label)`` (bad records skipped)."""
-    best: tuple[int, str, str] | None = None
+    best: tuple[int, dict[str, Any], str] | None = None
     for value in values:
         try:
-            record = json.loads(value)
-            inner, version = record["params"], int(record["version"])
-            label = f"{record['model']}/{int(record['model_version'])}"
-        except (KeyError, TypeError, ValueError):
+            record = decode(value)
+        except ParamsRecordError:
             continue
-        if isinstance(inner, dict) and (best is None or version > best[0]):
-            best = (version, json.dumps(inner, separators=(",", ":")), label)
-    return best
+        if "scope" in record and (best is None or record["version"] > best[0]):
+            label = f"{record['model']}/{record['model_version']}"
+            best = (record["version"], record["params"], label)
+    if best is None:
+        return None
+    version, inner, label = best
+    return version, json.dumps(inner, separators=(",", ":")), label
 
 
 def observations(
@@ -110,7 +111,7 @@ def observations(
             )
     found.sort(key=lambda t: (t[0], t[1]))
     scored = [obs for _, _, obs in found]
-    if not scored and STATE_KEY not in active:
+    if not scored and DEVICE_WIDE_KEY not in active:
         return scored
     readings = readings_of(event_ms, rows["metric"], seq, received)
     familiar = None if prior is None else (lambda: prior.familiar_times(frame))

@@ -22,7 +22,10 @@ INTEGERS = (
     "clock_offset_ms",
 )
 READING = (*INTEGERS, "firmware", "status")
-"""The columns of a reading a row repeats for each of its metrics."""
+"""The columns of a reading a row repeats for each of its metrics: every field of a
+``telemetry.raw`` record (:data:`~fleetwatch.contracts.telemetry.RECORD_FIELDS`, the integers
+first) but its ``v``, ``device_id`` (the record key) and ``metrics`` (one row each). Written
+out, not derived, for :func:`_reading`'s sake; the unit tests hold it to the contract."""
 COLUMNS = (*READING, "metric", "value")
 """One row per (reading, metric)."""
 

@@ -17,18 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, TopicPartition
-
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
+from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
-from fleetwatch.streaming.scorer.device_step import ALERTS
+from fleetwatch.streaming.scorer.device_step import Role
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,7 +92,7 @@ def replay(
     out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
     checkpoint = settings.checkpoint_root / f"replay-{uuid.uuid4().hex[:12]}"
     query = (
-        out.where(F.col("role") == ALERTS)
+        out.where(F.col("role") == Role.ALERTS.value)
         .select("key", "value")
         .writeStream.format("kafka")
         .queryName("fleetwatch-replay")
@@ -127,44 +125,17 @@ def replay(
 
 def read_events(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Every alert event on ``topic`` up to its current end (records that are not JSON
-    objects are skipped)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"fleetwatch-replay-diff-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise LookupError(f"no topic {topic!r}")
-        ends: dict[int, int] = {}
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        done: set[int] = set()
-        out: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout_s
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=0.5):
-                partition, offset = msg.partition(), msg.offset()
-                if msg.error() is not None or partition is None or offset is None:
-                    continue
-                if offset + 1 >= ends[partition]:
-                    done.add(partition)
-                try:
-                    value = json.loads(msg.value() or b"")
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    out.append(value)
-        return out
-    finally:
-        consumer.close()
+    objects are skipped); :class:`LookupError` when there is no such topic."""
+    group = f"fleetwatch-replay-diff-{uuid.uuid4().hex[:8]}"
+    out: list[dict[str, Any]] = []
+    for _, value in read_to_end(bootstrap, topic, group, timeout_s):
+        try:
+            event = json.loads(value or b"")
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
 
 
 @dataclass

@@ -4,9 +4,10 @@ changed parameters on the compacted ``model.params`` topic.
 Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device`:
 
 - readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
-  (:func:`fleetwatch.streaming.scorer.job.readings_frame`, ``score.dedup_window``), packed into one
-  row of arrays per device and Arrow batch (:mod:`fleetwatch.streaming.trainer.packing`: the
-  processor's cost is per row it is handed) and grouped by bucket of devices
+  (:func:`fleetwatch.streaming.trainer.processor.readings_frame`, ``score.dedup_window``),
+  packed into one row of arrays per device and Arrow batch
+  (:mod:`fleetwatch.streaming.trainer.packing`: the processor's cost is per row it is handed)
+  and grouped by bucket of devices
   (:mod:`fleetwatch.streaming.trainer.bucket_state`: its cost is also per key) into
   ``transformWithStateInPandas`` (time mode "None");
 - per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
@@ -16,7 +17,7 @@ Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device
   buckets it wrote last (:class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets`), so a
   bucket whose state is still that value is not read back from its text;
 - the rows are written to ``model.params`` (key = device id, value
-  :func:`~fleetwatch.streaming.trainer.learning.publication`) inside ``foreachBatch``
+  :func:`~fleetwatch.contracts.model_params.encode_device`) inside ``foreachBatch``
   (:mod:`~fleetwatch.streaming.trainer.publisher`), which also tells the
   :class:`~fleetwatch.streaming.trainer.observer.TrainingObserver` what the batch did.
 
@@ -113,7 +114,7 @@ def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
     from pyspark.sql import functions as F
 
-    from fleetwatch.contracts.fleet import FLEET_KEY_PREFIX
+    from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 
     return (
         kafka_table(spark, settings, settings.topics.model_params)

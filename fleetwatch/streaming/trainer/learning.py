@@ -3,31 +3,26 @@
 The trainer's Spark job (:mod:`fleetwatch.streaming.trainer.job`) is glue around these
 functions; the tests call them directly. Parameters travel as canonical JSON text
 (:func:`params.dumps`), the form they have in the job's state store and, wrapped by
-:func:`publication`, on ``model.params``.
+:func:`~fleetwatch.contracts.model_params.encode_device`, on ``model.params``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from fleetwatch.contracts.model_params import HEADER, encode_device
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import default_detector, load_params
 
 FRAME_COLUMNS = ("event_ms", "metric", "value")
 """What :func:`learn_device` reads of a frame (long form, one row per reading and metric)."""
 
 
-HEADER = ("kind", "schema", "version", "trained_from_ms", "trained_to_ms")
-"""The parameter fields a ``model.params`` record repeats at its top level."""
-
-
 class Update(NamedTuple):
-    """New parameters as canonical JSON, and their header (:data:`HEADER`) as values."""
+    """New parameters as canonical JSON, and their header
+    (:data:`~fleetwatch.contracts.model_params.HEADER`) as values."""
 
     params_json: str
     header: dict[str, Any]
@@ -51,7 +46,7 @@ def learn_update(
     previous: str | None, frame: Readings, detector: Detector | None = None
 ) -> Update | None:
     """:func:`learn_device` with the header of the new parameters, so that publishing them
-    (:func:`publication`) does not parse them again.
+    (:func:`~fleetwatch.contracts.model_params.encode_device`) does not parse them again.
 
     ``detector``, when given, is ``previous`` already loaded (:func:`detector_of`, or the
     detector whose parameters ``previous`` is): it learns in place instead of a detector read
@@ -74,34 +69,7 @@ def detector_of(previous: str | None) -> Detector:
     return default_detector() if previous is None else load_params(params.loads(previous))
 
 
-def publication(
-    device_id: str, params_json: str, published_ms: int, header: Mapping[str, Any] | None = None
-) -> str:
-    """The value of a ``model.params`` record: the parameters with their header lifted out.
-
-    ``{"device_id", "kind", "schema", "version", "trained_from_ms", "trained_to_ms",
-    "params": <to_params()>, "published_ms"}``; the record key is ``device_id``.
-
-    With ``header`` (the :data:`HEADER` fields of ``params_json``, which must then be canonical
-    text from :func:`params.dumps`), the parameters are embedded as they are, not parsed and
-    written again; the bytes are the same.
-    """
-    if header is None:
-        p = params.loads(params_json)
-        record: dict[str, Any] = {name: p[name] for name in HEADER}
-        record |= {"device_id": device_id, "params": p, "published_ms": published_ms}
-        return json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":"))
-    fields = {name: header[name] for name in HEADER}
-    fields |= {"device_id": device_id, "published_ms": published_ms}
-    head = json.dumps(fields, sort_keys=True, allow_nan=False, separators=(",", ":"))
-    # "params" sorts between "kind" and "published_ms"
-    cut = head.rindex(',"published_ms":')
-    return f'{head[:cut]},"params":{params_json}{head[cut:]}'
-
-
-def params_of(record_value: str | bytes) -> dict[str, Any]:
-    """The detector parameters inside a ``model.params`` record value (see :func:`publication`)."""
-    inner = params.loads(record_value).get("params")
-    if not isinstance(inner, dict):
-        raise ParamsError("a model.params record value without a 'params' object")
-    return inner
+publication = encode_device
+"""The ``model.params`` value of a device's parameters, under the name
+``bench/micro/train_step.py`` measures it by; the trainer calls
+:func:`~fleetwatch.contracts.model_params.encode_device`."""

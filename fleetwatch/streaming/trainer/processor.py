@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from fleetwatch.contracts import model_params
+from fleetwatch.contracts.errors import ParamsRecordError
+from fleetwatch.contracts.telemetry import spark_ddl
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.errors import ModelError
 from fleetwatch.streaming.buckets import bucket_of
 from fleetwatch.streaming.trainer.bucket_state import (
     BUCKETS,
@@ -25,7 +27,7 @@ from fleetwatch.streaming.trainer.bucket_state import (
     encode,
     merge_newer,
 )
-from fleetwatch.streaming.trainer.learning import detector_of, learn_update, params_of, publication
+from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
     READING_COLUMNS,
@@ -48,9 +50,8 @@ SEED_SCHEMA = "device_id STRING, value STRING"
 _WARM = WarmBuckets()
 
 
-READING_SCHEMA = (
-    "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, metrics MAP<STRING, DOUBLE>"
-)
+READING_SCHEMA = spark_ddl("device_id", "seq", "event_ms", "received_ms", "metrics")
+"""The fields of a ``telemetry.raw`` record the trainer reads."""
 
 
 def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
@@ -152,7 +153,9 @@ def learn_bucket(
             continue
         bucket[device_id] = update.params_json
         published_ms = time.time_ns() // 1_000_000
-        value = publication(device_id, update.params_json, published_ms, update.header)
+        value = model_params.encode_device(
+            device_id, update.params_json, published_ms, update.header
+        )
         version = int(update.header["version"])
         rows.append((device_id, version, int(batch.event_ms[0]), int(batch.event_ms[-1]), value))
     return pd.DataFrame(rows, columns=list(UPDATE_COLUMNS))
@@ -169,18 +172,20 @@ def seeds(records: pd.DataFrame) -> Iterator[tuple[str, str]]:
 
 def latest_params(device_id: str, values: Iterable[str]) -> str | None:
     """The parameters of the highest version among ``model.params`` record values (records
-    that do not hold detector parameters are logged and skipped)."""
-    best: dict[str, Any] | None = None
+    that are not a device's parameters are logged and skipped)."""
+    best: tuple[int, dict[str, Any]] | None = None
     for value in values:
         try:
-            candidate = params_of(value)
-            version = int(candidate["version"])
-        except (ModelError, KeyError, TypeError, ValueError) as exc:
+            record = model_params.decode(value)
+        except ParamsRecordError as exc:
             logger.warning("device %s: skipping a model.params record: %s", device_id, exc)
             continue
-        if best is None or version > int(best["version"]):
-            best = candidate
-    return None if best is None else params.dumps(best)
+        if "scope" in record:
+            logger.warning("device %s: skipping a fleet champion's record", device_id)
+            continue
+        if best is None or record["version"] > best[0]:
+            best = (record["version"], record["params"])
+    return None if best is None else params.dumps(best[1])
 
 
 def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFrame:
