@@ -57,8 +57,8 @@ from fleetwatch.simulator.recording import read_header, record, recorded
 from fleetwatch.simulator.scenario import Scenario, load_scenario
 from fleetwatch.streaming.scorer.detectors import FleetModel
 from fleetwatch.streaming.scorer.device_step import (
-    ALERTS,
     Output,
+    Role,
     expire,
     new_state,
     process,
@@ -240,7 +240,7 @@ class Scorer:
             state["v"] = version
 
     def _keep(self, out: Output) -> None:
-        self.alerts.extend(json.loads(value) for role, value in out.records if role == ALERTS)
+        self.alerts.extend(json.loads(value) for role, value in out.records if role == Role.ALERTS)
 
 
 @dataclass

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fleetwatch.streaming.scorer.device_moves import KEY, STATE, Reading, fold_moves
+from fleetwatch.streaming.scorer.device_moves import (
+    DEVICE_WIDE_KEY,
+    DEVICE_WIDE_KIND,
+    Reading,
+    fold_moves,
+)
 from fleetwatch.streaming.scorer.episodes import Lifecycle, Observation
 
 NAN = float("nan")
@@ -24,7 +29,7 @@ def test_every_metric_anomalous_on_its_own_is_one_state_observation() -> None:
         obs("rpm", "pca", 1.0, 1000),
     ]
     out = fold_moves(found, readings(1000), set())
-    assert [(o.metric, o.kind) for o in out] == [("*", STATE)]
+    assert [(o.metric, o.kind) for o in out] == [("*", DEVICE_WIDE_KIND)]
     assert out[0].score == 1.0
     assert "rms=4.2" in out[0].reason
     assert "rpm=1478" in out[0].reason
@@ -41,17 +46,18 @@ def test_a_state_episode_gets_calm_readings_and_resolves() -> None:
     moved = [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "seasonal", 0.99, 1000)]
     out = fold_moves(moved, readings(1000, 2000, 3000, 4000), set())
     assert [(o.kind, o.score, o.event_ms) for o in out] == [
-        (STATE, 0.99, 1000),
-        (STATE, 0.0, 2000),
-        (STATE, 0.0, 3000),
-        (STATE, 0.0, 4000),
+        (DEVICE_WIDE_KIND, 0.99, 1000),
+        (DEVICE_WIDE_KIND, 0.0, 2000),
+        (DEVICE_WIDE_KIND, 0.0, 3000),
+        (DEVICE_WIDE_KIND, 0.0, 4000),
     ]
     lifecycle = Lifecycle("d1", 3, 10_000)
     for o in out:
         lifecycle.observe(o)
     assert [e["status"] for e in lifecycle.events] == ["open", "resolve"]
     assert {e["metric"] for e in lifecycle.events} == {"*"}
-    assert fold_moves([], readings(5000), {KEY})[0].kind == STATE  # a later batch, nothing else
+    later = fold_moves([], readings(5000), {DEVICE_WIDE_KEY})  # a later batch, nothing else
+    assert later[0].kind == DEVICE_WIDE_KIND
 
 
 def test_a_device_settling_into_its_new_state_stays_one_episode() -> None:
@@ -62,7 +68,7 @@ def test_a_device_settling_into_its_new_state_stays_one_episode() -> None:
     for t in (2000, 3000, 4000, 5000):
         found += [obs("rms", "seasonal", 0.99, t), obs("rpm", "seasonal", 0.4, t)]
     out = [o for o in fold_moves(found, readings(1000, 2000, 3000, 4000, 5000), set())]
-    assert {(o.metric, o.kind) for o in out if o.score >= 0.5} == {("*", STATE)}
+    assert {(o.metric, o.kind) for o in out if o.score >= 0.5} == {("*", DEVICE_WIDE_KIND)}
     lifecycle = Lifecycle("d1", 3, 10_000)
     for o in out:
         lifecycle.observe(o)
@@ -85,8 +91,8 @@ def test_a_move_into_a_state_the_fleet_knows_is_no_alert() -> None:
         return {1000}
 
     out = fold_moves(moved, readings(1000, 2000), set(), familiar)
-    assert [(o.kind, o.event_ms) for o in out] == [(STATE, 2000)]
+    assert [(o.kind, o.event_ms) for o in out] == [(DEVICE_WIDE_KIND, 2000)]
     assert asked == [1]
     # with a state episode under way, a familiar move reads as calm: it may close the episode
-    under_way = fold_moves(moved[:2], readings(1000), {KEY}, familiar)
-    assert [(o.kind, o.score) for o in under_way] == [(STATE, 0.0)]
+    under_way = fold_moves(moved[:2], readings(1000), {DEVICE_WIDE_KEY}, familiar)
+    assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]

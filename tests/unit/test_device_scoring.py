@@ -16,12 +16,9 @@ from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.device_step import (
-    ALERTS,
-    LATE,
-    SESSIONS,
-    STATE,
     Output,
     Policy,
+    Role,
     expire,
     process,
     wants_timer,
@@ -58,7 +55,7 @@ def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: flo
     return pd.DataFrame(out)
 
 
-def of(out: Output, role: str) -> list[dict[str, Any]]:
+def of(out: Output, role: Role) -> list[dict[str, Any]]:
     return [json.loads(v) for r, v in out.records if r == role]
 
 
@@ -80,7 +77,7 @@ def test_an_episode_opens_once_and_resolves_after_calm_readings() -> None:
     temps = [21.0, 45.0, 46.0, 47.0, 21.0, 22.0, 21.5, 21.0]
     batches = [frame([(i, T0 + i * 1000, t)]) for i, t in enumerate(temps)]
     state, outs = run(batches)
-    events = [Alert.model_validate(a) for out in outs for a in of(out, ALERTS)]
+    events = [Alert.model_validate(a) for out in outs for a in of(out, Role.ALERTS)]
     assert [e.status for e in events] == ["open", "resolve"]
     assert {e.alert_id for e in events} == {
         alert_id("d1", "temperature", "fixed-baseline", T0 + 1000)
@@ -88,7 +85,7 @@ def test_an_episode_opens_once_and_resolves_after_calm_readings() -> None:
     assert events[1].start_ms == T0 + 1000
     assert events[1].end_ms == T0 + 3000
     assert [e.revision for e in events] == [0, 1]
-    states = [DeviceState.model_validate(s) for out in outs for s in of(out, STATE)]
+    states = [DeviceState.model_validate(s) for out in outs for s in of(out, Role.STATE)]
     assert states[1].status == "alerting"
     assert states[1].open_alerts == [events[0].alert_id]
     assert states[-1].status == "ok"
@@ -104,7 +101,7 @@ def test_a_signal_hovering_at_the_alert_level_stays_one_episode() -> None:
     temps = [21.0] + [30.0, 28.0] * 10 + [21.0] * 3
     batches = [frame([(i, T0 + i * 1000, t)]) for i, t in enumerate(temps)]
     _, outs = run(batches)
-    events = [a for out in outs for a in of(out, ALERTS)]
+    events = [a for out in outs for a in of(out, Role.ALERTS)]
     assert [e["status"] for e in events] == ["open", "resolve"]
 
 
@@ -115,7 +112,9 @@ def test_replaying_the_same_readings_gives_the_same_events() -> None:
     _, all_at_once = run([frame(rows)])
 
     def ids(outs: list[Output]) -> list[tuple[str, str, int]]:
-        return [(a["alert_id"], a["status"], a["revision"]) for o in outs for a in of(o, ALERTS)]
+        return [
+            (a["alert_id"], a["status"], a["revision"]) for o in outs for a in of(o, Role.ALERTS)
+        ]
 
     assert ids(one_by_one) == ids(all_at_once)
     assert len(ids(one_by_one)) >= 2
@@ -130,19 +129,19 @@ def test_repeated_readings_are_dropped_within_and_across_batches() -> None:
     state, outs = run([first], state=state)
     assert outs[0].duplicates == 2
     assert outs[0].scored == 0
-    assert of(outs[0], ALERTS) == []
+    assert of(outs[0], Role.ALERTS) == []
 
 
 def test_a_reading_behind_the_watermark_goes_to_late_and_is_not_scored() -> None:
     state, _ = run([frame([(5, T0 + 100_000, 21.0)])])
     _, outs = run([frame([(3, T0 + 1_000, 90.0)])], state=state, watermark=T0 + 50_000)
-    late = of(outs[0], LATE)
+    late = of(outs[0], Role.LATE)
     assert outs[0].late == 1
     assert late[0]["record"]["seq"] == 3
     assert late[0]["record"]["metrics"] == {"temperature": 90.0}
     assert late[0]["late_by_ms"] == 49_000
-    assert of(outs[0], ALERTS) == []
-    assert of(outs[0], STATE)[0]["late_readings"] == 1
+    assert of(outs[0], Role.ALERTS) == []
+    assert of(outs[0], Role.STATE)[0]["late_readings"] == 1
 
 
 def test_sessions_end_at_a_gap_and_at_a_reboot() -> None:
@@ -153,7 +152,7 @@ def test_sessions_end_at_a_gap_and_at_a_reboot() -> None:
         frame([(0, T0 + 2000 + gap, 21.0)]),  # seq back to 0, clock forward: a reboot
     ]
     _, outs = run(batches)
-    sessions = [DeviceSession.model_validate(s) for o in outs for s in of(o, SESSIONS)]
+    sessions = [DeviceSession.model_validate(s) for o in outs for s in of(o, Role.SESSIONS)]
     closed = [s for s in sessions if s.end_reason is not None]
     assert [(s.end_reason, s.readings, s.first_seq, s.last_seq) for s in closed] == [
         ("gap", 2, 1, 2),
@@ -172,9 +171,9 @@ def test_a_silent_device_ends_its_session_and_resolves_its_alerts() -> None:
     assert out.records == []
     state, out, again = expire("d1", state, due, T0, POLICY)
     assert again is None
-    assert [a["status"] for a in of(out, ALERTS)] == ["resolve"]
-    assert of(out, SESSIONS)[0]["end_reason"] == "gap"
-    assert of(out, STATE)[0]["status"] == "silent"
+    assert [a["status"] for a in of(out, Role.ALERTS)] == ["resolve"]
+    assert of(out, Role.SESSIONS)[0]["end_reason"] == "gap"
+    assert of(out, Role.STATE)[0]["status"] == "silent"
 
 
 def trained_params(n: int = 600) -> str:
@@ -196,7 +195,7 @@ def test_learned_parameters_are_used_and_their_version_recorded() -> None:
     state, _ = run([frame([(600, t, 21.1)])])
     state["v"] = version
     state, outs = run([frame([(601, t + 1000, 35.0)])], state=state, params_json=p)
-    alerts = of(outs[0], ALERTS)
+    alerts = of(outs[0], Role.ALERTS)
     assert alerts
     assert {a["params_version"] for a in alerts} == {version}
     assert {a["detector"] for a in alerts} - {"fixed-baseline"}
@@ -210,12 +209,12 @@ def test_a_dropout_filled_by_late_readings_is_withdrawn() -> None:
     state["v"] = version
     # 30 s without a reading at 1 Hz: a dropout
     state, outs = run([frame([(630, t + 30_000, 21.0)])], state=state, params_json=p)
-    opened = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    opened = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in opened] == ["open"]
     # the missing readings arrive late (store and forward), within the lateness
     late = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 630)])
     state, outs = run([late], state=state, params_json=p)
-    withdrawn = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    withdrawn = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in withdrawn] == ["withdraw"]
     assert withdrawn[0]["alert_id"] == opened[0]["alert_id"]
 
@@ -227,16 +226,16 @@ def test_a_dropout_filled_by_readings_behind_the_watermark_is_withdrawn() -> Non
     state, _ = run([frame([(600, t, 21.0)])])
     state["v"] = version
     state, outs = run([frame([(630, t + 30_000, 21.0)])], state=state, params_json=p)
-    opened = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    opened = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in opened] == ["open"]
     # the buffered readings arrive after the watermark passed them: late, not scored, but sent
     late = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 630)])
     state, outs = run([late], state=state, params_json=p, watermark=t + 40_000)
-    assert len(of(outs[0], LATE)) == 29
-    withdrawn = [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"]
+    assert len(of(outs[0], Role.LATE)) == 29
+    withdrawn = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in withdrawn] == ["withdraw"]
     assert withdrawn[0]["alert_id"] == opened[0]["alert_id"]
-    assert of(outs[0], STATE)[-1]["open_alerts"] == []
+    assert of(outs[0], Role.STATE)[-1]["open_alerts"] == []
 
 
 def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
@@ -249,11 +248,11 @@ def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
     # watermark (late), the rest is scored; no gap is left between what was heard
     flushed = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 801)])
     state, outs = run([flushed], state=state, params_json=p, watermark=t + 80_000)
-    assert len(of(outs[0], LATE)) == 79
-    assert [a for a in of(outs[0], ALERTS) if a["detector"] == "dropout"] == []
+    assert len(of(outs[0], Role.LATE)) == 79
+    assert [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == []
     # a real dropout afterwards is still found
     state, outs = run([frame([(830, t + 230_000, 21.0)])], state=state, params_json=p)
-    assert [a["status"] for a in of(outs[0], ALERTS) if a["detector"] == "dropout"] == ["open"]
+    assert [a["status"] for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == ["open"]
 
 
 def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
@@ -266,7 +265,7 @@ def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
     found: list[tuple[int, str]] = []
     for i in range(5, 25):  # stuck at one value, a batch per reading; parameters unchanged
         state, outs = run([frame([(600 + i, t + i * 1000, 21.37)])], state=state, params_json=p)
-        found += [(i, a["status"]) for a in of(outs[0], ALERTS) if a["detector"] == "flatline"]
+        found += [(i, a["status"]) for a in of(outs[0], Role.ALERTS) if a["detector"] == "flatline"]
     window = FlatlineDetector().window
     assert found[0] == (5 + window - 1, "open")  # the first window of stuck readings only
 

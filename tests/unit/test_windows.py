@@ -11,7 +11,7 @@ import pytest
 
 from fleetwatch.contracts.devices import DeviceState
 from fleetwatch.contracts.settings import ScoreSettings
-from fleetwatch.streaming.scorer.device_step import STATE, process
+from fleetwatch.streaming.scorer.device_step import Role, process
 from fleetwatch.streaming.scorer.windows import WindowSpec, add, close
 from tests.unit.test_device_scoring import POLICY, T0, frame
 
@@ -50,7 +50,7 @@ def test_the_scorer_publishes_closed_windows_and_late_readings_within_the_latene
     state, _ = process("d1", state, None, frame([(1, t + 1000, 22.0)]), t, t, policy)
     # a reading that moves the watermark past the window's end closes it
     state, out = process("d1", state, None, frame([(12, t + 12_000, 21.0)]), t + 10_000, t, policy)
-    record = [json.loads(v) for role, v in out.records if role == STATE][-1]
+    record = [json.loads(v) for role, v in out.records if role == Role.STATE][-1]
     window = DeviceState.model_validate(record).windows["temperature"]
     assert (window.start_ms, window.count) == (t, 3)
     assert window.mean == pytest.approx(22.0)

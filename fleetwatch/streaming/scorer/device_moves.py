@@ -6,7 +6,7 @@ detector — seasonal, change, flat line — finds it outside the calm level, ``
 some metric alerts. Reported per metric and detector, that is up to half a dozen alerts about
 one event — or, where the device has learned both states and its bands are wide, one metric's
 alert with its partner just under the alert level. Here they become one observation of the
-device, metric ``*`` and kind :data:`STATE` ("the device as a whole moved"), carrying the
+device, metric ``*`` and kind :data:`DEVICE_WIDE_KIND` ("the device as a whole moved"), carrying the
 strongest score and naming every metric's value in its reason; it opens, updates and resolves
 like any episode. A reading with a single metric, or where some metric is calm on its own, is
 left as it is — so is a dropout (already device-wide). Pure: a step of
@@ -23,11 +23,12 @@ from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 
-STATE = "state"
-"""The kind of a device-wide alert: every metric moved at once."""
+DEVICE_WIDE_KIND = "state"
+"""The kind (``detector`` on the wire) of a device-wide alert: every metric moved at once."""
 PER_METRIC = frozenset(kind for kind, cls in KINDS.items() if cls.per_metric)
 """Detector kinds whose alert is about one metric on its own."""
-KEY = f"*\x1f{STATE}"
+DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
+"""The episode key of a device-wide alert (metric ``*``)."""
 
 
 class Reading(NamedTuple):
@@ -46,16 +47,16 @@ def fold_moves(
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
     moved at once — every one unusual on its own, one alerting — folded into one
-    :data:`STATE` observation. ``readings``: by event time, every
-    reading scored; ``active``: episode keys under way. While a state episode is under way, every
-    other reading gets a :data:`STATE` observation too, scored with the weakest metric's own
+    :data:`DEVICE_WIDE_KIND` observation. ``readings``: by event time, every reading scored;
+    ``active``: episode keys under way. While a device-wide episode is under way, every other
+    reading gets a :data:`DEVICE_WIDE_KIND` observation too, scored with the weakest metric's own
     score: calm (it closes the episode) once some metric is calm on its own, in the hysteresis
     band while every metric is still unusual, so a device settling into its new state is one
     episode, not a string of them. ``familiar`` (asked once, at the first move) gives the event
     times whose reading is a state the fleet knows (:meth:`Detector.familiar_times` of the
     scope's champion): a move into one is no alert — a machine stopping for the first time, as
     others of its kind do — and reads as calm."""
-    under_way = KEY in active
+    under_way = DEVICE_WIDE_KEY in active
     if not under_way and not found:
         return found
     known: set[int] | None = None
@@ -76,7 +77,7 @@ def fold_moves(
                 if under_way and reading is not None:
                     out.append(_settling(reading, event_ms, 0.0))
                 continue
-            out.append(_state(at, present))
+            out.append(_device_wide(at, present))
             under_way = True
             continue
         out.extend(at)
@@ -87,10 +88,10 @@ def fold_moves(
 
 
 def _settling(reading: Reading, event_ms: int, score: float) -> Observation:
-    """The device-wide observation of a reading while a state episode is under way."""
+    """The device-wide observation of a reading while a device-wide episode is under way."""
     nan = float("nan")
     return Observation(
-        "*", STATE, score, reading.seq, event_ms, reading.received_ms, nan, nan, nan, ""
+        "*", DEVICE_WIDE_KIND, score, reading.seq, event_ms, reading.received_ms, nan, nan, nan, ""
     )
 
 
@@ -110,7 +111,7 @@ def readings_of(
     return {t: Reading(frozenset(m), n, rx) for t, (m, n, rx) in grouped.items()}
 
 
-def _state(at: list[Observation], present: frozenset[str]) -> Observation:
+def _device_wide(at: list[Observation], present: frozenset[str]) -> Observation:
     bad = [o for o in at if o.score >= ALERT_SCORE and o.kind != DROPOUT]
     top = max(bad, key=lambda o: o.score)
     values: dict[str, float] = {}
@@ -121,7 +122,7 @@ def _state(at: list[Observation], present: frozenset[str]) -> Observation:
     moved = ", ".join(f"{m}={v:.6g}" for m, v in sorted(values.items()))
     return Observation(
         metric="*",
-        kind=STATE,
+        kind=DEVICE_WIDE_KIND,
         score=top.score,
         seq=top.seq,
         event_ms=top.event_ms,

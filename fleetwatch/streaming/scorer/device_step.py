@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -61,11 +62,19 @@ from fleetwatch.streaming.scorer.windows import WindowSpec
 from fleetwatch.streaming.scorer.windows import add as add_to_windows
 from fleetwatch.streaming.scorer.windows import close as close_windows
 
-ALERTS, STATE, SESSIONS, LATE = "alerts", "state", "sessions", "late"
-"""Which output topic a record is for (the job maps them to the configured topic names)."""
 LOOKBACK = default_detector().lookback
 """Values kept per metric while the device's detectors do not say (the default detector's): its
 windows are ready when its first parameters arrive."""
+
+
+class Role(StrEnum):
+    """Which output topic a record is for (the job maps them to the configured topic names)."""
+
+    ALERTS = "alerts"
+    STATE = "state"
+    """The device's state record (``device.state``), not the device-wide alert kind."""
+    SESSIONS = "sessions"
+    LATE = "late"
 
 
 @dataclass(frozen=True)
@@ -84,13 +93,13 @@ class Policy:
 
 @dataclass
 class Output:
-    records: list[tuple[str, str]] = field(default_factory=list)
-    """(role, JSON value): role is one of ALERTS, STATE, SESSIONS, LATE; key = device id."""
+    records: list[tuple[Role, str]] = field(default_factory=list)
+    """(role, JSON value); key = device id."""
     late: int = 0
     duplicates: int = 0
     scored: int = 0
 
-    def add(self, role: str, value: dict[str, Any]) -> None:
+    def add(self, role: Role, value: dict[str, Any]) -> None:
         self.records.append((role, json.dumps(value, separators=(",", ":"), allow_nan=False)))
 
 
@@ -198,13 +207,13 @@ def process(
         st["windows"] = {**st.get("windows", {}), **closed}
     if not keep_rows:
         for event in late_events:
-            out.add(ALERTS, event)
+            out.add(Role.ALERTS, event)
         if late_events:
             opened = any(e["opened"] for e in st["episodes"])
             st["status"] = "alerting" if opened else "ok"
         if out.late or out.duplicates:
             open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
-            out.add(STATE, state_record(device_id, st, open_ids, now_ms))
+            out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
         return st, out
     fresh = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
     last_ms = st["last_ms"]
@@ -238,7 +247,7 @@ def process(
         _slide(memory.recent, in_order, _lookback(members))
     out.scored = len(fresh)
     for event in [*late_events, *lifecycle.events]:
-        out.add(ALERTS, event)
+        out.add(Role.ALERTS, event)
     st["episodes"] = lifecycle.dump()
     st["status"] = "alerting" if lifecycle.open_ids else "ok"
     _maybe_state(device_id, st, lifecycle.open_ids, now_ms, policy, out)
@@ -270,9 +279,9 @@ def _maybe_state(
         return
     st["state_sig"] = signature
     st["state_at"] = last_ms
-    out.add(STATE, state_record(device_id, st, open_ids, now_ms))
+    out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
     if session is not None:
-        out.add(SESSIONS, dict(session))
+        out.add(Role.SESSIONS, dict(session))
 
 
 def _heard(
@@ -359,15 +368,15 @@ def expire(
         return st, out, due
     if st["session"] is not None:
         session = dict(st["session"], end_reason="gap")
-        out.add(SESSIONS, session)
+        out.add(Role.SESSIONS, session)
         st["session"] = None
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
     lifecycle.silent(int(last_ms), int(st["last_seq"] or 0), int(st["last_rx"] or 0))
     for event in lifecycle.events:
-        out.add(ALERTS, event)
+        out.add(Role.ALERTS, event)
     st["episodes"] = lifecycle.dump()
     st["status"] = "silent"
-    out.add(STATE, state_record(device_id, st, [], now_ms))
+    out.add(Role.STATE, state_record(device_id, st, [], now_ms))
     return st, out, None
 
 
@@ -473,7 +482,7 @@ def _sessions(
         ):
             reason = "reboot"
         if reason is not None and session is not None:
-            out.add(SESSIONS, dict(session, end_reason=reason))
+            out.add(Role.SESSIONS, dict(session, end_reason=reason))
             session = None
             max_seq = None
         if session is None:
@@ -523,7 +532,7 @@ def _write_late(device_id: str, rows: Rows, watermark_ms: int, out: Output) -> N
                 record[optional] = str(value)
         out.late += 1
         out.add(
-            LATE,
+            Role.LATE,
             {
                 "reason": "behind the watermark",
                 "watermark_ms": watermark_ms,

@@ -42,12 +42,9 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.detectors import CACHE, FleetModel, fleet_model
 from fleetwatch.streaming.scorer.device_step import (
-    ALERTS,
-    LATE,
-    SESSIONS,
-    STATE,
     Output,
     Policy,
+    Role,
     expire,
     new_state,
     process,
@@ -77,32 +74,32 @@ FLEET: dict[str, tuple[int, FleetModel | None]] = {}
 """Parsed fleet champions by scope, per Python worker (the state store holds them)."""
 
 
-def topic_names(settings: Settings) -> dict[str, str]:
+def topic_names(settings: Settings) -> dict[Role, str]:
     t = settings.topics
     return {
-        ALERTS: t.alerts,
-        STATE: t.device_state,
-        SESSIONS: t.device_sessions,
-        LATE: t.telemetry_late,
+        Role.ALERTS: t.alerts,
+        Role.STATE: t.device_state,
+        Role.SESSIONS: t.device_sessions,
+        Role.LATE: t.telemetry_late,
     }
 
 
-def output_frame(records: list[tuple[str, str, str]], topics: dict[str, str]) -> pd.DataFrame:
+def output_frame(records: list[tuple[str, Role, str]], topics: dict[Role, str]) -> pd.DataFrame:
     """(device id, role, value) records → the operator's output rows."""
     return pd.DataFrame(
         {
             "topic": [topics[role] for _, role, _ in records],
             "key": [_key(device, role, value) for device, role, value in records],
             "value": [value for _, _, value in records],
-            "role": [role for _, role, _ in records],
+            "role": [role.value for _, role, _ in records],
         }
     )
 
 
-def _key(device_id: str, role: str, value: str) -> str:
+def _key(device_id: str, role: Role, value: str) -> str:
     """The record key: the device id, except on the sessions topic, which is compacted by
     session (each session's latest record is kept, not only a device's latest session)."""
-    if role == SESSIONS:
+    if role == Role.SESSIONS:
         return str(json.loads(value)["session_id"])
     return device_id
 
@@ -192,7 +189,7 @@ def device_scorer(settings: Settings) -> Any:
             devices: dict[str, dict[str, Any]] = doc["devices"]
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            records: list[tuple[str, str, str]] = []
+            records: list[tuple[str, Role, str]] = []
             is_params = (frame["src"] == "p").to_numpy()
             updates: dict[str, list[str]] = {}
             champions: dict[str, list[str]] = {}
@@ -268,7 +265,7 @@ def device_scorer(settings: Settings) -> Any:
             doc["timer"] = None
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            records: list[tuple[str, str, str]] = []
+            records: list[tuple[str, Role, str]] = []
             for device_id, state in sorted(doc["devices"].items()):
                 if state.get("timer") is None or int(state["timer"]) > watermark:
                     continue
