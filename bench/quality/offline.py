@@ -56,11 +56,11 @@ from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.recording import read_header, record, recorded
 from fleetwatch.simulator.scenario import Scenario, load_scenario
 from fleetwatch.streaming.scorer.detectors import FleetModel
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import (
     Output,
     Role,
     expire,
-    new_state,
     process,
     wants_timer,
 )
@@ -191,7 +191,7 @@ class Scorer:
 
     settings: Settings
     lateness_ms: int
-    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, DeviceScoringState] = field(default_factory=dict)
     newest_ms: int | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
     champions: dict[str, FleetModel] = field(default_factory=dict)
@@ -227,17 +227,17 @@ class Scorer:
 
     def _expire(self, watermark: int, now_ms: int) -> None:
         for device_id, state in sorted(self.states.items()):
-            if state.get("timer") is None or int(state["timer"]) > watermark:
+            if state["timer_ms"] is None or int(state["timer_ms"]) > watermark:
                 continue
             state, out, again = expire(device_id, state, watermark, now_ms, self.policy)
-            state["timer"] = again
+            state["timer_ms"] = again
             self._keep(out)
 
     def new_versions(self, versions: dict[str, int]) -> None:
         """New parameters on ``model.params``: used from the next reading on."""
         for device_id, version in versions.items():
             state = self.states.setdefault(device_id, new_state())
-            state["v"] = version
+            state["params_version"] = version
 
     def _keep(self, out: Output) -> None:
         self.alerts.extend(json.loads(value) for role, value in out.records if role == Role.ALERTS)

@@ -15,6 +15,7 @@ from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.device_step import (
     Output,
     Policy,
@@ -61,10 +62,10 @@ def of(out: Output, role: Role) -> list[dict[str, Any]]:
 
 def run(
     batches: list[pd.DataFrame],
-    state: dict[str, Any] | None = None,
+    state: DeviceScoringState | None = None,
     params_json: str | None = None,
     watermark: int = 0,
-) -> tuple[dict[str, Any], list[Output]]:
+) -> tuple[DeviceScoringState, list[Output]]:
     outs = []
     for batch in batches:
         state, out = process("d1", state, params_json, batch, watermark, T0 + 10**9, POLICY)
@@ -93,7 +94,7 @@ def test_an_episode_opens_once_and_resolves_after_calm_readings() -> None:
     # the next change or for state_every_ms of event time
     assert len(states) == 3
     assert states[-1].last_values == {"temperature": 21.5}
-    assert state["vals"] == {"temperature": 21.0}
+    assert state["last_values"] == {"temperature": 21.0}
     assert state["episodes"] == []
 
 
@@ -193,7 +194,7 @@ def test_learned_parameters_are_used_and_their_version_recorded() -> None:
     version = params.loads(p)["version"]
     t = T0 + 600_000
     state, _ = run([frame([(600, t, 21.1)])])
-    state["v"] = version
+    state["params_version"] = version
     state, outs = run([frame([(601, t + 1000, 35.0)])], state=state, params_json=p)
     alerts = of(outs[0], Role.ALERTS)
     assert alerts
@@ -206,7 +207,7 @@ def test_a_dropout_filled_by_late_readings_is_withdrawn() -> None:
     version = params.loads(p)["version"]
     t = T0 + 600_000
     state, _ = run([frame([(600, t, 21.0)])])
-    state["v"] = version
+    state["params_version"] = version
     # 30 s without a reading at 1 Hz: a dropout
     state, outs = run([frame([(630, t + 30_000, 21.0)])], state=state, params_json=p)
     opened = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
@@ -224,7 +225,7 @@ def test_a_dropout_filled_by_readings_behind_the_watermark_is_withdrawn() -> Non
     version = params.loads(p)["version"]
     t = T0 + 600_000
     state, _ = run([frame([(600, t, 21.0)])])
-    state["v"] = version
+    state["params_version"] = version
     state, outs = run([frame([(630, t + 30_000, 21.0)])], state=state, params_json=p)
     opened = [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
     assert [a["status"] for a in opened] == ["open"]
@@ -243,7 +244,7 @@ def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
     version = params.loads(p)["version"]
     t = T0 + 600_000
     state, _ = run([frame([(600, t, 21.0)])])
-    state["v"] = version
+    state["params_version"] = version
     # offline for 200 s, then the buffer flushes in one batch: the older part is behind the
     # watermark (late), the rest is scored; no gap is left between what was heard
     flushed = frame([(s, t + (s - 600) * 1000, 21.0) for s in range(601, 801)])
@@ -261,7 +262,7 @@ def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
     t = T0 + 600_000
     rng = np.random.default_rng(11)
     state, _ = run([frame([(600 + i, t + i * 1000, 21 + rng.normal(0, 0.3)) for i in range(5)])])
-    state["v"] = version
+    state["params_version"] = version
     found: list[tuple[int, str]] = []
     for i in range(5, 25):  # stuck at one value, a batch per reading; parameters unchanged
         state, outs = run([frame([(600 + i, t + i * 1000, 21.37)])], state=state, params_json=p)
@@ -276,12 +277,12 @@ def test_the_change_detectors_local_line_continues_from_the_scorers_own_readings
     t = T0 + 600_000
     rng = np.random.default_rng(12)
     state, _ = run([frame([(600, t, 21.0)])])
-    state["v"] = version
+    state["params_version"] = version
     origins = []
     for i in range(1, 40):  # a batch per reading; parameters unchanged
         reading = frame([(600 + i, t + i * 1000, 21 + rng.normal(0, 0.3))])
         state, _ = run([reading], state=state, params_json=p)
-        origins.append(state["trend"]["temperature"][0])
+        origins.append(state["local_trends"]["temperature"][0])
     trainer_origin = params.loads(p)["state"]["members"][1]["state"]["trends"][0][0]
     assert origins == [trainer_origin + i for i in range(1, 40)]  # one position per reading
 
@@ -305,7 +306,7 @@ def test_the_state_holds_only_json_types_through_a_devices_life() -> None:
     p = trained_params()
     t = T0 + 600_000
     state, _ = run([frame([(600, t, 21.0)], humidity=40.0)])
-    state["v"] = params.loads(p)["version"]
+    state["params_version"] = params.loads(p)["version"]
     steps = [
         (frame([(601, t + 1000, 45.0), (602, t + 2000, 46.0)], humidity=41.0), 0),  # a spike
         (frame([(602, t + 2000, 46.0)], humidity=41.0), 0),  # a duplicate
@@ -318,7 +319,12 @@ def test_the_state_holds_only_json_types_through_a_devices_life() -> None:
     for batch, watermark in steps:
         state, _ = run([batch], state=state, params_json=p, watermark=watermark)
         assert json_types_only(state) == []
-    for part in ("episodes", "windows", "late", "dups"):  # every part was exercised
+    for part in (
+        "episodes",
+        "closed_windows",
+        "late_readings",
+        "duplicate_readings",
+    ):  # every part was exercised
         assert state[part], part
     due = wants_timer(state, POLICY)
     assert due is not None

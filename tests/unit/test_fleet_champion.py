@@ -21,7 +21,8 @@ from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model
-from fleetwatch.streaming.scorer.device_step import Policy, Role, new_state, process
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
+from fleetwatch.streaming.scorer.device_step import Policy, Role, process
 from fleetwatch.streaming.scorer.observations import fleet_params
 
 T0 = 1_763_700_000_000
@@ -97,7 +98,9 @@ BROKEN = [(0, 21.0, 48.6), (1, 21.1, 48.3), (2, 21.0, 60.0), (3, 21.0, 61.0)]
 def alerts_of(
     policy: Policy, lookup: Any, params_json: str | None = None, version: int = 0
 ) -> list[dict[str, Any]]:
-    state = None if version == 0 else {**new_state(), "v": version}
+    state: DeviceScoringState | None = (
+        None if version == 0 else {**new_state(), "params_version": version}
+    )
     _, out = process(
         "d1", state, params_json, readings(BROKEN, T0 + 3_600_000), 0, T0 + 10**9, policy, lookup
     )
@@ -230,7 +233,7 @@ def test_a_machine_stopping_as_others_of_its_kind_do_is_no_alert() -> None:
     broken.loc[broken["metric"] == "rpm", "value"] = 1480.0  # full speed, yet no vibration
 
     def alerts(rows: pd.DataFrame, lookup: Any) -> list[dict[str, Any]]:
-        state = {**new_state(), "v": version}
+        state: DeviceScoringState = {**new_state(), "params_version": version}
         _, out = process("m1", state, own_json, rows, 0, stop_ms + 10**6, POLICY, lookup)
         return [json.loads(v) for role, v in out.records if role == Role.ALERTS]
 

@@ -56,8 +56,8 @@ def test_the_scorer_publishes_closed_windows_and_late_readings_within_the_latene
     assert window.mean == pytest.approx(22.0)
     # behind the watermark: late, and the closed window does not change
     state, out = process("d1", state, None, frame([(3, t + 3000, 99.0)]), t + 11_000, t, policy)
-    assert state["windows"]["temperature"]["count"] == 3
-    assert state["late"] == 1
+    assert state["closed_windows"]["temperature"]["count"] == 3
+    assert state["late_readings"] == 1
 
 
 def test_integer_columns_spark_hands_over_as_floats_are_integers_again() -> None:
@@ -66,6 +66,6 @@ def test_integer_columns_spark_hands_over_as_floats_are_integers_again() -> None
     given = frame([(0, t, 21.0), (1, t + 1000, 22.0)])
     floats = given.astype({c: "float64" for c in ("seq", "event_ms", "received_ms")})
     state, _ = process("d1", None, None, floats, 0, t, POLICY)
-    assert list(state["win"]) == [str(t)]
-    assert state["last_ms"] == t + 1000
-    assert isinstance(state["last_ms"], int)
+    assert list(state["open_windows"]) == [str(t)]
+    assert state["last_seen_ms"] == t + 1000
+    assert isinstance(state["last_seen_ms"], int)

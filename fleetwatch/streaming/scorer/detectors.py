@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.models.base import Detector
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.readings import Rows
 
 
@@ -106,13 +106,13 @@ def members_for(
 
 
 def champion_of(
-    st: dict[str, Any], rows: Rows, mode: str, fleet: FleetLookup | None
+    st: DeviceScoringState, rows: Rows, mode: str, fleet: FleetLookup | None
 ) -> FleetModel | None:
     """The champion of the device's scope (the metrics it has reported), if any; ``None``
     with fleet models off."""
     if fleet is None or mode == "off":
         return None
-    return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["vals"]}))
+    return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["last_values"]}))
 
 
 def fleet_prior(champion: FleetModel | None) -> Detector | None:

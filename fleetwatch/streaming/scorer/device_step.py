@@ -55,6 +55,11 @@ from fleetwatch.streaming.scorer.detectors import (
     fleet_prior,
     members_for,
 )
+from fleetwatch.streaming.scorer.device_state import (
+    DeviceScoringState,
+    new_state,
+    state_record,
+)
 from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
 from fleetwatch.streaming.scorer.observations import observations
 from fleetwatch.streaming.scorer.readings import Rows
@@ -103,47 +108,21 @@ class Output:
         self.records.append((role, json.dumps(value, separators=(",", ":"), allow_nan=False)))
 
 
-def new_state() -> dict[str, Any]:
-    return {
-        "v": 0,  # parameter version in use (0: the fixed baseline)
-        "seen": [],  # [[lo_seq, hi_seq, newest event_ms], ...] seen within the lateness
-        "max_seq": None,
-        "last_dev": None,  # device clock of the newest reading
-        "last_ms": None,  # event time of the newest reading
-        "last_seq": None,
-        "last_rx": None,
-        "vals": {},
-        "offset": 0,
-        "fw": None,
-        "session": None,
-        "episodes": [],
-        "timer": None,
-        "status": "ok",
-        "late": 0,  # readings behind the watermark, so far
-        "heard_ms": None,  # newest event time among them (they were sent: no dropout)
-        "recent": {},  # metric -> values of the latest in-order readings (flat-line windows)
-        "trend": {},  # metric -> the change detector's local line after them (models.trend)
-        "win": {},  # open event-time windows: start -> metric -> accumulators
-        "windows": {},  # metric -> features of its newest closed window
-        "dups": 0,  # repeated readings dropped, so far
-    }
-
-
 def process(
     device_id: str,
-    state: dict[str, Any] | None,
+    state: DeviceScoringState | None,
     params_json: str | None,
     readings: pd.DataFrame | Rows,
     watermark_ms: int,
     now_ms: int,
     policy: Policy,
     fleet: FleetLookup | None = None,
-) -> tuple[dict[str, Any], Output]:
+) -> tuple[DeviceScoringState, Output]:
     """One micro-batch of one device. ``readings``: one row per (reading, metric) with columns
     ``seq, event_ms, device_event_ms, device_sent_ms, received_ms, clock_offset_ms, firmware,
     status, metric, value``. ``params_json`` is the device's current parameters (after any
-    update in this batch) and ``state["v"]`` their version; ``fleet`` finds the champion of the
-    device's scope (see :attr:`Policy.fleet_model`)."""
+    update in this batch) and ``state["params_version"]`` their version; ``fleet`` finds the
+    champion of the device's scope (see :attr:`Policy.fleet_model`)."""
     st = new_state() if state is None else state
     out = Output()
     given = Rows.of(readings)
@@ -155,8 +134,8 @@ def process(
     devs = frame["device_event_ms"].tolist()
     evs = frame["event_ms"].tolist()
     metrics = frame["metric"].tolist()
-    ranges: list[list[int]] = st["seen"]
-    last_dev = st["last_dev"]
+    ranges: list[list[int]] = st["seen_seqs"]
+    last_dev = st["last_device_ms"]
     keep_rows: list[int] = []
     late_rows: list[int] = []
     verdict: dict[tuple[int, int], str] = {}
@@ -185,26 +164,26 @@ def process(
         rows = Counter(zip(seqs, devs, strict=True))
         distinct = Counter((s, d) for s, d, _ in taken)
         out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
-    st["seen"] = [r for r in ranges if r[2] >= watermark_ms]
+    st["seen_seqs"] = [r for r in ranges if r[2] >= watermark_ms]
     late_events: list[dict[str, Any]] = []
     if late_rows:
         late = frame.take(late_rows)
         _write_late(device_id, late, watermark_ms, out)
         late_events = _heard(device_id, st, late, now_ms, policy)
-    st["late"] = int(st.get("late", 0)) + out.late
-    st["dups"] = int(st.get("dups", 0)) + out.duplicates
+    st["late_readings"] = int(st["late_readings"]) + out.late
+    st["duplicate_readings"] = int(st["duplicate_readings"]) + out.duplicates
     if keep_rows:
         kept = frame.take(keep_rows)
         add_to_windows(
-            st.setdefault("win", {}),
+            st["open_windows"],
             policy.windows,
             kept["event_ms"].tolist(),
             kept["metric"].tolist(),
             kept["value"].tolist(),
         )
-    closed = close_windows(st.setdefault("win", {}), policy.windows, watermark_ms)
+    closed = close_windows(st["open_windows"], policy.windows, watermark_ms)
     if closed:
-        st["windows"] = {**st.get("windows", {}), **closed}
+        st["closed_windows"] = {**st["closed_windows"], **closed}
     if not keep_rows:
         for event in late_events:
             out.add(Role.ALERTS, event)
@@ -216,7 +195,7 @@ def process(
             out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
         return st, out
     fresh = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
-    last_ms = st["last_ms"]
+    last_ms = st["last_seen_ms"]
     if last_ms is None or int(fresh["event_ms"][0]) >= last_ms:
         in_order, older = fresh, fresh.take(slice(0, 0))
     else:
@@ -224,7 +203,7 @@ def process(
         older = fresh.where(fresh["event_ms"] < last_ms)
 
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
-    detector = detector_for(device_id, int(st["v"]), params_json)
+    detector = detector_for(device_id, int(st["params_version"]), params_json)
     champion = champion_of(st, fresh, policy.fleet_model, fleet)
     members = members_for(detector, policy.fleet_model, champion)
     prior = fleet_prior(champion)
@@ -237,9 +216,9 @@ def process(
     if len(in_order):
         _sessions(device_id, st, in_order, policy, out)
         active = set(lifecycle.episodes)
-        heard = st.get("heard_ms")
+        heard = st["late_heard_ms"]
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
-        memory = ScoringMemory(gap_from, st.setdefault("recent", {}), st.setdefault("trend", {}))
+        memory = ScoringMemory(gap_from, st["recent_values"], st["local_trends"])
         scored = observations(in_order, members, policy.baseline, active, memory, prior)
         for obs in scored:
             lifecycle.observe(obs)
@@ -256,7 +235,7 @@ def process(
 
 def _maybe_state(
     device_id: str,
-    st: dict[str, Any],
+    st: DeviceScoringState,
     open_ids: list[str],
     now_ms: int,
     policy: Policy,
@@ -269,30 +248,34 @@ def _maybe_state(
     signature = [
         st["status"],
         open_ids,
-        st["v"],
+        st["params_version"],
         None if session is None else session["session_id"],
-        max((w["end_ms"] for w in st.get("windows", {}).values()), default=None),
+        max((w["end_ms"] for w in st["closed_windows"].values()), default=None),
     ]
-    last_ms = int(st["last_ms"] or 0)
-    due = st.get("state_at") is None or last_ms - int(st["state_at"]) >= policy.state_every_ms
-    if signature == st.get("state_sig") and not due:
+    last_ms = int(st["last_seen_ms"] or 0)
+    due = (
+        st["published_at_ms"] is None
+        or last_ms - int(st["published_at_ms"]) >= policy.state_every_ms
+    )
+    if signature == st["published_signature"] and not due:
         return
-    st["state_sig"] = signature
-    st["state_at"] = last_ms
+    st["published_signature"] = signature
+    st["published_at_ms"] = last_ms
     out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
     if session is not None:
         out.add(Role.SESSIONS, dict(session))
 
 
 def _heard(
-    device_id: str, st: dict[str, Any], late: Rows, now_ms: int, policy: Policy
+    device_id: str, st: DeviceScoringState, late: Rows, now_ms: int, policy: Policy
 ) -> list[dict[str, Any]]:
     """Readings behind the watermark are not scored, but they were sent: a device whose
     buffered readings arrive late (back from offline) did not drop out. Their event times
     fill the gap of a dropout episode (withdrawn once no gap over its limit is left) and the
     newest of them is where the next dropout gap is measured from (``heard_ms``)."""
     newest = int(late["event_ms"].max())
-    st["heard_ms"] = newest if st.get("heard_ms") is None else max(int(st["heard_ms"]), newest)
+    heard = st["late_heard_ms"]
+    st["late_heard_ms"] = newest if heard is None else max(int(heard), newest)
     if not any(e["kind"] == DROPOUT for e in st["episodes"]):
         return []
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
@@ -303,11 +286,11 @@ def _heard(
     return lifecycle.events
 
 
-def _lifecycle(device_id: str, st: dict[str, Any], now_ms: int, policy: Policy) -> Lifecycle:
+def _lifecycle(device_id: str, st: DeviceScoringState, now_ms: int, policy: Policy) -> Lifecycle:
     """The device's alert episodes as held in its state."""
     return Lifecycle(
         device_id,
-        int(st["v"]),
+        int(st["params_version"]),
         now_ms,
         policy.min_readings,
         policy.clear_readings,
@@ -352,26 +335,26 @@ def _add_seq(ranges: list[list[int]], seq: int, ev: int) -> None:
 
 
 def expire(
-    device_id: str, state: dict[str, Any], watermark_ms: int, now_ms: int, policy: Policy
-) -> tuple[dict[str, Any], Output, int | None]:
+    device_id: str, state: DeviceScoringState, watermark_ms: int, now_ms: int, policy: Policy
+) -> tuple[DeviceScoringState, Output, int | None]:
     """The device's timer fired (the watermark passed ``last seen + session gap``). Returns the
     new state, the output and the next timer to register (``None``: none)."""
     out = Output()
     st = state
-    st["timer"] = None
-    last_ms = st["last_ms"]
+    st["timer_ms"] = None
+    last_ms = st["last_seen_ms"]
     if last_ms is None:
         return st, out, None
     due = int(last_ms) + policy.session_gap_ms
     if due > watermark_ms:
-        st["timer"] = due
+        st["timer_ms"] = due
         return st, out, due
     if st["session"] is not None:
         session = dict(st["session"], end_reason="gap")
         out.add(Role.SESSIONS, session)
         st["session"] = None
     lifecycle = _lifecycle(device_id, st, now_ms, policy)
-    lifecycle.silent(int(last_ms), int(st["last_seq"] or 0), int(st["last_rx"] or 0))
+    lifecycle.silent(int(last_ms), int(st["last_seq"] or 0), int(st["last_received_ms"] or 0))
     for event in lifecycle.events:
         out.add(Role.ALERTS, event)
     st["episodes"] = lifecycle.dump()
@@ -380,56 +363,33 @@ def expire(
     return st, out, None
 
 
-def wants_timer(state: dict[str, Any], policy: Policy) -> int | None:
+def wants_timer(state: DeviceScoringState, policy: Policy) -> int | None:
     """A timer to register after :func:`process` (none while one is pending: it re-arms)."""
-    if state["timer"] is not None or state["last_ms"] is None:
+    if state["timer_ms"] is not None or state["last_seen_ms"] is None:
         return None
-    due = int(state["last_ms"]) + policy.session_gap_ms
-    state["timer"] = due
+    due = int(state["last_seen_ms"]) + policy.session_gap_ms
+    state["timer_ms"] = due
     return due
-
-
-def state_record(
-    device_id: str, st: dict[str, Any], open_ids: list[str], now_ms: int
-) -> dict[str, Any]:
-    session = st["session"]
-    return {
-        "device_id": device_id,
-        "status": st["status"],
-        "last_seen_ms": st["last_ms"],
-        "last_received_ms": st["last_rx"],
-        "last_seq": st["last_seq"],
-        "last_values": st["vals"],
-        "open_alerts": open_ids,
-        "params_version": st["v"],
-        "clock_offset_ms": st["offset"],
-        "firmware": st["fw"],
-        "session_id": None if session is None else session["session_id"],
-        "windows": st.get("windows", {}),
-        "late_readings": int(st.get("late", 0)),
-        "duplicate_readings": int(st.get("dups", 0)),
-        "updated_ms": now_ms,
-    }
 
 
 # -- bookkeeping -----------------------------------------------------------------------------
 
 
-def _advance(st: dict[str, Any], in_order: Rows) -> None:
+def _advance(st: DeviceScoringState, in_order: Rows) -> None:
     event_ms = in_order["event_ms"]
     last = len(in_order) - 1
     newest = np.flatnonzero(event_ms == event_ms[last])
-    st["last_ms"] = int(event_ms[last])
+    st["last_seen_ms"] = int(event_ms[last])
     st["last_seq"] = int(in_order["seq"][last])
-    st["last_dev"] = int(in_order["device_event_ms"][last])
-    st["last_rx"] = int(in_order["received_ms"][last])
-    st["offset"] = int(in_order["clock_offset_ms"][last])
+    st["last_device_ms"] = int(in_order["device_event_ms"][last])
+    st["last_received_ms"] = int(in_order["received_ms"][last])
+    st["clock_offset_ms"] = int(in_order["clock_offset_ms"][last])
     firmware = in_order["firmware"][last]
-    st["fw"] = None if firmware is None or firmware != firmware else str(firmware)
-    vals = dict(st["vals"])
+    st["firmware"] = None if firmware is None or firmware != firmware else str(firmware)
+    vals = dict(st["last_values"])
     metrics, values = in_order["metric"][newest], in_order["value"][newest]
     vals.update((str(m), float(v)) for m, v in zip(metrics, values, strict=True))
-    st["vals"] = vals
+    st["last_values"] = vals
     top = int(in_order["seq"].max())
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
 
@@ -451,11 +411,11 @@ def _slide(recent: dict[str, list[float]], in_order: Rows, keep: int) -> None:
 
 
 def _sessions(
-    device_id: str, st: dict[str, Any], in_order: Rows, policy: Policy, out: Output
+    device_id: str, st: DeviceScoringState, in_order: Rows, policy: Policy, out: Output
 ) -> None:
     """Walk the in-order readings (one per distinct reading) through the session rules."""
     session = st["session"]
-    last_ms, last_dev, max_seq = st["last_ms"], st["last_dev"], st["max_seq"]
+    last_ms, last_dev, max_seq = st["last_seen_ms"], st["last_device_ms"], st["max_seq"]
     walked: set[tuple[int, int]] = set()
     for seq, event_ms, dev_ms in zip(
         in_order["seq"].tolist(),
@@ -501,8 +461,9 @@ def _sessions(
         session["last_seq"] = int(seq)
         last_ms, last_dev = event_ms, dev_ms
         max_seq = seq if max_seq is None else max(max_seq, seq)
+    assert session is not None  # in_order has a reading
     if st["session"] is None or session["session_id"] != st["session"]["session_id"]:
-        st["state_sig"] = None  # a new session: publish it with the state
+        st["published_signature"] = None  # a new session: publish it with the state
     st["session"] = session
     st["max_seq"] = max_seq
 

@@ -9,12 +9,12 @@ scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to
 trips on this 2-core machine). Per bucket:
 
 - ``live`` (``ValueState``): one document holding every device's state of the bucket
-  (:func:`~fleetwatch.streaming.scorer.device_step.new_state`) — one read and one write per bucket
-  per micro-batch — pickled: the state holds only JSON's types (dicts with string keys, lists,
-  strings, numbers, None; tested), which pickle gives back exactly, NaN included, and a
-  bucket's document pickles 10 times and unpickles 3 times faster than as JSON text, at 60%
-  of its size (62 devices: 2.6 / 1.4 ms as JSON, 0.26 / 0.45 ms pickled). It is read back
-  only from the query's own checkpoint;
+  (:class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`) — one read and one
+  write per bucket per micro-batch — pickled: the state holds only JSON's types (dicts with
+  string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
+  included, and a bucket's document pickles 10 times and unpickles 3 times faster than as
+  JSON text, at 60% of its size (62 devices: 2.6 / 1.4 ms as JSON, 0.26 / 0.45 ms pickled).
+  It is read back only from the query's own checkpoint;
 - ``params`` (``MapState`` by device): the newest parameters as JSON and their version, written
   when a new version arrives and read only when this worker has not parsed them yet;
 - ``fleet`` (``MapState`` by scope): the newest champion of each scope seen on ``model.params``
@@ -41,12 +41,12 @@ from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.detectors import CACHE, FleetModel, fleet_model
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import (
     Output,
     Policy,
     Role,
     expire,
-    new_state,
     process,
     wants_timer,
 )
@@ -104,8 +104,8 @@ def _key(device_id: str, role: Role, value: str) -> str:
     return device_id
 
 
-def next_timer(devices: dict[str, dict[str, Any]]) -> int | None:
-    due = [int(st["timer"]) for st in devices.values() if st.get("timer") is not None]
+def next_timer(devices: dict[str, DeviceScoringState]) -> int | None:
+    due = [int(st["timer_ms"]) for st in devices.values() if st["timer_ms"] is not None]
     return min(due) if due else None
 
 
@@ -186,7 +186,7 @@ def device_scorer(settings: Settings) -> Any:
             chunks = list(rows)
             frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             doc = self._load()
-            devices: dict[str, dict[str, Any]] = doc["devices"]
+            devices: dict[str, DeviceScoringState] = doc["devices"]
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
             records: list[tuple[str, Role, str]] = []
@@ -229,14 +229,14 @@ def device_scorer(settings: Settings) -> Any:
         def _device(
             self,
             device_id: str,
-            state: dict[str, Any] | None,
+            state: DeviceScoringState | None,
             updates: list[str],
             rows: Rows | None,
             watermark: int,
             now_ms: int,
             fleet: Callable[[str], FleetModel | None] | None,
-        ) -> tuple[dict[str, Any] | None, Output]:
-            version = 0 if state is None else int(state["v"])
+        ) -> tuple[DeviceScoringState | None, Output]:
+            version = 0 if state is None else int(state["params_version"])
             params_json: str | None = None
             if updates:
                 best = best_params(updates)
@@ -247,9 +247,10 @@ def device_scorer(settings: Settings) -> Any:
                 stored = self.params.getValue((device_id,))
                 params_json = None if stored is None else str(stored[0])
             if state is not None:
-                state["v"] = version
+                state["params_version"] = version
             elif version > 0:
-                state = {**new_state(), "v": version}
+                state = new_state()
+                state["params_version"] = version
             if rows is None:
                 return state, Output()
             state, out = process(
@@ -267,10 +268,10 @@ def device_scorer(settings: Settings) -> Any:
             now_ms = time.time_ns() // 1_000_000
             records: list[tuple[str, Role, str]] = []
             for device_id, state in sorted(doc["devices"].items()):
-                if state.get("timer") is None or int(state["timer"]) > watermark:
+                if state["timer_ms"] is None or int(state["timer_ms"]) > watermark:
                     continue
                 state, out, again = expire(device_id, state, watermark, now_ms, policy)
-                state["timer"] = again
+                state["timer_ms"] = again
                 records.extend((device_id, role, value) for role, value in out.records)
             self._save(doc)
             if records:

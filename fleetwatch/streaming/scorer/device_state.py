@@ -1,0 +1,133 @@
+"""What the scorer keeps of one device between micro-batches, and the record it publishes of it
+on ``device.state``.
+
+A :class:`DeviceScoringState` is a ``TypedDict``: a plain dict at run time holding only JSON's
+types (dicts with string keys, lists, strings, numbers, ``None``; tested), which the processor
+pickles into the bucket's state value (:mod:`~fleetwatch.streaming.scorer.processor`) and gets
+back exactly, NaN included. Renaming or adding a field changes that value's layout: bump
+:data:`~fleetwatch.streaming.scorer.job.PLAN_VERSION`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class SessionRecord(TypedDict):
+    """A device's session as published on ``device.sessions``
+    (:class:`~fleetwatch.contracts.devices.DeviceSession`)."""
+
+    session_id: str
+    device_id: str
+    start_ms: int
+    end_ms: int
+    readings: int
+    first_seq: int
+    last_seq: int
+    end_reason: str | None
+
+
+class DeviceScoringState(TypedDict):
+    """One device in the scorer."""
+
+    params_version: int
+    """The version of the parameters in use (0: none yet, the fixed baseline)."""
+    seen_seqs: list[list[int]]
+    """``[lowest seq, highest seq, newest event_ms]`` ranges of readings seen within the
+    allowed lateness (repeats of them are duplicates)."""
+    max_seq: int | None
+    """The highest sequence number of the session (a lower one with a later device clock is a
+    reboot)."""
+    last_device_ms: int | None
+    """The device clock of the newest reading."""
+    last_seen_ms: int | None
+    """The event time of the newest reading."""
+    last_seq: int | None
+    last_received_ms: int | None
+    last_values: dict[str, float]
+    """Metric → its newest value."""
+    clock_offset_ms: int
+    firmware: str | None
+    session: SessionRecord | None
+    """The open session, if any."""
+    episodes: list[dict[str, Any]]
+    """The alert episodes under way
+    (:meth:`~fleetwatch.streaming.scorer.episodes.Lifecycle.dump`)."""
+    timer_ms: int | None
+    """The event-time timer registered for the device (``None``: none pending)."""
+    status: str
+    """``ok``, ``alerting`` or ``silent``."""
+    late_readings: int
+    """Readings behind the watermark, so far."""
+    late_heard_ms: int | None
+    """The newest event time among them: they were sent, so no dropout before it."""
+    recent_values: dict[str, list[float]]
+    """Metric → the values of the latest in-order readings (the flat-line windows;
+    :class:`~fleetwatch.models.base.ScoringMemory`)."""
+    local_trends: dict[str, list[float]]
+    """Metric → the change detector's local line after them (:mod:`fleetwatch.models.trend`)."""
+    open_windows: dict[str, dict[str, list[float]]]
+    """Event-time windows not final yet: start → metric → accumulators
+    (:mod:`~fleetwatch.streaming.scorer.windows`)."""
+    closed_windows: dict[str, dict[str, Any]]
+    """Metric → the features of its newest final window."""
+    duplicate_readings: int
+    """Repeated readings dropped, so far."""
+    published_signature: list[Any] | None
+    """What the last published state record said (status, open alerts, parameter version,
+    session, newest window): a change publishes a new one."""
+    published_at_ms: int | None
+    """The event time of the last published state record."""
+
+
+def new_state() -> DeviceScoringState:
+    return {
+        "params_version": 0,
+        "seen_seqs": [],
+        "max_seq": None,
+        "last_device_ms": None,
+        "last_seen_ms": None,
+        "last_seq": None,
+        "last_received_ms": None,
+        "last_values": {},
+        "clock_offset_ms": 0,
+        "firmware": None,
+        "session": None,
+        "episodes": [],
+        "timer_ms": None,
+        "status": "ok",
+        "late_readings": 0,
+        "late_heard_ms": None,
+        "recent_values": {},
+        "local_trends": {},
+        "open_windows": {},
+        "closed_windows": {},
+        "duplicate_readings": 0,
+        "published_signature": None,
+        "published_at_ms": None,
+    }
+
+
+def state_record(
+    device_id: str, st: DeviceScoringState, open_ids: list[str], now_ms: int
+) -> dict[str, Any]:
+    """The device's record on ``device.state``
+    (:class:`~fleetwatch.contracts.devices.DeviceState`)."""
+    session = st["session"]
+    return {
+        "device_id": device_id,
+        "status": st["status"],
+        "last_seen_ms": st["last_seen_ms"],
+        "last_received_ms": st["last_received_ms"],
+        "last_seq": st["last_seq"],
+        "last_values": st["last_values"],
+        "open_alerts": open_ids,
+        "params_version": st["params_version"],
+        "clock_offset_ms": st["clock_offset_ms"],
+        "firmware": st["firmware"],
+        "session_id": None if session is None else session["session_id"],
+        "windows": st["closed_windows"],
+        "late_readings": int(st["late_readings"]),
+        "duplicate_readings": int(st["duplicate_readings"]),
+        "updated_ms": now_ms,
+    }
