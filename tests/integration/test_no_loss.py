@@ -1,13 +1,16 @@
-"""Nothing accepted at QoS 1 is lost: the gateway is killed with SIGKILL mid-run, and the Kafka
-broker is restarted mid-run, while a device keeps publishing. Every (device, seq) it published
-must be in ``telemetry.raw`` (duplicates are allowed: the log is at-least-once).
+"""Nothing accepted at QoS 1 is lost: the gateway is killed with SIGKILL while readings the MQTT
+broker has accepted are not yet in Kafka, and the Kafka broker is killed with SIGKILL and
+started again while a device fleet keeps publishing. Every (device, seq) the MQTT broker
+acknowledged must be in ``telemetry.raw`` (duplicates are allowed: the log is at-least-once).
 
-Runs on a private stack (own ports and run dir), since it restarts the broker.
+Runs on a private stack (own ports and run dir), since it kills the broker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,17 +22,24 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.processes import wait_for
 from tests.integration.conftest import free_port
 from tests.polling import wait_until
 
-DEVICES, PER_DEVICE, RATE = 5, 400, 400.0  # 2,000 readings over about 5 s
+logger = logging.getLogger(__name__)
+
+DEVICES, PER_DEVICE, RATE = 5, 2400, 400.0  # 12,000 readings over about 30 s
+KILL_ATTEMPTS = 3
+"""Gateway kills tried until one lands while accepted readings are not yet in Kafka."""
+
+Pair = tuple[str, int]
 
 
 @pytest.fixture
@@ -74,38 +84,93 @@ def start_gateway(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def raw_pairs(settings: Settings) -> set[tuple[str, int]]:
+def subscriptions(log: Path) -> int:
+    """How many times a gateway of this test has subscribed (one line per connection)."""
+    return log.read_text().count("subscribed to")
+
+
+def raw_contents(settings: Settings) -> tuple[set[Pair], dict[int, int]]:
+    """Every (device, seq) in ``telemetry.raw`` up to its end offsets, and those offsets."""
+    topic = settings.topics.telemetry_raw
     consumer = Consumer(
         {
             "bootstrap.servers": settings.kafka.bootstrap_servers,
             "group.id": f"check-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([settings.topics.telemetry_raw])
-    pairs: set[tuple[str, int]] = set()
-    idle = 0
+    pairs: set[Pair] = set()
     try:
-        while idle < 3:
-            batch = consumer.consume(1000, timeout=1.0)
-            idle = 0 if batch else idle + 1
-            for msg in batch:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        left = {p: end for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + 60
+        while left:
+            assert time.monotonic() < deadline, f"could not read {topic} to {ends}"
+            for msg in consumer.consume(1000, timeout=0.5):
                 if msg.error() is None:
                     record = json.loads(msg.value() or b"{}")
                     pairs.add((record["device_id"], record["seq"]))
+                    if (msg.offset() or 0) + 1 >= left.get(msg.partition(), -1):
+                        left.pop(msg.partition(), None)
     finally:
         consumer.close()
-    return pairs
+    return pairs, ends
+
+
+def end_offsets(settings: Settings) -> dict[int, int]:
+    topic = settings.topics.telemetry_raw
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "check-ends"}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (reaping it when it is our child)."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 class Publisher(threading.Thread):
-    """A device fleet publishing at QoS 1; `published` holds what the broker acknowledged."""
+    """A device fleet publishing at QoS 1, paced; what the MQTT broker has acknowledged (its
+    PUBACK: the reading is accepted) can be read while it runs."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self.settings = settings
-        self.published: set[tuple[str, int]] = set()
-        self.progress = 0
+        self.sent: list[tuple[Pair, mqtt.MQTTMessageInfo]] = []
+        self.published: set[Pair] = set()
+        self.done = threading.Event()
+
+    def acknowledged(self) -> int:
+        """How many readings, in publishing order, the broker has acknowledged: it acknowledges
+        one connection's messages in the order they came, so these are the first ones sent."""
+        sent = self.sent[:]
+        last = len(sent)
+        while last and not sent[last - 1][1].is_published():
+            last -= 1
+        return last
+
+    def pairs(self, first: int) -> set[Pair]:
+        return {pair for pair, _ in self.sent[:first]}
 
     def run(self) -> None:
         client = mqtt.Client(
@@ -114,57 +179,105 @@ class Publisher(threading.Thread):
         client.max_inflight_messages_set(100)
         client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
         client.loop_start()
-        pending = []
         start = time.monotonic()
-        for seq in range(PER_DEVICE):
-            for d in range(DEVICES):
-                now = time.time_ns() // 1_000_000
-                device = f"n{d}"
-                info = client.publish(
-                    self.settings.mqtt.telemetry_topic(device),
-                    reading_payload(seq, now, now, {"t": 20.0}),
-                    qos=1,
-                )
-                pending.append(((device, seq), info))
-                self.progress += 1
-            time.sleep(max(0.0, start + (seq + 1) * DEVICES / RATE - time.monotonic()))  # pacing
-        for pair, info in pending:
-            info.wait_for_publish(30)
-            if info.is_published():
-                self.published.add(pair)
-        client.disconnect()
-        client.loop_stop()
+        try:
+            for seq in range(PER_DEVICE):
+                for d in range(DEVICES):
+                    now = time.time_ns() // 1_000_000
+                    device = f"n{d}"
+                    info = client.publish(
+                        self.settings.mqtt.telemetry_topic(device),
+                        reading_payload(seq, now, now, {"t": 20.0}),
+                        qos=1,
+                    )
+                    self.sent.append(((device, seq), info))
+                pace = start + (seq + 1) * DEVICES / RATE - time.monotonic()
+                time.sleep(max(0.0, pace))  # publishing at RATE, not waiting for an outcome
+            self.done.set()
+            for pair, info in self.sent:
+                info.wait_for_publish(30)
+                if info.is_published():
+                    self.published.add(pair)
+        finally:
+            self.done.set()
+            client.disconnect()
+            client.loop_stop()
 
 
-def test_sigkill_of_the_gateway_and_a_broker_restart_lose_nothing(
+def kill_on_a_fresh_acknowledgement(fleet: Publisher, gateway: subprocess.Popen[bytes]) -> int:
+    """SIGKILL the gateway the moment the broker has acknowledged another reading (which the
+    gateway cannot have in Kafka yet); returns how many readings were acknowledged by then."""
+    seen = fleet.acknowledged()
+    acked = wait_until(
+        lambda: (n := fleet.acknowledged()) > seen and n, 10, "a new acknowledgement", 0.001
+    )
+    gateway.send_signal(signal.SIGKILL)  # no flush, no goodbye
+    gateway.wait(10)
+    return acked
+
+
+def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
     private_stack: tuple[Settings, dict[str, str]], tmp_path: Path
 ) -> None:
     settings, env = private_stack
     log = tmp_path / "gateway.log"
     gateways = [start_gateway(env, log)]
+    fleet = Publisher(settings)
     try:
-        wait_until(lambda: "subscribed to" in log.read_text(), 30, "the gateway to subscribe")
-        fleet = Publisher(settings)
+        wait_until(lambda: subscriptions(log) == 1, 30, "the gateway to subscribe")
         fleet.start()
         total = DEVICES * PER_DEVICE
-        wait_until(lambda: fleet.progress >= total // 4, 30, "a quarter of the readings")
-        gateways[0].send_signal(signal.SIGKILL)  # no flush, no goodbye
-        gateways[0].wait(10)
-        gateways.append(start_gateway(env, log))  # same client id: its persistent session waits
+        wait_until(lambda: fleet.acknowledged() >= total // 10, 30, "a tenth of the readings")
 
-        wait_until(lambda: fleet.progress >= total // 2, 30, "half of the readings")
+        # 1. the gateway dies while readings the MQTT broker accepted are not in Kafka
+        stranded: set[Pair] = set()
+        for attempt in range(1, KILL_ATTEMPTS + 1):
+            acked = kill_on_a_fresh_acknowledgement(fleet, gateways[-1])
+            on_kafka, ends = raw_contents(settings)
+            assert end_offsets(settings) == ends, "the killed gateway wrote after the read"
+            stranded = fleet.pairs(acked) - on_kafka
+            logger.info(
+                "gateway kill %d: %d readings accepted, %d in Kafka, %d stranded",
+                attempt,
+                acked,
+                len(on_kafka & fleet.pairs(acked)),
+                len(stranded),
+            )
+            assert fleet.acknowledged() > acked, "the fleet published on across the kill"
+            gateways.append(start_gateway(env, log))  # same client id: its session waits
+            wait_until(lambda: subscriptions(log) == len(gateways), 30, "the gateway back")
+            if stranded:
+                break
+        assert stranded, f"none of {KILL_ATTEMPTS} kills found accepted readings outside Kafka"
+
+        # 2. the Kafka broker dies (SIGKILL) while the fleet publishes, and comes back
+        wait_until(lambda: fleet.acknowledged() >= total // 2, 60, "half of the readings")
         broker = KafkaBroker(settings)
-        broker.proc.stop()
-        broker.start()
+        pid = broker.proc.pid()
+        assert pid is not None
+        accepted_before = fleet.acknowledged()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: gone(pid), 30, "the Kafka broker to die")
+        assert broker.start()
         broker.wait_ready()
+        accepted_during = fleet.acknowledged() - accepted_before
+        logger.info("%d readings accepted while Kafka was down", accepted_during)
+        assert accepted_during > 0, "the fleet published while Kafka was down"
 
-        fleet.join(120)
+        fleet.join(180)
+        assert not fleet.is_alive()
         assert len(fleet.published) == total, "the MQTT broker must have acknowledged every publish"
-        wait_until(
-            lambda: fleet.published <= raw_pairs(settings),
-            120,
-            "every acknowledged reading in Kafka",
-        )
+        final: set[Pair] = set()
+
+        def every_accepted_reading_in_kafka() -> bool:
+            nonlocal final
+            final = raw_contents(settings)[0]
+            return fleet.published <= final
+
+        wait_for(every_accepted_reading_in_kafka, 180, 1.0)
+        lost = fleet.published - final
+        assert not lost, f"{len(lost)} accepted readings not in Kafka, e.g. {sorted(lost)[:5]}"
+        assert stranded <= final, "the readings stranded by the kill reached Kafka"
 
         gateways[-1].send_signal(signal.SIGTERM)
         assert gateways[-1].wait(60) == 0
@@ -173,3 +286,4 @@ def test_sigkill_of_the_gateway_and_a_broker_restart_lose_nothing(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        fleet.join(60)
