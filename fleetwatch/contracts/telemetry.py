@@ -5,9 +5,11 @@ A device publishes to ``{root}/{device_id}/telemetry`` (MQTT, QoS 0 or 1) a JSON
     {"v": 1, "seq": 17, "ts": 1763750000000, "sent": 1763750000005,
      "metrics": {"temperature": 21.3}, "firmware": "1.4.2", "status": "ok"}
 
-``v`` schema version, ``seq`` per-device sequence number, ``ts`` event time and ``sent``
-send time in epoch milliseconds of the device clock, ``metrics`` one or more (at most 64) named
-finite numbers; ``firmware``, ``status`` and ``device_id`` (must match the topic) optional.
+``v`` schema version, ``seq`` per-device sequence number (0 to 2^63 - 1: a signed 64-bit
+integer, as every stage stores it), ``ts`` event time and ``sent`` send time in epoch
+milliseconds of the device clock, ``metrics`` one or more (at most 64) named finite numbers of
+magnitude at most :data:`VALUE_LIMIT`; ``firmware`` and ``status`` (at most 64 characters, no
+NUL) and ``device_id`` (must match the topic) optional.
 Unknown fields are refused in v1. A payload may also be a JSON array of such readings (a batch).
 
 The gateway appends to ``telemetry.raw`` (key = device id, record timestamp = ``event_ms``)
@@ -27,7 +29,17 @@ from fleetwatch.contracts.identifiers import DeviceId, MetricName
 
 SCHEMA_VERSION = 1
 
+INT64_MAX = 2**63 - 1
+"""The largest ``seq`` (and any integer field of a record): every stage holds them as signed
+64-bit integers (numpy, Spark's BIGINT, the API's database)."""
+VALUE_LIMIT = 1e15
+"""The largest magnitude of a metric value. Far beyond any sensor's range (a lifetime energy
+counter in Wh included), and small enough that sums of squares over any window stay finite."""
+
 EpochMs = Annotated[int, Field(ge=0, lt=10**14)]
+Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
+MetricValue = Annotated[float, Field(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
+Label = Annotated[str, StringConstraints(max_length=64, pattern=r"^[^\x00]*$")]
 
 
 class Reading(BaseModel):
@@ -36,12 +48,12 @@ class Reading(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     v: Annotated[int, Field(ge=1, le=SCHEMA_VERSION)]
-    seq: Annotated[int, Field(ge=0)]
+    seq: Seq
     ts: EpochMs
     sent: EpochMs
-    metrics: Annotated[dict[MetricName, float], Field(min_length=1, max_length=64)]
-    firmware: Annotated[str, StringConstraints(max_length=64)] | None = None
-    status: Annotated[str, StringConstraints(max_length=64)] | None = None
+    metrics: Annotated[dict[MetricName, MetricValue], Field(min_length=1, max_length=64)]
+    firmware: Label | None = None
+    status: Label | None = None
     device_id: DeviceId | None = None
     """Optional; when present it must match the device id of the topic."""
 

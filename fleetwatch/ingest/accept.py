@@ -14,6 +14,7 @@ after 2020-01-01.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -31,6 +32,12 @@ MAX_BUFFERED_MS = 30 * _DAY_MS
 MAX_CLOCK_SKEW_MS = 7 * _DAY_MS
 EARLIEST_EVENT_MS = 1_577_836_800_000  # 2020-01-01T00:00:00Z
 MAX_BATCH = 1_000
+MAX_DEAD_LETTER_BYTES = 512 * 1024
+"""The most of a rejected payload a dead letter keeps: half of Kafka's default record limit
+(1 MB), so that a dead letter is always written. A longer payload is kept cut to this length,
+its whole length and SHA-256 in the headers."""
+MAX_REASONS = 50
+"""The rejected readings of a batch whose reasons a dead letter lists (all are counted)."""
 
 Headers = list[tuple[str, str | bytes | None]]
 
@@ -49,6 +56,8 @@ class DeadLetter:
     value: bytes
     headers: Headers
     reason: str
+    readings: int = 1
+    """How many readings of the message it stands for (a batch's rejected readings share one)."""
 
 
 @dataclass
@@ -86,18 +95,42 @@ def handle(
     except PayloadRejected as exc:
         outcome.rejected.append(dead_letter(topic, payload, received_ms, str(exc), root))
         return outcome
-    batch = isinstance(items, list)
-    for index, item in enumerate(items if isinstance(items, list) else [items]):
+    if not isinstance(items, list):
         try:
-            reading = _validate(item)
-            outcome.accepted.append(_record(device_id, reading, received_ms, clocks))
+            outcome.accepted.append(_record(device_id, _validate(items), received_ms, clocks))
         except PayloadRejected as exc:
-            reason = f"reading [{index}]: {exc}" if batch else str(exc)
-            dl = dead_letter(topic, payload, received_ms, reason, root)
-            if batch:
-                dl.headers.append(("fw.batch_index", str(index).encode()))
-            outcome.rejected.append(dl)
+            outcome.rejected.append(dead_letter(topic, payload, received_ms, str(exc), root))
+        return outcome
+    problems: list[tuple[int, str]] = []
+    for index, item in enumerate(items):
+        try:
+            outcome.accepted.append(_record(device_id, _validate(item), received_ms, clocks))
+        except PayloadRejected as exc:
+            problems.append((index, str(exc)))
+    if problems:
+        outcome.rejected.append(_batch_dead_letter(topic, payload, received_ms, root, problems))
     return outcome
+
+
+def _batch_dead_letter(
+    topic: str,
+    payload: bytes | bytearray,
+    received_ms: int,
+    root: str,
+    problems: list[tuple[int, str]],
+) -> DeadLetter:
+    """One dead letter for every rejected reading of a batch: the payload once, the indexes
+    and (up to :data:`MAX_REASONS`) the reasons in headers."""
+    first, why = problems[0]
+    reason = f"reading [{first}]: {why}"
+    if len(problems) > 1:
+        reason += f" (and {len(problems) - 1} more readings rejected)"
+    dl = dead_letter(topic, payload, received_ms, reason, root, readings=len(problems))
+    indexes = ",".join(str(i) for i, _ in problems[:MAX_REASONS])
+    dl.headers.append(("fw.batch_index", indexes.encode()))
+    reasons = [[i, r] for i, r in problems[:MAX_REASONS]]
+    dl.headers.append(("fw.batch_reasons", json.dumps(reasons).encode()))
+    return dl
 
 
 def _readings(payload: bytes | bytearray, max_bytes: int) -> object:
@@ -170,16 +203,27 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
 
 
 def dead_letter(
-    topic: str, payload: bytes | bytearray, received_ms: int, reason: str, root: str
+    topic: str,
+    payload: bytes | bytearray,
+    received_ms: int,
+    reason: str,
+    root: str,
+    readings: int = 1,
 ) -> DeadLetter:
-    """The raw bytes, kept whole, with the reason and the MQTT topic in headers."""
+    """The raw bytes — whole up to :data:`MAX_DEAD_LETTER_BYTES`, else cut there, with the
+    whole length and digest — with the reason and the MQTT topic in headers."""
     try:
         key = device_from_topic(topic, root).encode()
     except PayloadRejected:
         key = b""
     headers: Headers = [
         ("fw.reason", reason.encode()),
-        ("fw.mqtt_topic", topic.encode(errors="replace")),
+        ("fw.mqtt_topic", topic.encode(errors="replace")[:1024]),
         ("fw.received_ms", str(received_ms).encode()),
     ]
-    return DeadLetter(key, bytes(payload), headers, reason)
+    value = bytes(payload)
+    if len(value) > MAX_DEAD_LETTER_BYTES:
+        headers.append(("fw.payload_bytes", str(len(value)).encode()))
+        headers.append(("fw.payload_sha256", hashlib.sha256(value).hexdigest().encode()))
+        value = value[:MAX_DEAD_LETTER_BYTES]
+    return DeadLetter(key, value, headers, reason, readings)

@@ -194,7 +194,7 @@ class Gateway:
             outcome = handle_ack(msg.topic, msg.payload, received, root)
             self.counters.add("acks_forwarded", len(outcome.accepted))
             target = self.settings.topics.device_command_acks
-        self.counters.add("rejected", len(outcome.rejected))
+        self.counters.add("rejected", sum(dl.readings for dl in outcome.rejected))
         self._produce_all(
             outcome,
             target,

@@ -66,3 +66,13 @@ def test_a_repeated_reading_is_kept_once(spark: Any, tmp_path: Path) -> None:
     spike = reading("d4", 9, temperature=80.0)
     rows = read_stream(spark, tmp_path, [spike, spike, reading("d4", 10, temperature=21.0), spike])
     assert [(r["device_id"], r["seq"]) for r in rows] == [("d4", 9), ("d4", 10)]
+
+
+def test_a_record_beyond_the_contract_bounds_is_left_out(spark: Any, tmp_path: Path) -> None:
+    huge_seq = json.dumps(
+        {"device_id": "d5", "seq": 2**70, "event_ms": 1_001, "metrics": {"t": 1.0}}
+    )
+    rows = read_stream(
+        spark, tmp_path, [huge_seq, reading("d5", 2, t=1e300), reading("d5", 3, t=-1e15)]
+    )
+    assert [r["seq"] for r in rows] == [3]

@@ -1,9 +1,17 @@
+import hashlib
 import json
 
 import pytest
 
 from fleetwatch.contracts.telemetry import reading_payload
-from fleetwatch.ingest.accept import EARLIEST_EVENT_MS, Outcome, device_from_topic, handle
+from fleetwatch.ingest.accept import (
+    EARLIEST_EVENT_MS,
+    MAX_DEAD_LETTER_BYTES,
+    MAX_REASONS,
+    Outcome,
+    device_from_topic,
+    handle,
+)
 from fleetwatch.ingest.clock import ClockOffsets
 
 ROOT = "devices"
@@ -49,14 +57,42 @@ def test_a_nested_root_is_understood() -> None:
     assert device_from_topic("site-a/devices/d1/telemetry", "site-a/devices") == "d1"
 
 
-def test_a_batch_accepts_the_good_readings_and_dead_letters_each_bad_one() -> None:
+def test_a_batch_accepts_the_good_readings_and_dead_letters_the_bad_ones_once() -> None:
     batch = [json.loads(good(1)), {"v": 1, "seq": 2}, json.loads(good(3)), "nope"]
     payload = json.dumps(batch).encode()
     out = run("devices/d1/telemetry", payload)
     assert [json.loads(a.value)["seq"] for a in out.accepted] == [1, 3]
-    assert [dl.reason.split(":")[0] for dl in out.rejected] == ["reading [1]", "reading [3]"]
-    assert all(dl.value == payload for dl in out.rejected)
-    assert [dict(dl.headers)["fw.batch_index"] for dl in out.rejected] == [b"1", b"3"]
+    (dl,) = out.rejected
+    assert dl.readings == 2
+    assert dl.value == payload
+    assert dl.reason.startswith("reading [1]: ")
+    assert dl.reason.endswith("(and 1 more readings rejected)")
+    headers = dict(dl.headers)
+    assert headers["fw.batch_index"] == b"1,3"
+    reasons = json.loads(headers["fw.batch_reasons"] or b"")
+    assert [index for index, _ in reasons] == [1, 3]
+
+
+def test_a_batch_of_many_bad_readings_is_one_dead_letter_not_one_per_reading() -> None:
+    """A 1,000-reading batch of bad readings once wrote the whole payload 1,000 times."""
+    payload = json.dumps([{"v": 1, "seq": k} for k in range(1000)]).encode()
+    out = handle("devices/d1/telemetry", payload, NOW, ROOT, 1_000_000, ClockOffsets())
+    (dl,) = out.rejected
+    assert dl.readings == 1000
+    assert len(json.loads(dict(dl.headers)["fw.batch_reasons"] or b"")) == MAX_REASONS
+
+
+def test_an_oversized_payload_is_dead_lettered_cut_to_fit_a_kafka_record() -> None:
+    """A 1.5 MB message once made a dead letter Kafka refused (MSG_SIZE_TOO_LARGE), which
+    stopped the gateway's intake for every device."""
+    payload = b"x" * 1_500_000
+    (dl,) = handle(
+        "devices/d1/telemetry", payload, NOW, "devices", 2_000_000, ClockOffsets()
+    ).rejected
+    assert len(dl.value) == MAX_DEAD_LETTER_BYTES
+    headers = dict(dl.headers)
+    assert headers["fw.payload_bytes"] == b"1500000"
+    assert headers["fw.payload_sha256"] == hashlib.sha256(payload).hexdigest().encode()
 
 
 @pytest.mark.parametrize(

@@ -105,3 +105,19 @@ def test_fields_an_older_record_lacks_are_completed_as_the_gateway_would() -> No
     assert rows["received_ms"].tolist() == [7000]
     assert rows["clock_offset_ms"].tolist() == [0]
     assert rows["firmware"].tolist() == [None]
+
+
+def test_a_record_beyond_the_contract_bounds_is_skipped_and_the_rest_kept() -> None:
+    """One record with a seq past 64 bits once aborted every scorer micro-batch for the whole
+    fleet (OverflowError building the columns), again at each restart."""
+    good = {"device_id": "d1", "seq": 1, "event_ms": 1_000, "metrics": {"t": 1.0}}
+    bad = [
+        {**good, "seq": 1180591620717411303424},
+        {**good, "event_ms": 2**64},
+        {**good, "received_ms": -(2**70)},
+        {**good, "metrics": {"t": 1e300}},
+    ]
+    texts = [json.dumps(r) for r in [*bad, good]]
+    readings = readings_by_device(["d1"] * len(texts), texts)
+    assert readings.skipped == len(bad)
+    assert list(readings.by_device["d1"]["seq"]) == [1]

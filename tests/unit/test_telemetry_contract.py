@@ -4,7 +4,7 @@ import math
 import pytest
 
 from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.contracts.telemetry import parse_reading, reading_payload
+from fleetwatch.contracts.telemetry import INT64_MAX, VALUE_LIMIT, parse_reading, reading_payload
 
 
 def test_a_valid_reading_parses() -> None:
@@ -33,6 +33,13 @@ def test_integer_metric_values_are_accepted_as_numbers() -> None:
         (b'{"v":2,"seq":1,"ts":1,"sent":1,"metrics":{"t":1}}', "v"),
         (b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":1},"extra":true}', "extra"),
         (b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"bad name":1}}', "metrics"),
+        # a seq beyond a signed 64-bit integer: the scorer once crash-looped on one
+        (b'{"v":1,"seq":9223372036854775808,"ts":1,"sent":1,"metrics":{"t":1}}', "seq"),
+        (b'{"v":1,"seq":1180591620717411303424,"ts":1,"sent":1,"metrics":{"t":1}}', "seq"),
+        # finite but huge: a window's variance of two such values overflows
+        (b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":1e300}}', "metrics.t"),
+        (b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":-2e15}}', "metrics.t"),
+        (b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"t":1},"firmware":"1.0\\u0000"}', "firmware"),
     ],
 )
 def test_a_broken_reading_names_the_rule_it_broke(payload: bytes, where: str) -> None:
@@ -46,3 +53,10 @@ def test_nan_is_refused() -> None:
     ).encode()
     with pytest.raises(PayloadError, match=r"metrics\.t"):
         parse_reading(payload)
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    body = {"v": 1, "seq": INT64_MAX, "ts": 1, "sent": 1, "metrics": {"t": -VALUE_LIMIT}}
+    reading = parse_reading(json.dumps(body).encode())
+    assert reading.seq == INT64_MAX
+    assert reading.metrics["t"] == -VALUE_LIMIT

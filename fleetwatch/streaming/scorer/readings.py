@@ -13,6 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from fleetwatch.contracts.telemetry import INT64_MAX, VALUE_LIMIT
+
 INTEGERS = (
     "seq",
     "event_ms",
@@ -77,6 +79,7 @@ def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
 
 
 _NAN = float("nan")
+_INT64_MIN = -INT64_MAX - 1
 _DTYPES = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
 _NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers here
 _OPTIONAL_INTEGERS = ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms")
@@ -95,8 +98,10 @@ def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> Readings
     reading as JSON, :class:`~fleetwatch.contracts.telemetry.TelemetryRecord`) → each device's
     readings in long form (one entry per reading and metric), in the order they came.
 
-    A value that is not a reading (not JSON, no integer ``seq`` or ``event_ms``, no
-    ``metrics`` object of numbers) is skipped and counted. Fields an older record lacks are
+    A value that is not a reading within the contract's bounds (not JSON, no integer ``seq`` or
+    ``event_ms``, an integer outside a signed 64-bit one, no ``metrics`` object of numbers of
+    magnitude at most :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is skipped and
+    counted: one record never stops the bucket. Fields an older record lacks are
     completed as the gateway would have: ``device_event_ms`` from ``event_ms``,
     ``device_sent_ms`` from ``device_event_ms``, ``received_ms`` from ``event_ms``,
     ``clock_offset_ms`` 0."""
@@ -120,12 +125,19 @@ def _reading(text: str) -> dict[str, Any] | None:
     if not isinstance(r, dict):
         return None
     event_ms, metrics = r.get("event_ms"), r.get("metrics")
-    if not (type(r.get("seq")) is int and type(event_ms) is int and type(metrics) is dict):
+    seq = r.get("seq")
+    if not (type(seq) is int and type(event_ms) is int and type(metrics) is dict):
         return None
-    if not all(v is None or type(v) in _NUMBERS for v in metrics.values()):
+    if not (_INT64_MIN <= seq <= INT64_MAX and _INT64_MIN <= event_ms <= INT64_MAX):
+        return None
+    if not all(
+        v is None or (type(v) in _NUMBERS and -VALUE_LIMIT <= v <= VALUE_LIMIT)
+        for v in metrics.values()
+    ):
         return None
     for name in _OPTIONAL_INTEGERS:
-        if not (r.get(name) is None or type(r[name]) is int):
+        value = r.get(name)
+        if not (value is None or (type(value) is int and _INT64_MIN <= value <= INT64_MAX)):
             return None
     if r.get("device_event_ms") is None:
         r["device_event_ms"] = event_ms

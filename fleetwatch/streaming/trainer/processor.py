@@ -15,7 +15,7 @@ import pandas as pd
 
 from fleetwatch.contracts import model_params
 from fleetwatch.contracts.errors import ParamsRecordError
-from fleetwatch.contracts.telemetry import spark_ddl
+from fleetwatch.contracts.telemetry import VALUE_LIMIT, spark_ddl
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
@@ -60,12 +60,19 @@ def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
     The raw log is at-least-once (an MQTT redelivery, a device resend, a gateway restart can
     repeat a reading), so the trainer de-duplicates: the first (device_id, seq) seen within
     ``dedup_window`` of event time is kept, the rest dropped (state in the RocksDB store).
+    A record outside the contract's bounds (an integer beyond 64 bits reads as null here; a
+    metric value beyond :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is left out, as
+    the scorer leaves it out.
     """
     from pyspark.sql import functions as F
 
+    bounded = F.forall(
+        F.map_values(F.col("r.metrics")), lambda v: v.isNull() | (F.abs(v) <= VALUE_LIMIT)
+    )
     return (
         raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
         .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
+        .where(F.col("r.event_ms").isNotNull() & bounded)
         .select("r.*")
         .withColumn("event_time", F.timestamp_millis("event_ms"))
         .withWatermark("event_time", dedup_window)
