@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.registry import default_detector, load_params
-from fleetwatch.streaming.trainer.learning import learn_update, publication
+from fleetwatch.streaming.trainer.learning import learn_update
 
 INTERVAL_MS = 500
 START_MS = 1_763_750_000_000
@@ -105,7 +106,7 @@ def main() -> None:
     update = learn_update(state, frame)
     assert update is not None
     publication_ms = per_call_ms(
-        lambda: publication("dev-00001", update.params_json, 0, update.header), args.batches
+        lambda: encode_device("dev-00001", update.params_json, 0, update.header), args.batches
     )
     figures = {
         "step_ms": round(step_ms, 3),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fleetwatch.contracts.model_params import HEADER, encode_device
+from fleetwatch.contracts.model_params import HEADER
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
@@ -67,9 +67,3 @@ def learn_update(
 def detector_of(previous: str | None) -> Detector:
     """The detector of parameters text (``None``: a new device's :func:`default_detector`)."""
     return default_detector() if previous is None else load_params(params.loads(previous))
-
-
-publication = encode_device
-"""The ``model.params`` value of a device's parameters, under the name
-``bench/micro/train_step.py`` measures it by; the trainer calls
-:func:`~fleetwatch.contracts.model_params.encode_device`."""
