@@ -15,7 +15,7 @@ from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.scorer.device_state import DeviceScoringState
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import (
     Output,
     Policy,
@@ -200,6 +200,18 @@ def test_learned_parameters_are_used_and_their_version_recorded() -> None:
     assert alerts
     assert {a["params_version"] for a in alerts} == {version}
     assert {a["detector"] for a in alerts} - {"fixed-baseline"}
+
+
+def test_a_device_keeps_its_own_detector_once_its_parameters_were_parsed() -> None:
+    # the processor passes the parameters only in the batch they arrive in (or when this worker
+    # has not parsed them yet); later batches find the detector parsed, by device and version
+    p = trained_params()
+    state = new_state()
+    state["params_version"] = params.loads(p)["version"]
+    t = T0 + 600_000
+    state, _ = process("own-cached", state, p, frame([(600, t, 21.1)]), 0, t, POLICY)
+    state, out = process("own-cached", state, None, frame([(601, t + 1000, 35.0)]), 0, t, POLICY)
+    assert {a["detector"] for a in of(out, Role.ALERTS)} - {"fixed-baseline"}
 
 
 def test_a_dropout_filled_by_late_readings_is_withdrawn() -> None:

@@ -71,11 +71,17 @@ def fleet_model(label: str, params_json: str) -> FleetModel | None:
 
 
 def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:
-    if version <= 0 or params_json is None:
+    """The device's detector of parameter ``version``: parsed from ``params_json`` once per
+    worker, then from :data:`CACHE` (``params_json`` may then be ``None``: the processor reads
+    the parameters from its state store only on a miss). ``None``: no parameters (version 0),
+    none to parse, or parameters that do not load."""
+    if version <= 0:
         return None
     cached = CACHE.get(device_id, version)
     if cached is not None:
         return cached
+    if params_json is None:
+        return None
     try:
         detector = load_params(loads(params_json))
     except (ModelError, KeyError, TypeError, ValueError):
