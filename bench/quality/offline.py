@@ -4,18 +4,19 @@ functions the pipeline runs, scored like ``fleetwatch sim eval``.
 Each recorded message goes, at its recorded arrival time, through the gateway's accept step
 (:func:`fleetwatch.ingest.accept.handle`, one :class:`ClockOffsets` for the fleet). The
 accepted readings are cut into scorer micro-batches of ``--batch-ms`` of arrival time; each
-device's share of a batch is scored by :func:`fleetwatch.streaming.scorer.device_step.process`
-(``policy_of(Settings())``) under the watermark the scorer would have — the newest event time
-of the earlier batches minus ``score.allowed_lateness`` — and devices whose event-time timer
-the watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.device_step.expire`), as in
-the scorer's operator. Every ``--train-s`` of arrival time, each device's readings since the
-previous step, de-duplicated by sequence number as the trainer does, are learned with
-:func:`fleetwatch.streaming.trainer.learning.learn_device`; new parameters take effect from the next
-scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each scope's fleet model is
-pooled from the devices' parameters and put before the scorer, as ``fleetwatch models
-register-fleet`` and ``promote`` would. No broker, Kafka or Spark: what differs from a live
-run (``bench/quality/live.py``) is mainly timing — the real batches' lengths and the parameters'
-publication delay.
+batch is scored as the scorer's operator scores a bucket's, by
+:func:`fleetwatch.streaming.scorer.bucket_step.score_bucket` (``policy_of(Settings())``, every
+device in one bucket) under the watermark the scorer would have — the newest event time of the
+earlier batches minus ``score.allowed_lateness`` — and devices whose event-time timer the
+watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`).
+Every ``--train-s`` of arrival time, each device's readings since the previous step,
+de-duplicated by sequence number as the trainer does, are learned with
+:func:`fleetwatch.streaming.trainer.learning.learn_device`; the new parameters' ``model.params``
+records reach the next scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each
+scope's fleet model is pooled from the devices' parameters and its champion record put before
+the scorer, as ``fleetwatch models register-fleet`` and ``promote`` would. No broker, Kafka or
+Spark: what differs from a live run (``bench/quality/live.py``) is mainly timing — the real
+batches' lengths and the parameters' publication delay.
 
 Without ``--recording``, the scenario (default ``deploy/scenarios/eval-500.toml``, cut to 100
 devices and 12 minutes) is recorded first into a temporary directory, starting now, as
@@ -46,26 +47,28 @@ from typing import Any
 
 import pandas as pd
 
+from fleetwatch.contracts.fleet import fleet_key
+from fleetwatch.contracts.model_params import encode_champion, encode_device
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.models.fleet_publish import pooled_by_scope
-from fleetwatch.models.registry import load_params
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.recording import read_header, record, recorded
 from fleetwatch.simulator.scenario import Scenario, load_scenario
-from fleetwatch.streaming.scorer.detectors import FleetModel
-from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
-from fleetwatch.streaming.scorer.device_step import (
-    Output,
-    Role,
-    expire,
-    process,
-    wants_timer,
+from fleetwatch.streaming.scorer.bucket_step import (
+    BucketBatch,
+    BucketOutput,
+    BucketState,
+    MemoryStore,
+    expire_bucket,
+    new_bucket,
+    score_bucket,
 )
+from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.processor import policy_of
-from fleetwatch.streaming.scorer.readings import COLUMNS, by_device
+from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
 from fleetwatch.streaming.trainer.learning import learn_device
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,15 +190,20 @@ class Trainer:
 
 @dataclass
 class Scorer:
-    """The scorer's micro-batch: each device's readings, then the timers the watermark passed."""
+    """The scorer's operator over one bucket of every device: each micro-batch, with the
+    ``model.params`` records published since the last one, then the timers the watermark passed
+    (:mod:`fleetwatch.streaming.scorer.bucket_step`)."""
 
     settings: Settings
     lateness_ms: int
-    states: dict[str, DeviceScoringState] = field(default_factory=dict)
+    bucket: BucketState = field(default_factory=new_bucket)
+    store: MemoryStore = field(default_factory=MemoryStore)
+    published: list[tuple[str, str]] = field(default_factory=list)
+    """``model.params`` records (key, value) for the next micro-batch."""
     newest_ms: int | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
-    champions: dict[str, FleetModel] = field(default_factory=dict)
-    """Scope → its fleet champion (:func:`champions`), once registered."""
+    fleet: bool = False
+    """Whether the fleet champions were published (:meth:`publish_champions`)."""
 
     def __post_init__(self) -> None:
         self.policy = policy_of(self.settings)
@@ -203,44 +211,37 @@ class Scorer:
     def watermark(self) -> int:
         return 0 if self.newest_ms is None else self.newest_ms - self.lateness_ms
 
-    def batch(self, rows: list[tuple[Any, ...]], params: dict[str, str], now_ms: int) -> None:
+    def batch(self, rows: list[tuple[Any, ...]], now_ms: int) -> None:
         watermark = self.watermark()
+        readings: dict[str, Rows] = {}
         if rows:
             frame = pd.DataFrame(rows, columns=["device_id", *COLUMNS])
-            for device_id, readings in by_device(frame):
-                state, out = process(
-                    device_id,
-                    self.states.get(device_id),
-                    params.get(device_id),
-                    readings,
-                    watermark,
-                    now_ms,
-                    self.policy,
-                    self.champions.get,
-                )
-                wants_timer(state, self.policy)
-                self.states[device_id] = state
-                self._keep(out)
+            readings = dict(by_device(frame))
             newest = int(frame["event_ms"].max())
             self.newest_ms = newest if self.newest_ms is None else max(self.newest_ms, newest)
-        self._expire(watermark, now_ms)
+        batch = BucketBatch.of(readings, self.published)
+        self.published = []
+        self._keep(score_bucket(self.bucket, batch, watermark, now_ms, self.policy, self.store))
+        self._keep(expire_bucket(self.bucket, watermark, now_ms, self.policy))
 
-    def _expire(self, watermark: int, now_ms: int) -> None:
-        for device_id, state in sorted(self.states.items()):
-            if state["timer_ms"] is None or int(state["timer_ms"]) > watermark:
-                continue
-            state, out, again = expire(device_id, state, watermark, now_ms, self.policy)
-            state["timer_ms"] = again
-            self._keep(out)
+    def publish(self, versions: dict[str, int], params: dict[str, str], now_ms: int) -> None:
+        """New parameters on ``model.params``: used from the next micro-batch on."""
+        for device_id in versions:
+            self.published.append((device_id, encode_device(device_id, params[device_id], now_ms)))
 
-    def new_versions(self, versions: dict[str, int]) -> None:
-        """New parameters on ``model.params``: used from the next reading on."""
-        for device_id, version in versions.items():
-            state = self.states.setdefault(device_id, new_state())
-            state["params_version"] = version
+    def publish_champions(self, params: dict[str, str], now_ms: int) -> None:
+        """Each scope's fleet model pooled from the devices' parameters, as ``fleetwatch models
+        register-fleet`` and ``promote`` make it and put it on ``model.params``."""
+        table = {device: {"params": json.loads(text)} for device, text in params.items()}
+        for scope, (pooled, _) in pooled_by_scope(table).items():
+            value = encode_champion(scope, f"fleet-{scope}", 1, pooled, 1, now_ms)
+            self.published.append((fleet_key(scope), value))
+        self.fleet = True
 
-    def _keep(self, out: Output) -> None:
-        self.alerts.extend(json.loads(value) for role, value in out.records if role == Role.ALERTS)
+    def _keep(self, out: BucketOutput) -> None:
+        self.alerts.extend(
+            json.loads(value) for _, role, value in out.records if role == Role.ALERTS
+        )
 
 
 @dataclass
@@ -251,16 +252,6 @@ class Replay:
     span_ms: int
     """From the recording's start to its last message."""
     seconds: float
-
-
-def champions(params: dict[str, str]) -> dict[str, FleetModel]:
-    """Each scope's fleet model pooled from the devices' parameters, as ``fleetwatch models
-    register-fleet`` and ``promote`` make it and the scorer reads it from ``model.params``."""
-    table = {device: {"params": json.loads(text)} for device, text in params.items()}
-    return {
-        scope: FleetModel(f"fleet-{scope}/1", load_params(pooled))
-        for scope, (pooled, _) in pooled_by_scope(table).items()
-    }
 
 
 def replay(
@@ -286,17 +277,13 @@ def replay(
         received_ms = start_ms + item.at_ms
         batch_end = received_ms + batch_ms if batch_end is None else batch_end
         while received_ms >= batch_end:
-            scorer.batch(rows, trainer.params, batch_end)
+            scorer.batch(rows, batch_end)
             rows = []
             if batch_end >= next_train:
-                scorer.new_versions(trainer.learn())
+                scorer.publish(trainer.learn(), trainer.params, batch_end)
                 next_train += train_ms
-                if (
-                    fleet_ms is not None
-                    and not scorer.champions
-                    and batch_end >= start_ms + fleet_ms
-                ):
-                    scorer.champions = champions(trainer.params)
+                if fleet_ms is not None and not scorer.fleet and batch_end >= start_ms + fleet_ms:
+                    scorer.publish_champions(trainer.params, batch_end)
             batch_end += batch_ms
         topic = settings.mqtt.telemetry_topic(item.device_id)
         limit = settings.gateway.max_payload_bytes
@@ -307,7 +294,7 @@ def replay(
             trainer.add(item.device_id, reading)
             readings += 1
     if batch_end is not None:
-        scorer.batch(rows, trainer.params, batch_end)
+        scorer.batch(rows, batch_end)
     seconds = time.monotonic() - started
     return Replay(scorer.alerts, truth, readings, received_ms - start_ms, seconds)
 

@@ -1,11 +1,11 @@
 """Which detectors score a device's readings: its own learned parameters (parsed once per
-version and Python worker, :data:`CACHE`), the scope's fleet champion where
+version and Python worker, :data:`CACHE`), the scope's fleet champion (:data:`CHAMPIONS`) where
 ``score.fleet_model`` says so, or — with neither — the fixed baseline (``None`` here).
 
-The cache is the only state of this module, and only saves work: the state store holds the
-parameters, and a miss parses them again. Used by
+The two caches are the only state of this module, and only save work: the state store holds
+the parameters, and a miss parses them again. Used by
 :mod:`~fleetwatch.streaming.scorer.device_step` (per device) and
-:mod:`~fleetwatch.streaming.scorer.processor` (the parameters and champions a bucket holds).
+:mod:`~fleetwatch.streaming.scorer.bucket_step` (the parameters and champions a bucket holds).
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ class DetectorCache:
 
 
 CACHE = DetectorCache()
+
+CHAMPIONS: dict[str, tuple[int, FleetModel | None]] = {}
+"""Parsed fleet champions by scope, with their version (``None``: unreadable), per worker."""
 
 
 def fleet_model(label: str, params_json: str) -> FleetModel | None:

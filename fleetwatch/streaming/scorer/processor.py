@@ -1,4 +1,5 @@
-"""The scorer's ``StatefulProcessor``: Spark's side of :mod:`device_scoring`.
+"""The scorer's ``StatefulProcessor``: Spark's side of
+:mod:`~fleetwatch.streaming.scorer.bucket_step`, which does the work of a bucket's micro-batch.
 
 The operator is keyed by a *bucket* of devices (a hash of the device id:
 :func:`~fleetwatch.streaming.buckets.bucket_of` into
@@ -9,7 +10,8 @@ scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to
 trips on this 2-core machine). Per bucket:
 
 - ``live`` (``ValueState``): one document holding every device's state of the bucket
-  (:class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`) — one read and one
+  (:class:`~fleetwatch.streaming.scorer.bucket_step.BucketState`, a
+  :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState` each) — one read and one
   write per bucket per micro-batch — pickled: the state holds only JSON's types (dicts with
   string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
   included, and a bucket's document pickles 10 times and unpickles 3 times faster than as
@@ -21,8 +23,9 @@ trips on this 2-core machine). Per bucket:
   (every bucket gets each ``fleet:{scope}`` record), read only on a worker that has not parsed
   it yet; ``live`` lists the scopes and their versions;
 - one event-time timer at the earliest ``last seen + session gap`` among its devices; when it
-  fires, the devices that are due fall silent (:func:`~fleetwatch.streaming.scorer.device_step.
-  expire`) and the next earliest is armed.
+  fires, the devices that are due fall silent
+  (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`) and the next earliest is
+  armed.
 """
 
 from __future__ import annotations
@@ -31,27 +34,23 @@ import json
 import logging
 import pickle
 import time
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 
-from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.scorer.detectors import CACHE, FleetModel, fleet_model
-from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
-from fleetwatch.streaming.scorer.device_step import (
-    Output,
-    Policy,
-    Role,
-    expire,
-    process,
-    wants_timer,
+from fleetwatch.streaming.scorer.bucket_step import (
+    BucketBatch,
+    BucketState,
+    arm_timer,
+    expire_bucket,
+    new_bucket,
+    score_bucket,
 )
-from fleetwatch.streaming.scorer.observations import best_params, fleet_params
-from fleetwatch.streaming.scorer.readings import Rows, readings_by_device
+from fleetwatch.streaming.scorer.device_step import Policy, Role
+from fleetwatch.streaming.scorer.readings import readings_by_device
 from fleetwatch.streaming.scorer.windows import WindowSpec
 
 logger = logging.getLogger(__name__)
@@ -68,10 +67,6 @@ def policy_of(settings: Settings) -> Policy:
             settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
         ),
     )
-
-
-FLEET: dict[str, tuple[int, FleetModel | None]] = {}
-"""Parsed fleet champions by scope, per Python worker (the state store holds them)."""
 
 
 def topic_names(settings: Settings) -> dict[Role, str]:
@@ -104,11 +99,6 @@ def _key(device_id: str, role: Role, value: str) -> str:
     return device_id
 
 
-def next_timer(devices: dict[str, DeviceScoringState]) -> int | None:
-    due = [int(st["timer_ms"]) for st in devices.values() if st["timer_ms"] is not None]
-    return min(due) if due else None
-
-
 def device_scorer(settings: Settings) -> Any:
     """The processor (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
@@ -135,147 +125,81 @@ def device_scorer(settings: Settings) -> Any:
     )
     live_schema = StructType([StructField("live", BinaryType(), False)])
 
+    class MapStateStore:
+        """The bucket's ``params`` and ``fleet`` map states as the bucket step's store."""
+
+        def __init__(self, handle: StatefulProcessorHandle) -> None:
+            self._params = handle.getMapState("params", key_schema, params_schema)
+            self._fleet = handle.getMapState("fleet", scope_schema, fleet_schema)
+
+        def params(self, device_id: str) -> str | None:
+            stored = self._params.getValue((device_id,))
+            return None if stored is None else str(stored[0])
+
+        def save_params(self, device_id: str, params_json: str, version: int) -> None:
+            self._params.updateValue((device_id,), (params_json, version))
+
+        def champion(self, scope: str) -> tuple[str, str] | None:
+            stored = self._fleet.getValue((scope,))
+            return None if stored is None else (str(stored[0]), str(stored[2]))
+
+        def save_champion(self, scope: str, params_json: str, version: int, label: str) -> None:
+            self._fleet.updateValue((scope,), (params_json, version, label))
+
     class BucketScorer(StatefulProcessor):
-        """One group = one bucket of devices."""
+        """One group = one bucket of devices (:mod:`~fleetwatch.streaming.scorer.bucket_step`)."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
-            self.params = handle.getMapState("params", key_schema, params_schema)
-            self.fleet = handle.getMapState("fleet", scope_schema, fleet_schema)
+            self.store = MapStateStore(handle)
             self.live = handle.getValueState("live", live_schema)
 
-        def _load(self) -> dict[str, Any]:
+        def _load(self) -> BucketState:
             stored = self.live.get()
-            doc = {"devices": {}, "timer": None} if stored is None else pickle.loads(stored[0])
-            doc.setdefault("fleet", {})
-            return doc
+            bucket: BucketState = new_bucket() if stored is None else pickle.loads(stored[0])
+            return bucket
 
-        def _fleet_updates(self, doc: dict[str, Any], updates: dict[str, list[str]]) -> None:
-            """New champions (``fleet:{scope}`` records) into the state and this worker."""
-            for scope, values in updates.items():
-                best = fleet_params(values)
-                if best is None or best[0] <= int(doc["fleet"].get(scope, 0)):
-                    continue
-                version, params_json, label = best
-                self.fleet.updateValue((scope,), (params_json, version, label))
-                doc["fleet"][scope] = version
-                FLEET[scope] = (version, fleet_model(label, params_json))
-
-        def _champion(self, doc: dict[str, Any], scope: str) -> FleetModel | None:
-            version = doc["fleet"].get(scope)
-            if version is None:
-                return None
-            cached = FLEET.get(scope)
-            if cached is not None and cached[0] == int(version):
-                return cached[1]
-            stored = self.fleet.getValue((scope,))
-            found = None if stored is None else fleet_model(str(stored[2]), str(stored[0]))
-            FLEET[scope] = (int(version), found)
-            return found
-
-        def _save(self, doc: dict[str, Any]) -> None:
-            due = next_timer(doc["devices"])
-            if due is not None and (doc["timer"] is None or due < int(doc["timer"])):
+        def _save(self, bucket: BucketState) -> None:
+            due = arm_timer(bucket)
+            if due is not None:
                 self.handle.registerTimer(due)
-                doc["timer"] = due
-            self.live.update((pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL),))
+            self.live.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
 
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
             chunks = list(rows)
             frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-            doc = self._load()
-            devices: dict[str, DeviceScoringState] = doc["devices"]
+            bucket = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            records: list[tuple[str, Role, str]] = []
             is_params = (frame["src"] == "p").to_numpy()
-            updates: dict[str, list[str]] = {}
-            champions: dict[str, list[str]] = {}
+            params: list[tuple[str, str]] = []
             if is_params.any():
-                for device, value in zip(
-                    frame.loc[is_params, "device_id"], frame.loc[is_params, "params"], strict=True
-                ):
-                    scope = fleet_scope(str(device))
-                    into = updates if scope is None else champions
-                    into.setdefault(str(device) if scope is None else scope, []).append(str(value))
+                keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
+                params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
                 frame = frame.loc[~is_params]
-                self._fleet_updates(doc, champions)
-            fleet = partial(self._champion, doc) if doc["fleet"] else None
             found = readings_by_device(frame["device_id"], frame["reading"])
             if found.skipped:
                 logger.warning(
                     "skipped %d records of the raw topic that are not readings", found.skipped
                 )
-            readings = found.by_device
-            for device in sorted(updates.keys() | readings.keys()):
-                state, out = self._device(
-                    device,
-                    devices.get(device),
-                    updates.get(device, []),
-                    readings.get(device),
-                    watermark,
-                    now_ms,
-                    fleet,
-                )
-                if state is not None:
-                    devices[device] = state
-                records.extend((device, role, value) for role, value in out.records)
-            self._save(doc)
-            if records:
-                yield output_frame(records, topics)
-
-        def _device(
-            self,
-            device_id: str,
-            state: DeviceScoringState | None,
-            updates: list[str],
-            rows: Rows | None,
-            watermark: int,
-            now_ms: int,
-            fleet: Callable[[str], FleetModel | None] | None,
-        ) -> tuple[DeviceScoringState | None, Output]:
-            version = 0 if state is None else int(state["params_version"])
-            params_json: str | None = None
-            if updates:
-                best = best_params(updates)
-                if best is not None and best[0] > version:
-                    version, params_json = best
-                    self.params.updateValue((device_id,), (params_json, version))
-            if params_json is None and version > 0 and CACHE.get(device_id, version) is None:
-                stored = self.params.getValue((device_id,))
-                params_json = None if stored is None else str(stored[0])
-            if state is not None:
-                state["params_version"] = version
-            elif version > 0:
-                state = new_state()
-                state["params_version"] = version
-            if rows is None:
-                return state, Output()
-            state, out = process(
-                device_id, state, params_json, rows, watermark, now_ms, policy, fleet
-            )
-            wants_timer(state, policy)
-            return state, out
+            batch = BucketBatch.of(found.by_device, params)
+            out = score_bucket(bucket, batch, watermark, now_ms, policy, self.store)
+            self._save(bucket)
+            if out.records:
+                yield output_frame(out.records, topics)
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
         ) -> Iterator[pd.DataFrame]:
-            doc = self._load()
-            doc["timer"] = None
+            bucket = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            records: list[tuple[str, Role, str]] = []
-            for device_id, state in sorted(doc["devices"].items()):
-                if state["timer_ms"] is None or int(state["timer_ms"]) > watermark:
-                    continue
-                state, out, again = expire(device_id, state, watermark, now_ms, policy)
-                state["timer_ms"] = again
-                records.extend((device_id, role, value) for role, value in out.records)
-            self._save(doc)
-            if records:
-                yield output_frame(records, topics)
+            out = expire_bucket(bucket, watermark, now_ms, policy)
+            self._save(bucket)
+            if out.records:
+                yield output_frame(out.records, topics)
 
         def close(self) -> None:
             return None
