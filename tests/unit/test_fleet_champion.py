@@ -20,10 +20,9 @@ from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model
+from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model, fleet_params
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import Policy, Role, process
-from fleetwatch.streaming.scorer.observations import fleet_params
 
 T0 = 1_763_700_000_000
 POLICY = Policy(

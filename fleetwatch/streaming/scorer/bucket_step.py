@@ -29,7 +29,14 @@ from functools import partial
 from typing import Protocol, TypedDict
 
 from fleetwatch.contracts.fleet import fleet_scope
-from fleetwatch.streaming.scorer.detectors import CACHE, CHAMPIONS, FleetModel, fleet_model
+from fleetwatch.streaming.scorer.detectors import (
+    CACHE,
+    CHAMPIONS,
+    FleetModel,
+    best_params,
+    fleet_model,
+    fleet_params,
+)
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import (
     Output,
@@ -39,7 +46,6 @@ from fleetwatch.streaming.scorer.device_step import (
     process,
     wants_timer,
 )
-from fleetwatch.streaming.scorer.observations import best_params, fleet_params
 from fleetwatch.streaming.scorer.readings import Rows
 
 

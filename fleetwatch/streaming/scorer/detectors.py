@@ -1,5 +1,6 @@
-"""Which detectors score a device's readings: its own learned parameters (parsed once per
-version and Python worker, :data:`CACHE`), the scope's fleet champion (:data:`CHAMPIONS`) where
+"""Which detectors score a device's readings: its own learned parameters (the newest of its
+``model.params`` records, :func:`best_params`, parsed once per version and Python worker,
+:data:`CACHE`), the scope's fleet champion (:func:`fleet_params`, :data:`CHAMPIONS`) where
 ``score.fleet_model`` says so, or — with neither — the fixed baseline (``None`` here).
 
 The two caches are the only state of this module, and only save work: the state store holds
@@ -10,11 +11,15 @@ the parameters, and a miss parses them again. Used by
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import scope_of_metrics
+from fleetwatch.contracts.model_params import decode
 from fleetwatch.models.base import Detector
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.params import loads
@@ -64,6 +69,38 @@ CACHE = DetectorCache()
 
 CHAMPIONS: dict[str, tuple[int, FleetModel | None]] = {}
 """Parsed fleet champions by scope, with their version (``None``: unreadable), per worker."""
+
+
+def best_params(values: list[str]) -> tuple[int, str] | None:
+    """The newest parameters among a device's ``model.params`` record values: ``(version,
+    parameters JSON)`` (bad records skipped)."""
+    best: tuple[int, dict[str, Any]] | None = None
+    for value in values:
+        try:
+            record = decode(value)
+        except ParamsRecordError:
+            continue
+        if "device_id" in record and (best is None or record["version"] > best[0]):
+            best = (record["version"], record["params"])
+    return None if best is None else (best[0], json.dumps(best[1], separators=(",", ":")))
+
+
+def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
+    """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
+    JSON, label)`` (bad records skipped)."""
+    best: tuple[int, dict[str, Any], str] | None = None
+    for value in values:
+        try:
+            record = decode(value)
+        except ParamsRecordError:
+            continue
+        if "scope" in record and (best is None or record["version"] > best[0]):
+            label = f"{record['model']}/{record['model_version']}"
+            best = (record["version"], record["params"], label)
+    if best is None:
+        return None
+    version, inner, label = best
+    return version, json.dumps(inner, separators=(",", ":")), label
 
 
 def fleet_model(label: str, params_json: str) -> FleetModel | None:

@@ -5,14 +5,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.contracts.errors import ParamsRecordError
-from fleetwatch.contracts.model_params import decode
 from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
@@ -22,38 +19,6 @@ from fleetwatch.streaming.scorer.detectors import Member
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.scorer.readings import Rows
-
-
-def best_params(values: list[str]) -> tuple[int, str] | None:
-    """The newest parameters among a device's ``model.params`` record values: ``(version,
-    parameters JSON)`` (bad records skipped)."""
-    best: tuple[int, dict[str, Any]] | None = None
-    for value in values:
-        try:
-            record = decode(value)
-        except ParamsRecordError:
-            continue
-        if "device_id" in record and (best is None or record["version"] > best[0]):
-            best = (record["version"], record["params"])
-    return None if best is None else (best[0], json.dumps(best[1], separators=(",", ":")))
-
-
-def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
-    """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
-    JSON, label)`` (bad records skipped)."""
-    best: tuple[int, dict[str, Any], str] | None = None
-    for value in values:
-        try:
-            record = decode(value)
-        except ParamsRecordError:
-            continue
-        if "scope" in record and (best is None or record["version"] > best[0]):
-            label = f"{record['model']}/{record['model_version']}"
-            best = (record["version"], record["params"], label)
-    if best is None:
-        return None
-    version, inner, label = best
-    return version, json.dumps(inner, separators=(",", ":")), label
 
 
 def observations(
