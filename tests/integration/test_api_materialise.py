@@ -1,18 +1,68 @@
 """The API on the real stack: it materialises every topic it reads, and a restart neither loses
-nor doubles anything (offsets are committed after the rows)."""
+nor doubles anything (offsets are committed after the rows).
+
+Upserts are idempotent, so the rows alone cannot tell a restart that resumed from its committed
+offsets from one that read everything again: the restarted process's count of records
+materialised (``fleetwatch_api_materialised_records_total``, per process) can. And a kill
+while the rows of polled records cannot be written (the test holds the database's write lock)
+must find those records' offsets uncommitted, and their rows there after the restart."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
 
 from fleetwatch.contracts.devices import DeviceSession, DeviceState, session_id
 from fleetwatch.contracts.telemetry import TelemetryRecord
-from tests.integration.api_stack import admin_key, produce, start_api
+from tests.integration.api_stack import ApiProcess, admin_key, produce, start_api
 from tests.integration.conftest import Isolated
 from tests.polling import wait_until
 from tests.unit.api_support import make_alert
+
+
+def materialised(api: ApiProcess) -> dict[str, float]:
+    """Records this API process has materialised since it started, by topic."""
+    pattern = r'^fleetwatch_api_materialised_records_total\{topic="([^"]+)"\} (\S+)$'
+    return {
+        topic: float(count)
+        for topic, count in re.findall(pattern, api.get("/metrics").text, re.MULTILINE)
+    }
+
+
+def committed(isolated: Isolated, topic: str) -> int:
+    """The records of ``topic`` the API's consumer group has committed (summed offsets)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": isolated.settings.kafka.bootstrap_servers,
+            "group.id": isolated.env["FLEETWATCH_API__CONSUMER_GROUP"],
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        offsets = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        return sum(max(tp.offset, 0) for tp in offsets)
+    finally:
+        consumer.close()
+
+
+@contextmanager
+def write_lock(database: Path) -> Iterator[None]:
+    """Hold SQLite's write lock: the API reads on, and its writes wait (then fail and retry)."""
+    db = sqlite3.connect(database, isolation_level=None, timeout=30)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield
+        db.execute("ROLLBACK")
+    finally:
+        db.close()
 
 
 def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
@@ -99,6 +149,10 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
         "the materialiser's lag on the alerts topic to be measured as 0",
     )
 
+    wait_until(lambda: committed(isolated, t.alerts) == 4, 15, "the alerts' offsets committed")
+    # three events and the record that is not JSON (counted once committed)
+    wait_until(lambda: materialised(api).get(t.alerts) == 4, 15, "the alerts counted")
+
     proc = isolated.procs.pop("api")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, "the API must stop cleanly on SIGTERM"
@@ -117,3 +171,38 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
     assert [e["revision"] for e in episode["events"]] == [0, 1, 2]
     assert api.get("/alerts").json()["count"] == 2
     assert api.get("/alerts", params={"state": "resolved"}).json()["count"] == 1
+    # from the committed offsets on: the two new records, not the six of the whole topic
+    wait_until(lambda: committed(isolated, t.alerts) == 6, 15, "the new offsets committed")
+    wait_until(lambda: t.alerts in materialised(api), 15, "the new records counted")
+    assert materialised(api) == {t.alerts: 2.0}
+
+    # Killed while the rows of records it has polled cannot be written: their offsets must not
+    # be committed, and the restarted API must store them (and read nothing else again).
+    database = Path(isolated.env["FLEETWATCH_RUN_DIR"]) / "api.db"
+    log = Path(isolated.env["FLEETWATCH_RUN_DIR"]) / "api-again.log"
+    later = make_alert(device, 7, 7_000, "update", 1, start_ms=5_000, metric="vibration")
+    with write_lock(database):
+        produce(isolated, t.alerts, [(device, later.model_dump_json().encode())])
+        wait_until(
+            lambda: "materialiser: a step failed" in log.read_text(),
+            90,
+            "the materialiser to fail to write the polled record",
+        )
+        assert committed(isolated, t.alerts) == 6, "offsets committed before their rows"
+        proc = isolated.procs.pop("api-again")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    assert committed(isolated, t.alerts) == 6
+    api = start_api(isolated, key, name="api-third")
+    wait_until(
+        lambda: api.get(f"/alerts/{other.alert_id}").json()["status"] == "update",
+        120,  # the killed consumer holds its partitions until its group session times out
+        "the record the killed API could not store",
+    )
+    assert [e["revision"] for e in api.get(f"/alerts/{other.alert_id}").json()["events"]] == [
+        0,
+        1,
+    ]
+    wait_until(lambda: committed(isolated, t.alerts) == 7, 15, "its offset committed")
+    wait_until(lambda: t.alerts in materialised(api), 15, "the new record counted")
+    assert materialised(api) == {t.alerts: 1.0}
