@@ -1,10 +1,12 @@
 """The API store on a real PostgreSQL server: migrations, idempotent upserts, episode folding,
-commands and webhooks' outbox. The server is ``FLEETWATCH_TEST_POSTGRES_URL`` when set, else
-a private cluster that ``deploy/install-postgres.sh`` installs and starts (and this session
-stops again if it started it)."""
+commands (published to the real Kafka of the local stack, on a topic of the test's own) and
+webhooks' outbox. The server is ``FLEETWATCH_TEST_POSTGRES_URL`` when set, else a private
+cluster that ``deploy/install-postgres.sh`` installs and starts (and this session stops again if
+it started it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -26,7 +28,8 @@ from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.ingest import AckRecord, Batch, ModelRecord, prune_readings, write
 from fleetwatch.serving.tables import AlertEventRow, AlertRow, ReadingRow, SessionRow
 from fleetwatch.serving.webhooks.dispatch import fan_out
-from tests.unit.api_support import Api, FakePublisher, add_keys, make_alert
+from tests.integration.conftest import Isolated
+from tests.unit.api_support import add_keys, make_alert
 
 pytestmark = pytest.mark.integration
 
@@ -141,42 +144,63 @@ def test_sessions_models_and_readings_upsert_and_prune(store: Store) -> None:
         assert prune_readings(session, ["d1"], keep=5) == 15
 
 
-def test_commands_and_webhook_outbox_through_the_app(store: Store, tmp_path: Path) -> None:
+def test_commands_and_webhook_outbox_through_the_app(
+    store: Store, tmp_path: Path, isolated: Isolated
+) -> None:
     keys = add_keys(store)
-    publisher = FakePublisher()
-    app = create_app(
-        Settings(run_dir=tmp_path),
-        store=store,
-        materialise=False,
-        publisher=publisher,
-        workers=False,
-    )
+    settings = Settings(
+        run_dir=tmp_path, kafka=isolated.settings.kafka, topics=isolated.topics
+    )  # the API's own command publisher, on this test's device.commands topic
+    app = create_app(settings, store=store, materialise=False, workers=False)
+
+    def auth(scope: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {keys[scope]}"}
+
     with TestClient(app) as client:
-        api = Api(client, store, publisher, keys)
-        assert api.post("/devices", json={"device_id": "d1", "tags": ["a"]}).status_code == 201
-        hook = api.post("/webhooks", json={"url": "https://93.184.215.14/x", "tags": ["a"]})
-        assert hook.status_code == 201
-        sent = api.post(
-            "/devices/d1/commands",
-            scope="operate",
-            headers={"Idempotency-Key": "k"},
-            json={"name": "reboot"},
-        ).json()
-        again = api.post(
-            "/devices/d1/commands",
-            scope="operate",
-            headers={"Idempotency-Key": "k"},
-            json={"name": "reboot"},
+        created = client.post(
+            "/devices", headers=auth("admin"), json={"device_id": "d1", "tags": ["a"]}
         )
+        assert created.status_code == 201
+        hook = client.post(
+            "/webhooks",
+            headers=auth("admin"),
+            json={"url": "https://93.184.215.14/x", "tags": ["a"]},
+        )
+        assert hook.status_code == 201
+        command = {
+            "headers": auth("operate") | {"Idempotency-Key": "k"},
+            "json": {"name": "reboot"},
+        }
+        first = client.post("/devices/d1/commands", **command)
+        assert first.status_code == 201, first.text
+        sent = first.json()
+        assert sent["status"] == "sent"
+        again = client.post("/devices/d1/commands", **command)
         assert again.status_code == 200
+        assert again.json()["command_id"] == sent["command_id"]
+
+        # on Kafka, once: the same Idempotency-Key does not publish it again
+        records = isolated.read_all(isolated.topics.device_commands, 1)
+        assert len(records) == 1, records
+        assert records[0].key == b"d1"
+        published = json.loads(records[0].value)
+        assert (published["command_id"], published["device_id"], published["name"]) == (
+            sent["command_id"],
+            "d1",
+            "reboot",
+        )
+
         with store.session() as session, session.begin():
             ack = CommandAck(command_id=sent["command_id"], status="ok", device_ms=3)
             write(session, Batch(acks=[AckRecord(ack, "d1")]), 9)
-        assert api.get(f"/commands/{sent['command_id']}").json()["status"] == "acked"
+        status = client.get(f"/commands/{sent['command_id']}", headers=auth("read"))
+        assert status.json()["status"] == "acked"
         alert = make_alert("d1", 1, 1_000)
         assert fan_out(store, [alert]) == 1
         assert fan_out(store, [alert]) == 1
-        deliveries = api.get(f"/webhooks/{hook.json()['webhook_id']}/deliveries", scope="admin")
+        deliveries = client.get(
+            f"/webhooks/{hook.json()['webhook_id']}/deliveries", headers=auth("admin")
+        )
         assert deliveries.json()["count"] == 1
-        listed = api.get("/devices", params={"tag": "a"}).json()
+        listed = client.get("/devices", headers=auth("read"), params={"tag": "a"}).json()
         assert [d["device_id"] for d in listed["data"]] == ["d1"]
