@@ -1,25 +1,32 @@
-"""The scorer is killed with SIGKILL mid-stream and restarted from its checkpoint: no alert
-event is lost, none comes out as a second episode, and a replay of the same log with the same
-code emits exactly the same events (by id, status, revision and values)."""
+"""The scorer is killed with SIGKILL mid-stream — while a micro-batch it has planned (its
+offsets written to the checkpoint) is not committed — and restarted from its checkpoint: no
+alert event is lost, none comes out as a second episode, and a replay of the same log with the
+same code emits exactly the same events (by id, status, revision and values)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
+from fleetwatch.stack.processes import wait_for
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
+
+logger = logging.getLogger(__name__)
 
 DEVICES, READINGS = 10, 160
 SPIKES = {40: 50.0, 41: 52.0, 42: 50.0, 100: 45.0}  # two episodes per device
@@ -73,6 +80,46 @@ def alive(pid: int) -> bool:
     return True
 
 
+def batch_ids(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.glob("[0-9]*"))
+
+
+def planned_offsets(checkpoint: Path, topic: str, batch: int) -> dict[int, int]:
+    """The source offsets of ``topic`` micro-batch ``batch`` reads up to (its offsets file)."""
+    for line in reversed((checkpoint / "offsets" / str(batch)).read_text().splitlines()):
+        try:
+            sources = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(sources, dict) and topic in sources:
+            return {int(p): int(o) for p, o in sources[topic].items()}
+    return {}
+
+
+def uncommitted_batch(checkpoint: Path, topic: str) -> int | None:
+    """The micro-batch the scorer has planned past its last commit (``offsets/N`` without
+    ``commits/N``, reading beyond the committed offsets), if one is under way."""
+    planned = batch_ids(checkpoint / "offsets")
+    if not planned or planned[-1] in batch_ids(checkpoint / "commits"):
+        return None
+    ahead = planned_offsets(checkpoint, topic, planned[-1])
+    committed = committed_offsets(checkpoint, topic)
+    return planned[-1] if sum(ahead.values()) > sum(committed.values()) else None
+
+
+@contextlib.contextmanager
+def frozen(pids: list[int]) -> Iterator[None]:
+    """Stop ``pids`` (SIGSTOP), so what they have written holds still while it is read."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGCONT)
+
+
 def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     isolated: Isolated, tmp_path: Path
 ) -> None:
@@ -89,14 +136,51 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
         120,
         "the scorer to commit the first readings",
     )
-    produce(producer, raw, devices, range(60, 110))
-    time.sleep(0.5)  # let a batch start on them, then kill the driver mid-stream
+    produce(producer, raw, devices, range(60, 100))
+    wait_until(
+        lambda: committed_offsets(checkpoint, raw) == isolated.end_offsets(raw),
+        120,
+        "the scorer to commit the readings before the second spike",
+    )
+
+    # Kill the scorer while the micro-batch with the second spike is planned but not committed:
+    # its JVM is frozen the moment the batch's offsets are in the checkpoint without a commit,
+    # that is checked again on the frozen files, and then the driver and its JVM are killed. A
+    # batch that committed in between is let go, and more readings make another one.
     jvms = children(first.pid)
-    first.send_signal(signal.SIGKILL)
+    assert jvms, "the scorer's JVM"
+    killed: int | None = None
+    seq = 100
+    while killed is None and seq < READINGS:
+        step = 10 if seq == 100 else 1
+        produce(producer, raw, devices, range(seq, seq + step))
+        seq += step
+        if not wait_for(lambda: uncommitted_batch(checkpoint, raw) is not None, 30, 0.005):
+            continue
+        with frozen(jvms):
+            killed = uncommitted_batch(checkpoint, raw)
+            if killed is not None:
+                for pid in [first.pid, *jvms]:
+                    os.kill(pid, signal.SIGKILL)
+    assert killed is not None, "no kill landed on a micro-batch under way"
     first.wait(10)
     del isolated.procs["score"]
     wait_until(lambda: not any(alive(p) for p in jvms), 60, "the killed scorer's JVM to exit")
-    produce(producer, raw, devices, range(110, READINGS))
+    committed = committed_offsets(checkpoint, raw)
+    ends_at_kill = isolated.end_offsets(raw)
+    assert not (checkpoint / "commits" / str(killed)).exists(), f"batch {killed} committed"
+    assert sum(planned_offsets(checkpoint, raw, killed).values()) > sum(committed.values())
+    assert sum(committed.values()) < sum(ends_at_kill.values()), "readings left uncommitted"
+    logger.info(
+        "killed during micro-batch %d (readings up to seq %d produced): committed %s, "
+        "planned %s, topic end %s",
+        killed,
+        seq - 1,
+        committed,
+        planned_offsets(checkpoint, raw, killed),
+        ends_at_kill,
+    )
+    produce(producer, raw, devices, range(seq, READINGS))
 
     isolated.start("score-again", "score")
     ends = isolated.end_offsets(raw)
