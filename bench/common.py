@@ -14,13 +14,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, TopicPartition
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
@@ -149,18 +147,6 @@ def isolated_env(
         }
     )
     return topics, env
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in meta.partitions
-        }
-    finally:
-        consumer.close()
 
 
 def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:

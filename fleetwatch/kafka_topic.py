@@ -12,6 +12,19 @@ from confluent_kafka import Consumer, TopicPartition
 POLL_S = 0.5
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition → the offset the next record of ``topic`` will get (its high watermark)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fleetwatch-end-offsets"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in meta.partitions
+        }
+    finally:
+        consumer.close()
+
+
 def read_to_end(
     bootstrap: str, topic: str, group_id: str, timeout_s: float = 30.0
 ) -> Iterator[tuple[bytes | None, bytes | None]]:

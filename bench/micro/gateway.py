@@ -38,9 +38,10 @@ from paho.mqtt.properties import Properties
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import end_offsets, now_ms, private_stack_settings, rss_mb, tree_cpu_s
+from bench.common import now_ms, private_stack_settings, rss_mb, tree_cpu_s
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 

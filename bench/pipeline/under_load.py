@@ -45,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import (
     end_gateway_session,
-    end_offsets,
     isolated_env,
     now_ms,
     percentile,
@@ -54,6 +53,7 @@ from bench.common import (
     wait,
 )
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.manager import Stack

@@ -35,8 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import ROOT, end_gateway_session, end_offsets, isolated_env, stage, wait
+from bench.common import ROOT, end_gateway_session, isolated_env, stage, wait
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.models.mlflow_registry import model_name
 from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.stack.manager import Stack

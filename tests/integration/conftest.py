@@ -20,12 +20,13 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from tests.polling import wait_until
@@ -160,15 +161,7 @@ class Isolated:
         )
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        consumer = self.consumer()
-        try:
-            meta = consumer.list_topics(topic, timeout=10).topics[topic]
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in meta.partitions
-            }
-        finally:
-            consumer.close()
+        return end_offsets(self.settings.kafka.bootstrap_servers, topic)
 
     def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[Record]:
         """Every record of ``topic`` once ``expected`` have been read, or at the deadline."""

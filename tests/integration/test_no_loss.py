@@ -27,6 +27,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import wait_for
@@ -120,21 +121,6 @@ def raw_contents(settings: Settings) -> tuple[set[Pair], dict[int, int]]:
     finally:
         consumer.close()
     return pairs, ends
-
-
-def end_offsets(settings: Settings) -> dict[int, int]:
-    topic = settings.topics.telemetry_raw
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "check-ends"}
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-    finally:
-        consumer.close()
 
 
 def gone(pid: int) -> bool:
@@ -234,7 +220,9 @@ def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
         for attempt in range(1, KILL_ATTEMPTS + 1):
             acked = kill_on_a_fresh_acknowledgement(fleet, gateways[-1])
             on_kafka, ends = raw_contents(settings)
-            assert end_offsets(settings) == ends, "the killed gateway wrote after the read"
+            assert (
+                end_offsets(settings.kafka.bootstrap_servers, settings.topics.telemetry_raw) == ends
+            ), "the killed gateway wrote after the read"
             stranded = fleet.pairs(acked) - on_kafka
             logger.info(
                 "gateway kill %d: %d readings accepted, %d in Kafka, %d stranded",
