@@ -342,3 +342,12 @@ def test_the_state_holds_only_json_types_through_a_devices_life() -> None:
     assert due is not None
     state, _, _ = expire("d1", state, due, T0, POLICY)
     assert json_types_only(state) == []
+
+
+def test_the_state_s_session_has_the_fields_of_the_sessions_contract() -> None:
+    """The scorer's typed session (a plain dict in its state) is the record it publishes on
+    ``device.sessions``: the same fields as the contract, in its order."""
+    from fleetwatch.contracts.devices import DeviceSession
+    from fleetwatch.streaming.scorer.device_state import SessionRecord
+
+    assert list(SessionRecord.__annotations__) == list(DeviceSession.model_fields)
