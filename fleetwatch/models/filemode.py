@@ -167,14 +167,16 @@ def detect_frame(
     device_col: str | None,
     value_cols: tuple[str, ...] | list[str],
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    make: Callable[[], Detector] = default_detector,
 ) -> pd.DataFrame:
     """Every row of ``frame`` in its order, with its original columns and the output columns
     (see the module docstring). Columns may be text or numbers; the kind of the timestamps is
-    read from the column."""
+    read from the column. ``make`` builds each device's detector (default: the streaming
+    path's)."""
     text = frame.astype(str).where(frame.notna(), "")
     kind = time_kind(text[timestamp_col])
     columns = FileColumns(timestamp_col, device_col, tuple(value_cols), kind)
-    scored = FileDetector(columns, chunk_rows).score_piece(text)
+    scored = FileDetector(columns, chunk_rows, make).score_piece(text)
     result = frame.copy()
     for column in OUTPUT_COLUMNS:
         result[column] = scored[column].to_numpy()
