@@ -18,11 +18,12 @@ and after the first day (once the detector has learned), and the share of alerti
 The budget is 1 alert per device-day.
 
     python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
+        [--detectors KIND[,KIND...]]   (a combined detector of those kinds; default: the default)
 
 Last line: {"shapes": {shape: alerts_per_device_day}, "budget": 1.0, "worst": shape,
 "over_budget": [shapes], "after_day1": {shape: alerts_per_device_day}, "alert_row_share":
-{shape: share}, "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at the
-start), "loadavg_1m_end"}
+{shape: share}, "detectors", "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m"
+(at the start), "loadavg_1m_end"}
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import pandas as pd
 
 from fleetwatch.evaluation.detections import run_starts
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
+from fleetwatch.models.registry import detector_factory
 
 STEP_MS = 10_000
 PER_DAY = 86_400_000 // STEP_MS
@@ -123,7 +125,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
+    parser.add_argument("--detectors", help="comma-separated detector kinds to combine")
     args = parser.parse_args()
+    make = detector_factory(args.detectors)
     load_start = os.getloadavg()[0]
     began = time.perf_counter()
     engine_s = 0.0
@@ -142,7 +146,7 @@ def main() -> None:
         frame = pd.concat(frames, ignore_index=True)
         rows = len(frames[0])
         started = time.perf_counter()
-        scored = detect_frame(frame, "timestamp", "device_id", ["value"], args.chunk_rows)
+        scored = detect_frame(frame, "timestamp", "device_id", ["value"], args.chunk_rows, make)
         engine_s += time.perf_counter() - started
         total_rows += len(frame)
         flags = scored["alert"].to_numpy(dtype=bool)
@@ -165,6 +169,7 @@ def main() -> None:
         "over_budget": [s for s, v in per_day.items() if v > BUDGET],
         "after_day1": {s: round(v, 3) for s, v in after.items()},
         "alert_row_share": {s: round(v, 5) for s, v in share.items()},
+        "detectors": args.detectors or "default",
         "days": args.days,
         "devices": args.devices,
         "rows": total_rows,

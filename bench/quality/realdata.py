@@ -50,10 +50,9 @@ import pandas as pd
 
 from fleetwatch.evaluation.changepoints import LOW_FN, LOW_FP, SKAB_WINDOW_MS, STANDARD
 from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
-from fleetwatch.models.base import Detector, detector_class
-from fleetwatch.models.combiner import CombinedDetector
+from fleetwatch.models.base import Detector
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
-from fleetwatch.models.registry import create, default_detector
+from fleetwatch.models.registry import default_detector, detector_factory
 
 CATEGORIES = ("valve1", "valve2", "other")
 TIME = "datetime"
@@ -98,16 +97,6 @@ def times_ms(frame: pd.DataFrame) -> npt.NDArray[np.int64]:
     mode does)."""
     parsed = pd.to_datetime(frame[TIME], format="ISO8601")
     return parsed.to_numpy(dtype="datetime64[ms]").astype(np.int64)
-
-
-def detector_maker(kinds: str | None) -> Callable[[], Detector]:
-    """The default detector, or a combined one of the comma-separated registered ``kinds``."""
-    if not kinds:
-        return default_detector
-    names = [k.strip() for k in kinds.split(",") if k.strip()]
-    for name in names:
-        detector_class(name)  # an unknown kind fails here, naming the known ones
-    return lambda: CombinedDetector([create(name) for name in names])
 
 
 def detect(
@@ -187,7 +176,7 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--detectors", help="comma-separated detector kinds to combine")
     args = parser.parse_args()
-    make = detector_maker(args.detectors)
+    make = detector_factory(args.detectors)
     files = skab_files(args.skab, args.limit) if args.skab and args.skab.is_dir() else []
     if not files:
         print(WHERE)

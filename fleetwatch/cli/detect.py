@@ -14,6 +14,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.models.filecolumns import DEVICE_NAMES, TIME_NAMES
 from fleetwatch.models.filecsv import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS
+from fleetwatch.models.registry import KINDS, detector_factory
 
 console = Console()
 
@@ -82,6 +83,13 @@ def detect(
     piece_rows: Annotated[
         int, typer.Option(min=1000, help="rows read from the file at a time (bounds memory)")
     ] = DEFAULT_PIECE_ROWS,
+    detectors: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated detector kinds to combine instead of the default one "
+            f"(known: {', '.join(sorted(KINDS))}), e.g. level,flatline",
+        ),
+    ] = None,
 ) -> None:
     """Score a recorded CSV online and causally: per device, in timestamp order, each row is
     scored before the model learns from it, with the streaming path's default detector.
@@ -90,7 +98,10 @@ def detect(
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")
     try:
-        summary = detect_csv(file, out, timestamp, device, _values(values), chunk_rows, piece_rows)
+        make = detector_factory(detectors)
+        summary = detect_csv(
+            file, out, timestamp, device, _values(values), chunk_rows, piece_rows, make
+        )
     except FleetwatchError as exc:
         fail(str(exc))
     _report(summary, out)

@@ -74,6 +74,9 @@ class ScoringMemory:
     trends: dict[str, list[float]] = field(default_factory=dict)
     """Metric → the carried sums of its local line after those readings
     (:mod:`~fleetwatch.models.trend`)."""
+    levels: dict[str, list[float]] = field(default_factory=dict)
+    """Metric → the level detector's average after those readings and whether it was alerting
+    (:mod:`~fleetwatch.models.level`)."""
 
 
 class Detector(ABC):

@@ -32,9 +32,9 @@ import numpy.typing as npt
 from fleetwatch.models.base import Detector, Readings, ScoringMemory, detector_class
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
-from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import check_header
 from fleetwatch.models.scores import Scores
@@ -42,7 +42,7 @@ from fleetwatch.models.seasonal import SeasonalBaseline
 
 
 def default_members() -> list[Detector]:
-    return [SeasonalBaseline(), ChangeDetector(), FlatlineDetector(), PcaDetector()]
+    return [SeasonalBaseline(), LevelShiftDetector(), FlatlineDetector(), PcaDetector()]
 
 
 class CombinedDetector(Detector):

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from fleetwatch.models.base import Detector
 from fleetwatch.models.filecolumns import FileColumns, FileModeError, choose_columns
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, FileDetector
+from fleetwatch.models.registry import default_detector
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def detect_csv(
     values: Sequence[str] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     piece_rows: int = DEFAULT_PIECE_ROWS,
+    make: Callable[[], Detector] = default_detector,
 ) -> DetectSummary:
     """Score ``source`` into ``out`` (every input row, its columns, then the scores)."""
     if not source.is_file():
@@ -77,7 +80,7 @@ def detect_csv(
             continue
         if detector is None:
             columns = choose_columns(piece, timestamp, device, values)
-            detector = FileDetector(columns, chunk_rows)
+            detector = FileDetector(columns, chunk_rows, make)
         scored = detector.score_piece(piece)
         scored.to_csv(out, mode="w" if rows == 0 else "a", header=rows == 0, index=False)
         rows += len(scored)

@@ -7,13 +7,15 @@ imported). The check suite in ``tests/unit/test_detector_checks.py`` runs over :
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fleetwatch.models.base import Detector, detector_class, load_params, registered_kinds
 from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector
+from fleetwatch.models.errors import UnknownDetector
 from fleetwatch.models.flatline import FlatlineDetector
+from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
 
@@ -22,10 +24,12 @@ __all__ = [
     "ChangeDetector",
     "CombinedDetector",
     "FlatlineDetector",
+    "LevelShiftDetector",
     "PcaDetector",
     "SeasonalBaseline",
     "create",
     "default_detector",
+    "detector_factory",
     "load_params",
 ]
 
@@ -38,5 +42,19 @@ def create(kind: str, **hyper: Any) -> Detector:
 
 
 def default_detector() -> CombinedDetector:
-    """What the scorer runs per device: all detectors, combined."""
+    """What the scorer runs per device: the default members, combined."""
     return CombinedDetector()
+
+
+def detector_factory(kinds: str | None) -> Callable[[], Detector]:
+    """What builds each device's detector: the default one, or (``kinds``: comma-separated
+    registered kinds) a combined detector of those kinds with their default hyperparameters.
+    An unknown kind fails here, naming the known ones."""
+    if not kinds:
+        return default_detector
+    names = [k.strip() for k in kinds.split(",") if k.strip()]
+    if not names:
+        raise UnknownDetector(f"no detector kind in {kinds!r}")
+    for name in names:
+        detector_class(name)
+    return lambda: CombinedDetector([create(name) for name in names])

@@ -105,3 +105,21 @@ def test_errors_are_one_line(
     assert result.exit_code == 1
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_chosen_combination_of_detectors(run: Invoke, tmp_path: Path) -> None:
+    source = tmp_path / "in.csv"
+    frame = recording(rows=3000, devices=("a",), spike=("a", 800))
+    frame.to_csv(source, index=False)
+    chosen, default = tmp_path / "chosen.csv", tmp_path / "default.csv"
+    assert run(source, "--out", default).exit_code == 0
+    result = run(source, "--out", chosen, "--detectors", "flatline")
+    assert result.exit_code == 0, result.output
+    only_flat = pd.read_csv(chosen, keep_default_na=False)
+    with_all = pd.read_csv(default, keep_default_na=False)
+    assert with_all.loc[800, "alert"], "the default detector flags the spike"
+    assert not only_flat["alert"].any(), "a flat-line detector alone does not"
+    bad = run(source, "--out", chosen, "--detectors", "seasonal,nope")
+    assert bad.exit_code == 1
+    assert "unknown detector kind 'nope'" in bad.output
+    assert "Traceback" not in bad.output

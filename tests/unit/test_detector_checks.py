@@ -22,6 +22,7 @@ from tests.unit import signals
 RESPONSIBLE: dict[str, set[str]] = {
     "seasonal": {"spike"},
     "cusum": {"shift", "drift"},
+    "level": {"shift"},
     "flatline": {"flat", "dropout"},
     "pca": {"decoupled", "spike"},
     "combined": set(signals.SCENARIOS),
@@ -34,9 +35,11 @@ HORIZON = 3
 starts, so that a detector later than the bound has readings left to alert on, and fails."""
 GRADED = ("spike", "shift", "dropout")
 """Anomalies with a size (a spike's height, a shift's step, a gap's length in readings)."""
-PATH_DEPENDENT = {"upper", "lower", "version"}
-"""State that depends on how the data was cut into batches: the CUSUM sums (see change.py) and
-the members' update counts inside a combined detector (checked on their own above)."""
+PATH_DEPENDENT = {"upper", "lower", "version", "spread", "carry", "tails"}
+"""State that depends on how the data was cut into batches: the CUSUM sums (see change.py), the
+level detector's average, its spread and tail (measured against the profile before each batch,
+see level.py) and the members' update counts inside a combined detector (checked on their own
+above)."""
 FPR_BOUND = 1e-3
 """At most this share of rows may alert on a stationary series after warm-up."""
 

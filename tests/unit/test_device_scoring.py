@@ -8,13 +8,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fleetwatch.contracts.alerts import Alert, alert_id
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
 from fleetwatch.models import params
+from fleetwatch.models.base import Detector
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.change import ChangeDetector
+from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.flatline import FlatlineDetector
-from fleetwatch.models.registry import default_detector
+from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.registry import default_detector, load_params
+from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.streaming.scorer import detectors
+from fleetwatch.streaming.scorer.detectors import DetectorCache
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import (
     Output,
@@ -32,6 +40,13 @@ POLICY = Policy(
     clear_readings=3,
     baseline=FixedBaseline(bands={"temperature": (21.0, 8.0)}),
 )
+
+
+@pytest.fixture(autouse=True)
+def fresh_detector_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own cache of loaded parameters: the cache is keyed by device and version,
+    and tests train different parameters for device ``d1`` at the same version."""
+    monkeypatch.setattr(detectors, "CACHE", DetectorCache())
 
 
 def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: float) -> pd.DataFrame:
@@ -177,13 +192,13 @@ def test_a_silent_device_ends_its_session_and_resolves_its_alerts() -> None:
     assert of(out, Role.STATE)[0]["status"] == "silent"
 
 
-def trained_params(n: int = 600) -> str:
+def trained_params(n: int = 600, detector: Detector | None = None) -> str:
     rng = np.random.default_rng(7)
     t = T0 + np.arange(n) * 1000
     data = pd.DataFrame(
         {"event_ms": t, "metric": "temperature", "value": 21 + rng.normal(0, 0.3, n)}
     )
-    detector = default_detector()
+    detector = default_detector() if detector is None else detector
     for start in range(0, n, 50):
         detector.learn(data.iloc[start : start + 50])
     return params.dumps(detector.to_params())
@@ -284,7 +299,8 @@ def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:
 
 
 def test_the_change_detectors_local_line_continues_from_the_scorers_own_readings() -> None:
-    p = trained_params()  # the trainer's line ends at its last batch, 600 readings in
+    with_cusum = CombinedDetector([SeasonalBaseline(), ChangeDetector(), FlatlineDetector()])
+    p = trained_params(detector=with_cusum)  # the trainer's line ends at its last batch
     version = params.loads(p)["version"]
     t = T0 + 600_000
     rng = np.random.default_rng(12)
@@ -297,6 +313,35 @@ def test_the_change_detectors_local_line_continues_from_the_scorers_own_readings
         origins.append(state["local_trends"]["temperature"][0])
     trainer_origin = params.loads(p)["state"]["members"][1]["state"]["trends"][0][0]
     assert origins == [trainer_origin + i for i in range(1, 40)]  # one position per reading
+
+
+def test_the_level_detectors_average_continues_from_the_scorers_own_readings() -> None:
+    p = trained_params()  # the trainer's average ends at its last batch, 600 readings in
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    rng = np.random.default_rng(13)
+    values = 21.4 + rng.normal(0, 0.3, 40)  # a small lasting shift the average follows
+    state, _ = run([frame([(600, t, float(values[0]))])])
+    state["params_version"] = version
+    carried = []
+    for i in range(1, 40):  # a batch per reading; parameters unchanged
+        reading = frame([(600 + i, t + i * 1000, float(values[i]))])
+        state, _ = run([reading], state=state, params_json=p)
+        carried.append(state["level_averages"]["temperature"][0])
+    # the same readings scored in one batch from the parameters: the average after each
+    member = load_params(params.loads(p)).members()[1]
+    assert isinstance(member, LevelShiftDetector)
+    whole = member.score(
+        pd.DataFrame(
+            {
+                "event_ms": t + np.arange(1, 40) * 1000,
+                "metric": "temperature",
+                "value": values[1:],
+            }
+        )
+    )
+    np.testing.assert_allclose(carried, whole.observed - whole.expected, rtol=1e-9, atol=1e-12)
+    assert abs(carried[-1]) > abs(carried[0]), "the average moved with the scorer's readings"
 
 
 def json_types_only(value: Any, where: str = "state") -> list[str]:

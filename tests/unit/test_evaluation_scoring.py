@@ -25,6 +25,7 @@ from fleetwatch.evaluation.errors import EvaluationError
 from fleetwatch.evaluation.outliers import Confusion, confusion
 from fleetwatch.evaluation.skab import score_file
 from fleetwatch.models.errors import UnknownDetector
+from fleetwatch.models.registry import default_detector, detector_factory
 
 S = 1000  # ms
 
@@ -242,11 +243,11 @@ def test_the_bench_runs_the_engine_on_the_sensors_only(
 def test_the_bench_runs_a_chosen_combination_of_detectors(
     realdata: ModuleType, hand_labelled: pd.DataFrame
 ) -> None:
-    make = realdata.detector_maker("seasonal,flatline")
-    assert [m.kind for m in make().detectors] == ["seasonal", "flatline"]
+    make = detector_factory("seasonal,flatline")
+    assert [m.kind for m in make().members()] == ["seasonal", "flatline"]
     assert make() is not make(), "one detector per device"
     flags, _ = realdata.detect(hand_labelled, 5, make)
     assert flags.shape == (20,)
-    assert realdata.detector_maker(None) is realdata.default_detector
+    assert detector_factory(None) is default_detector
     with pytest.raises(UnknownDetector, match="'nope'"):
-        realdata.detector_maker("seasonal,nope")
+        detector_factory("seasonal,nope")

@@ -66,6 +66,9 @@ class DeviceScoringState(TypedDict):
     :class:`~fleetwatch.models.base.ScoringMemory`)."""
     local_trends: dict[str, list[float]]
     """Metric → the change detector's local line after them (:mod:`fleetwatch.models.trend`)."""
+    level_averages: dict[str, list[float]]
+    """Metric → the level detector's average after them and whether it was alerting
+    (:mod:`fleetwatch.models.level`)."""
     open_windows: dict[str, dict[str, list[float]]]
     """Event-time windows not final yet: start → metric → accumulators
     (:mod:`~fleetwatch.streaming.scorer.windows`)."""
@@ -100,6 +103,7 @@ def new_state() -> DeviceScoringState:
         "late_heard_ms": None,
         "recent_values": {},
         "local_trends": {},
+        "level_averages": {},
         "open_windows": {},
         "closed_windows": {},
         "duplicate_readings": 0,

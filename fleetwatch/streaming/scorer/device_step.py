@@ -218,7 +218,9 @@ def process(
         active = set(lifecycle.episodes)
         heard = st["late_heard_ms"]
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
-        memory = ScoringMemory(gap_from, st["recent_values"], st["local_trends"])
+        memory = ScoringMemory(
+            gap_from, st["recent_values"], st["local_trends"], st["level_averages"]
+        )
         scored = observations(in_order, members, policy.baseline, active, memory, prior)
         for obs in scored:
             lifecycle.observe(obs)

@@ -1,0 +1,338 @@
+"""Level shifts: a metric whose recent level has left its normal range, judged by its own history.
+
+Per device and metric, the residual of each reading against the metric's seasonal profile (the
+machinery of the seasonal baseline: hour-of-day buckets, time-decayed) is averaged with an
+exponentially weighted moving average, ``e_t = (1 - lam) · e_(t-1) + lam · r_t``, and judged in
+units of that average's own learned spread: ``z = e / sqrt(ve)``, where ``ve`` is the decayed
+mean of ``e²`` over normal readings (half-life ``tail_halflife`` readings). ``ve`` is measured,
+not derived from a noise model, so autocorrelated, quantised or drifting signals are judged by
+how far their average normally wanders. Averaging makes a sustained shift of a fraction of the
+noise stand out, while one heavy-tailed reading counts for ``lam`` of itself.
+
+Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history
+of ``|z|`` at the per-reading probability that spends the false-alert budget
+``false_alerts_per_day`` over the device's metrics, at the metric's typical reading interval,
+one excursion of the average lasting about ``(2 - lam) / lam`` readings. The threshold is never
+below ``min_z``.
+
+Hysteresis: once a metric alerts it keeps alerting while ``|z|`` stays above ``stay`` times the
+threshold, so a shift that wobbles is one alert, not many.
+
+Adaptation: rows the caller excludes (alerts) are not learned, so a fault is not learned as
+normal. A shift that lasts: once a metric's readings have been excluded without a break for
+``adopt_s`` seconds of event time, the average at that reading becomes the metric's offset (the
+profile learns the readings less the offset from then on) and learning resumes. A step that
+stays is the new normal ``adopt_s`` after it (one alert from the step until then); a trend
+slow against the profile's half-life widens ``ve`` and the threshold; a stuck sensor or a
+dropout is the flat-line detector's.
+
+Memory: the average and the alerting flag of each metric are carried past every batch — in the
+parameters, and in the scorer's :class:`~fleetwatch.models.base.ScoringMemory` (``levels``) — so
+a stream scores the same in one batch or many. Learning in mini-batches: the profile's sums are
+the same as in one batch; the average's spread, the tail and the carried average are measured
+against the profile as it was before each batch, so they differ slightly (like the CUSUM sums).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.models.base import Detector, Readings, ScoringMemory
+from fleetwatch.models.batch import Batch, per_metric_runs
+from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.params import array, floats
+from fleetwatch.models.profile import SeasonalProfile
+from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.seasonal import check_profile_hyper, new_profile
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+TINY = 1e-12
+CARRY = 2
+"""``[e, alerting]`` per metric: the average after the last reading and whether it alerted."""
+
+
+def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
+    """``e_t = (1 - lam) · e_(t-1) + lam · r_t`` from ``e_(-1) = start``, without a Python loop:
+    in blocks short enough that the weights ``(1 - lam)^-j`` stay finite, each block a scaled
+    cumulative sum continued from the last."""
+    keep = 1.0 - lam
+    block = max(1, int(250.0 / -math.log10(keep)))
+    out = np.empty(r.size)
+    e = start
+    for lo in range(0, r.size, block):
+        part = r[lo : lo + block]
+        powers = keep ** np.arange(1, part.size + 1)
+        out[lo : lo + part.size] = powers * (e + np.cumsum(lam * part / powers))
+        e = float(out[lo + part.size - 1])
+    return out
+
+
+class LevelShiftDetector(Detector):
+    kind: ClassVar[str] = "level"
+
+    def __init__(
+        self,
+        lam: float = 0.1,
+        halflife_hours: float | None = 168.0,
+        buckets: int = 24,
+        period_hours: float = 24.0,
+        warmup: int = 100,
+        bucket_warmup: int = 20,
+        min_std: float = 1e-3,
+        min_z: float = 4.5,
+        stay: float = 0.5,
+        adopt_s: float | None = None,
+        false_alerts_per_day: float = 1.0,
+        tail_halflife: float = 2000.0,
+    ) -> None:
+        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        if not 0 < lam < 1:
+            raise HyperParameterError(f"lam must be in (0, 1), got {lam}")
+        if warmup < 2 or not tail_halflife > 0:
+            raise HyperParameterError(
+                f"need warmup >= 2 and tail_halflife > 0, got {warmup}, {tail_halflife}"
+            )
+        if not min_z > 0 or not 0 < stay <= 1:
+            raise HyperParameterError(f"need min_z > 0 and 0 < stay <= 1, got {min_z}, {stay}")
+        if adopt_s is not None and not adopt_s > 0:
+            raise HyperParameterError(f"adopt_s must be > 0 or None, got {adopt_s}")
+        if not false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0, got {false_alerts_per_day}"
+            )
+        self.lam = lam
+        self.halflife_hours = halflife_hours
+        self.buckets = buckets
+        self.period_hours = period_hours
+        self.warmup = warmup
+        self.bucket_warmup = bucket_warmup
+        self.min_std = min_std
+        self.min_z = min_z
+        self.stay = stay
+        self.adopt_s = adopt_s
+        self.false_alerts_per_day = false_alerts_per_day
+        self.tail_halflife = tail_halflife
+        self.profile: SeasonalProfile = new_profile(halflife_hours, buckets, period_hours)
+        self.offset = np.zeros(0)
+        """Per metric: the level adopted on top of the profile (see Adaptation)."""
+        self.spread = np.zeros((0, 2))
+        """Per metric ``[W, Σw·e²]`` over normal readings, decayed per reading."""
+        self.carry = np.zeros((0, CARRY))
+        self.tails: list[StreamTail] = []
+        self.excluded_since: list[int | None] = []
+        self._held: Mapping[str, list[float]] = {}
+
+    # -- what the scorer asks ----------------------------------------------------------------
+
+    def resume(self, memory: ScoringMemory) -> None:
+        self._held = memory.levels
+
+    def remember(self, readings: Readings, memory: ScoringMemory) -> None:
+        batch = Batch.of(readings)
+        judged = self._judge(batch)
+        present = set(batch.names)
+        for m, name in enumerate(self.profile.metrics):
+            if name in present and m in judged:
+                _, e, _, on, _ = judged[m]
+                if e.size:
+                    memory.levels[name] = [float(e[-1]), float(on[-1])]
+
+    def learned_metrics(self) -> list[str]:
+        return list(self.profile.metrics)
+
+    # -- the statistic -----------------------------------------------------------------------
+
+    def _start(self, m: int, held: bool) -> tuple[float, bool]:
+        name = self.profile.metrics[m]
+        carried = self._held.get(name) if held else None
+        if carried is not None and len(carried) == CARRY:
+            return float(carried[0]), bool(carried[1])
+        return float(self.carry[m, 0]), bool(self.carry[m, 1])
+
+    def _judge(
+        self, batch: Batch, held: bool = True
+    ) -> dict[int, tuple[npt.NDArray[np.intp], FloatArray, FloatArray, BoolArray, float]]:
+        """Per scored metric: its rows (warm ones, time order), the average, ``|z|``, whether
+        each alerts (with hysteresis), and the threshold."""
+        out: dict[int, tuple[npt.NDArray[np.intp], FloatArray, FloatArray, BoolArray, float]] = {}
+        if not self.profile.metrics:
+            return out
+        codes = batch.lookup(self.profile.metrics)
+        mean, _, ok = self.profile.expect(
+            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
+        )
+        k = len(self.profile.metrics)
+        for m, rows in per_metric_runs(codes, k):
+            rows = rows[ok[rows]]
+            if rows.size == 0:
+                continue
+            e0, on0 = self._start(m, held)
+            r = batch.value[rows] - mean[rows] - self.offset[m]
+            e = moving_average(r, self.lam, e0)
+            w, sq = self.spread[m]
+            scale = math.sqrt(sq / w) if w > 0 else 0.0
+            if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
+                z = np.zeros(rows.size)
+                on = np.zeros(rows.size, bool)
+                out[m] = (rows, e, z, on, math.inf)
+                continue
+            z = np.abs(e) / max(scale, TINY)
+            tail = self.tails[m]
+            p = tail.p(self.false_alerts_per_day, self._span(), k)
+            threshold = tail.summary.threshold(p, self.min_z)
+            idx = np.arange(rows.size)
+            last_set = np.maximum.accumulate(np.where(z > threshold, idx, -1 if on0 else -2))
+            low = z <= self.stay * threshold
+            last_reset = np.maximum.accumulate(np.where(low, idx, -2 if on0 else -1))
+            out[m] = (rows, e, z, last_set > last_reset, threshold)
+        return out
+
+    def _span(self) -> float:
+        return (2.0 - self.lam) / self.lam
+
+    def _evaluate(self, batch: Batch) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Surprise, level (expected plus average), expected value and band per row."""
+        n = len(batch)
+        surprise = np.zeros(n)
+        level, expected, band = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        codes = batch.lookup(self.profile.metrics)
+        mean, _, _ = self.profile.expect(
+            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
+        )
+        for m, (rows, e, z, on, threshold) in self._judge(batch).items():
+            if math.isinf(threshold):
+                continue
+            # while alerting, the bar is ``stay`` times the threshold (hysteresis)
+            bar = np.where(on, self.stay * threshold, threshold)
+            s = calibrated_surprise(self.tails[m], z, bar, S_ALERT)
+            surprise[rows] = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
+            base = mean[rows] + self.offset[m]
+            level[rows] = base + e
+            expected[rows] = base
+            w, sq = self.spread[m]
+            band[rows] = threshold * math.sqrt(sq / w)
+        return surprise, level, expected, band
+
+    def _surprise(self, batch: Batch) -> FloatArray:
+        return self._evaluate(batch)[0]
+
+    def _score(self, batch: Batch) -> Scores:
+        surprise, level, expected, band = self._evaluate(batch)
+        scored = ~np.isnan(band)
+        up = np.where(level >= expected, Reason.SHIFT_UP, Reason.SHIFT_DOWN)
+        reason = np.where(scored, up, Reason.WARMUP).astype(np.int8)
+        names = np.asarray(batch.names, dtype=object)[batch.codes]
+        observed = np.where(scored, level, batch.value)
+        return Scores.build(self.kind, surprise, names, observed, expected, band, reason)
+
+    # -- learning ----------------------------------------------------------------------------
+
+    def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        judged = self._judge(batch, held=False)
+        keep = keep.copy()
+        for m, (rows, e, _, _, _) in judged.items():
+            self._adopt(m, rows, batch.event_ms, keep, e)
+        shifted = batch.value - self._offsets(batch)
+        self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)
+        grow = len(self.profile.metrics) - self.offset.size
+        self.offset = np.concatenate([self.offset, np.zeros(grow)])
+        self.spread = np.concatenate([self.spread, np.zeros((grow, 2))])
+        self.carry = np.concatenate([self.carry, np.zeros((grow, CARRY))])
+        self.tails += [StreamTail(self.tail_halflife) for _ in range(grow)]
+        self.excluded_since += [None] * grow
+        codes = batch.lookup(self.profile.metrics)
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            self.tails[m].observe(batch.event_ms[rows])
+        # a metric the profile was not ready for before the batch is measured against the
+        # profile as learned now (a first batch, however long, leaves a scoring detector)
+        unjudged = set(batch.lookup(self.profile.metrics).tolist()) - set(judged)
+        fresh = (
+            {m: j for m, j in self._judge(batch, held=False).items() if m not in judged}
+            if unjudged
+            else {}
+        )
+        for m, (rows, e, _, on, _) in {**judged, **fresh}.items():
+            kept = keep[rows]
+            if kept.any():
+                self._learn_spread(m, e[kept])
+            self.carry[m] = (float(e[-1]), float(on[-1]))
+
+    def _learn_spread(self, m: int, e: FloatArray) -> None:
+        """Add the averages of normal readings to the spread (decayed per reading), then their
+        ``|z|`` under it to the tail."""
+        decay = 2.0 ** (-1.0 / self.tail_halflife)
+        weights = decay ** np.arange(e.size - 1, -1, -1, dtype=np.float64)
+        w, sq = self.spread[m]
+        fade = decay**e.size
+        self.spread[m] = (w * fade + weights.sum(), sq * fade + float(weights @ e**2))
+        w, sq = self.spread[m]
+        if w >= 2.0 / self.lam and sq > 0:
+            self.tails[m].summary.add(np.abs(e) / math.sqrt(sq / w))
+
+    def _offsets(self, batch: Batch) -> FloatArray:
+        codes = batch.lookup(self.profile.metrics)
+        known = codes >= 0
+        out: FloatArray = (
+            np.where(known, self.offset[np.where(known, codes, 0)], 0.0)
+            if (self.offset.size)
+            else np.zeros(len(batch))
+        )
+        return out
+
+    def _adopt(
+        self,
+        m: int,
+        rows: npt.NDArray[np.intp],
+        event_ms: npt.NDArray[np.int64],
+        keep: BoolArray,
+        e: FloatArray,
+    ) -> None:
+        """Once metric ``m`` has been excluded for ``adopt_s`` without a break, its average
+        becomes its offset and its later rows of the batch are learned (``keep``, ``e`` are
+        updated in place)."""
+        since = self.excluded_since[m]
+        for i, row in enumerate(rows.tolist()):
+            if keep[row]:
+                since = None
+                continue
+            t = int(event_ms[row])
+            if since is None:
+                since = t
+            if self.adopt_s is not None and t - since >= self.adopt_s * 1000.0:
+                self.offset[m] += float(e[i])
+                e[i:] -= e[i]
+                keep[rows[i:]] = True
+                since = None
+                break
+        self.excluded_since[m] = since
+
+    # -- parameters --------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            **self.profile.state(),
+            "offset": floats(self.offset),
+            "spread": floats(self.spread),
+            "carry": floats(self.carry),
+            "tails": [t.state() for t in self.tails],
+            "excluded_since": list(self.excluded_since),
+        }
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        self.profile.load(state)
+        k = len(self.profile.metrics)
+        self.offset = array(state, "offset", (k,))
+        self.spread = array(state, "spread", (k, 2))
+        self.carry = array(state, "carry", (k, CARRY))
+        self.tails = [StreamTail.load(self.tail_halflife, t) for t in state["tails"]]
+        self.excluded_since = [None if v is None else int(v) for v in state["excluded_since"]]
+        if not len(self.tails) == len(self.excluded_since) == k:
+            raise ValueError(f"level state lists do not match its {k} metrics")

@@ -1,0 +1,158 @@
+"""The level-shift detector and the stream tail it calibrates with: what they promise beyond the
+check suite (test_detector_checks): thresholds that follow a stream's own tail, a budget that
+moves them, one alert for a wobbling shift, adoption of a lasting step when asked, and state
+that survives a round trip."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models import params
+from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.level import LevelShiftDetector, moving_average
+from fleetwatch.models.registry import load_params
+from fleetwatch.models.tail import MIN_HISTORY, P_BODY, StreamTail, TailSummary
+
+STEP_MS = 1000
+
+
+def stream(values: np.ndarray, start: int = 0) -> pd.DataFrame:
+    n = values.size
+    return pd.DataFrame(
+        {
+            "event_ms": (start + np.arange(n)) * STEP_MS,
+            "metric": "pressure",
+            "value": values,
+        }
+    )
+
+
+def fed(detector: LevelShiftDetector, values: np.ndarray, chunk: int = 50) -> np.ndarray:
+    """Score then learn, chunk by chunk (the caller's alerts excluded); the alerts."""
+    out = []
+    for lo in range(0, values.size, chunk):
+        part = stream(values[lo : lo + chunk], lo)
+        alerts = detector.score(part).alert
+        detector.learn(part, exclude=alerts)
+        out.append(alerts)
+    return np.concatenate(out)
+
+
+def test_a_tail_with_heavier_history_sets_a_higher_threshold() -> None:
+    rng = np.random.default_rng(0)
+    light, heavy = TailSummary(2000.0), TailSummary(2000.0)
+    light.add(np.abs(rng.normal(size=5000)))
+    heavy.add(np.abs(rng.standard_t(2, size=5000)))
+    p = 1e-5
+    assert heavy.threshold(p, 1.0) > light.threshold(p, 1.0) + 2.0
+    # Gaussian history: the exponential tail is conservative, above the exact quantile
+    exact = 4.42  # two-sided normal quantile at 1e-5
+    assert exact < light.threshold(p, 1.0) < exact + 2.5
+    assert light.threshold(p, 9.0) == 9.0, "never below the floor"
+
+
+def test_a_tail_without_enough_history_uses_the_floor() -> None:
+    tail = TailSummary(2000.0)
+    tail.add(np.ones(int(MIN_HISTORY) - 1))
+    assert tail.threshold(1e-6, 4.5) == 4.5
+
+
+def test_the_tails_surprise_is_its_own_share_then_the_exponential_tail() -> None:
+    rng = np.random.default_rng(1)
+    tail = TailSummary(10_000.0)
+    history = np.abs(rng.normal(size=20_000))
+    tail.add(history)
+    u, beta = tail.body_and_scale()
+    below = np.array([0.5, 1.0])
+    shares = [(history >= x).mean() for x in below]
+    np.testing.assert_allclose(np.exp(-tail.nats(below)), shares, atol=0.03)
+    above = np.array([u + 1.0, u + 2.0])
+    np.testing.assert_allclose(tail.nats(above), -math.log(P_BODY) + (above - u) / beta)
+    assert np.all(np.diff(tail.nats(np.linspace(0, 12, 200))) >= 0), "never decreasing"
+
+
+def test_a_tail_forgets_at_its_half_life() -> None:
+    tail = TailSummary(100.0)
+    tail.add(np.full(100, 1.0))
+    tail.add(np.full(100, 5.0))
+    ones = tail.counts[int(1.0 / 0.125)]
+    fives = tail.counts[int(5.0 / 0.125)]
+    assert ones == pytest.approx(fives / 2, rel=0.02)
+
+
+def test_the_budget_spreads_over_the_days_readings_and_metrics() -> None:
+    tail = StreamTail(2000.0)
+    tail.observe(np.arange(0, 100_000, 1000, dtype=np.int64))  # a reading a second
+    assert tail.interval_ms == pytest.approx(1000.0)
+    one = tail.p(1.0, 10.0, 4)
+    assert one == pytest.approx(1.0 / (86_400 / 10.0 * 4))
+    assert tail.p(10.0, 10.0, 4) == pytest.approx(10 * one), "a larger budget, a larger p"
+
+
+def test_a_lasting_shift_is_one_alert_from_its_start_to_its_end() -> None:
+    rng = np.random.default_rng(2)
+    values = rng.normal(10.0, 1.0, 3000)
+    values[2000:2400] += 1.5 + 0.6 * np.sin(np.arange(400) / 7.0)  # a wobbling shift
+    alerts = fed(LevelShiftDetector(), values)
+    assert not alerts[400:2000].any(), "quiet before"
+    inside = alerts[2000:2400]
+    assert inside[60:].mean() > 0.95
+    runs = np.flatnonzero(np.diff(alerts[1900:2600].astype(int)) == 1)
+    assert runs.size == 1, "one alert, not one per wobble"
+    assert not alerts[2500:].any(), "it ends with the shift"
+
+
+def test_a_larger_budget_alerts_on_a_smaller_shift() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.normal(0.0, 1.0, 3000) + 0.3 * rng.standard_t(3, 3000)
+    values[2500:] += 0.9
+    strict = fed(LevelShiftDetector(min_z=1.0), values.copy())
+    loose = fed(LevelShiftDetector(min_z=1.0, false_alerts_per_day=1000.0), values.copy())
+    assert loose[2500:].sum() > strict[2500:].sum()
+
+
+def test_a_step_that_stays_is_adopted_after_adopt_s() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.normal(5.0, 0.5, 4000)
+    values[1500:] += 4.0
+    alerts = fed(LevelShiftDetector(adopt_s=600.0), values)
+    assert alerts[1520:2000].all(), "alerting from the step..."
+    assert not alerts[2300:].any(), "...and the new level normal once adopted"
+    kept = fed(LevelShiftDetector(), values)
+    assert kept[2300:].mean() > 0.95, "without adopt_s a lasting shift stays an alert"
+
+
+def test_state_round_trips_and_scores_the_same() -> None:
+    rng = np.random.default_rng(5)
+    detector = LevelShiftDetector()
+    fed(detector, rng.normal(0, 1, 1500))
+    text = params.dumps(detector.to_params())
+    again = load_params(params.loads(text))
+    assert params.dumps(again.to_params()) == text
+    probe = stream(rng.normal(0, 1, 200) + np.r_[np.zeros(100), np.full(100, 2.0)], 1500)
+    np.testing.assert_array_equal(detector.score(probe).score, again.score(probe).score)
+    assert detector.score(probe).alert[150:].any()
+
+
+@pytest.mark.parametrize(
+    "hyper",
+    [{"lam": 0.0}, {"lam": 1.0}, {"stay": 0.0}, {"min_z": -1.0}, {"adopt_s": 0.0}, {"warmup": 1}],
+)
+def test_bad_hyperparameters_are_refused(hyper: dict[str, float]) -> None:
+    with pytest.raises(HyperParameterError):
+        LevelShiftDetector(**hyper)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lam", [0.05, 0.5, 0.999])
+def test_the_moving_average_is_the_recursion(lam: float) -> None:
+    rng = np.random.default_rng(6)
+    r = rng.normal(size=5000) * 100.0
+    expected, e = [], -7.0
+    for value in r:  # the recursion, one reading at a time
+        e = (1.0 - lam) * e + lam * value
+        expected.append(e)
+    np.testing.assert_allclose(moving_average(r, lam, -7.0), expected, rtol=1e-12, atol=1e-9)
