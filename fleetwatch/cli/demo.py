@@ -18,7 +18,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.runtime import stop_event
 from fleetwatch.stack.manager import Stack
-from fleetwatch.stack.processes import ManagedProcess
+from fleetwatch.stack.processes import ManagedProcess, tail
 
 console = Console(soft_wrap=True)  # one alert per line
 
@@ -34,7 +34,8 @@ def demo(
         int, typer.Option(min=1, help="every Nth fleet reading is a spike")
     ] = 37,  # prime, so spikes rotate across devices
 ) -> None:
-    """Bring the stack up, run every stage and the simulator, print alerts until Ctrl-C."""
+    """Bring the stack up, run every stage and the simulator, print alerts until Ctrl-C.
+    Exits 1, naming the stage and its last log line, when a stage dies on its own."""
     settings = load_settings()
     stop = stop_event()
     stack = Stack(settings)
@@ -65,6 +66,7 @@ def demo(
         ),
     }
     procs = [ManagedProcess(name, settings.run_path) for name in stages]
+    died: str | None = None
     try:
         for proc in procs:
             proc.stop()  # a previous demo that was killed hard
@@ -74,7 +76,7 @@ def demo(
             f"API on http://{settings.api.host}:{settings.api.port}/alerts — "
             "alerts appear once Spark is up (about 20 s). Ctrl-C to stop."
         )
-        _print_alerts(settings, procs, stop)
+        died = _print_alerts(settings, procs, stop)
     finally:
         console.print("stopping…")
         for proc in reversed(procs):
@@ -82,9 +84,14 @@ def demo(
         if not stack_was_up:
             stack.down()
         console.print("demo stopped; everything it started is down.")
+    if died is not None:
+        console.print(f"[red]demo failed:[/] {died}", highlight=False)
+        raise typer.Exit(1)
 
 
-def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object) -> None:
+def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object) -> str | None:
+    """Print alerts until ``stop``; a stage (the simulator included) that exits on its own ends
+    it: the stage, its last log line and its log, or ``None`` when stopped."""
     consumer = Consumer(
         {
             "bootstrap.servers": settings.kafka.bootstrap_servers,
@@ -97,9 +104,13 @@ def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object)
     try:
         while not stop.is_set():  # type: ignore[attr-defined]
             for proc in procs:
-                if proc.name != "demo-sim" and not proc.running():
+                if not proc.running():
+                    last = next((ln for ln in reversed(tail(proc.log_file)) if ln.strip()), "")
                     console.print(f"[red]{proc.name[5:]} exited[/]; see {proc.log_file}")
-                    return
+                    return (
+                        f"{proc.name[5:]} exited ({last.strip() or 'no output'}); "
+                        f"log {proc.log_file}"
+                    )
             msg = consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
@@ -118,3 +129,4 @@ def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object)
             )
     finally:
         consumer.close()
+    return None

@@ -1,0 +1,82 @@
+"""`fleetwatch demo` when a stage dies: it stops everything, names the stage and exits 1.
+
+The stack and the alert consumer are stand-ins (the demo's own loop is what is tested); the
+stages are real child processes, one of which fails the way a stage does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetwatch.cli import demo as demo_cli
+from fleetwatch.cli.main import app
+from fleetwatch.stack.processes import ManagedProcess
+
+
+class QuietStack:
+    downs = 0
+
+    def __init__(self, settings: Any) -> None:
+        pass
+
+    def status(self) -> list[Any]:
+        return [SimpleNamespace(pid=None)]  # not up before the demo: the demo brings it down
+
+    def up(self) -> float:
+        return 0.0
+
+    def down(self) -> None:
+        QuietStack.downs += 1
+
+
+class NoAlerts:
+    def __init__(self, config: dict[str, Any]) -> None:
+        pass
+
+    def subscribe(self, topics: list[str]) -> None:
+        pass
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def stages(failing: str | None) -> Any:
+    def argv(*args: str) -> list[str]:
+        if args[0] == failing:
+            code = "import sys, time; time.sleep(1); print('KafkaException: broken'); sys.exit(3)"
+        else:
+            code = "import time; time.sleep(120)"
+        return [sys.executable, "-c", code, *args]
+
+    return argv
+
+
+@pytest.fixture
+def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FLEETWATCH_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(demo_cli, "Stack", QuietStack)
+    monkeypatch.setattr(demo_cli, "Consumer", NoAlerts)
+    QuietStack.downs = 0
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("failing", ["score", "sim"])
+def test_a_stage_that_dies_fails_the_demo_and_is_named(
+    demo_env: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    monkeypatch.setattr(demo_cli, "_stage_argv", stages(failing))
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 1, result.output
+    assert f"{failing} exited (KafkaException: broken)" in result.output
+    assert "everything it started is down" in result.output
+    assert QuietStack.downs == 1
+    names = ["demo-gateway", "demo-score", "demo-api", "demo-sim"]
+    assert not any(ManagedProcess(n, demo_env).running() for n in names)
