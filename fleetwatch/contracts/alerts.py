@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from fleetwatch.contracts.telemetry import Seq
+
 AlertStatus = Literal["open", "update", "resolve", "withdraw"]
 Severity = Literal["info", "warning", "critical"]
 
@@ -34,7 +36,7 @@ class Alert(BaseModel):
     """The detector kind that raised it (``seasonal``, ``change``, ``flatline``, …)."""
     params_version: int
     """The version of the device's parameters the score was computed with."""
-    seq: int
+    seq: Seq
     """The device sequence number of the reading that caused this event."""
     event_ms: int
     """Event time of the reading that caused this event."""

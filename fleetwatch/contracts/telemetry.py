@@ -65,7 +65,7 @@ class TelemetryRecord(BaseModel):
 
     v: int = SCHEMA_VERSION
     device_id: DeviceId
-    seq: int
+    seq: Seq
     event_ms: int
     """Event time corrected for the device's estimated clock offset."""
     device_event_ms: int

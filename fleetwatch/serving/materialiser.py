@@ -4,7 +4,12 @@
 Each poll is written in one database transaction, and the Kafka offsets are committed only
 after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
 restart neither loses nor doubles anything. A record that breaks its contract is logged and
-skipped (its offset is committed with the rest)."""
+skipped (its offset is committed with the rest). A record that decodes but the database refuses
+(a value out of its range, a character it cannot store) fails the poll's transaction; the poll
+is then written record by record, each in its own transaction, and a record refused on its own
+is logged, counted (``skipped``, topic label ``unwritable:<kind>``) and left out, so one record
+never stalls the rest. Any other failure (the database unreachable) rewinds the poll to be
+tried again."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from sqlalchemy.exc import DataError, IntegrityError
 
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.settings import Settings
@@ -20,13 +26,16 @@ from fleetwatch.serving import decode
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
 from fleetwatch.serving.metrics import Metrics
 from fleetwatch.serving.store import Store, now_ms
-from fleetwatch.serving.store.ingest import Batch, prune_readings, write
+from fleetwatch.serving.store.ingest import AckOutcome, Batch, prune_readings, write
 from fleetwatch.serving.worker import Worker
 
 logger = logging.getLogger(__name__)
 
 LAG_EVERY_S = 5.0
 PRUNE_EVERY_S = 10.0
+REFUSED = (DataError, IntegrityError, OverflowError, ValueError)
+"""What the database (or its driver) raises for a record it will not store, whenever it is
+tried: unlike a lost connection, trying it again cannot help."""
 
 
 def batch_of(
@@ -95,8 +104,7 @@ class Materialiser(Worker):
             messages, self.kinds, lambda topic: self.metrics.skipped.labels(topic=topic).inc()
         )
         try:
-            with self.store.session() as session, session.begin():
-                outcomes = write(session, batch, now_ms())
+            outcomes = self._write(batch)
         except Exception:
             rewind(self.consumer, messages)
             raise
@@ -113,6 +121,32 @@ class Materialiser(Worker):
             if ts > 0:
                 self._latest_ts[topic] = max(self._latest_ts.get(topic, 0), ts)
         return 0
+
+    def _write(self, batch: Batch) -> list[AckOutcome]:
+        """The poll in one transaction, or record by record when the database refuses it."""
+        try:
+            with self.store.session() as session, session.begin():
+                return write(session, batch, now_ms())
+        except REFUSED as exc:
+            logger.warning(
+                "a poll of %d records was refused (%s); writing them one by one",
+                len(batch),
+                type(exc).__name__,
+            )
+        outcomes: list[AckOutcome] = []
+        for kind, single in batch.each():
+            try:
+                with self.store.session() as session, session.begin():
+                    outcomes += write(session, single, now_ms())
+            except REFUSED as exc:
+                self.metrics.skipped.labels(topic=f"unwritable:{kind}").inc()
+                logger.error(
+                    "skipping a %s record the store refuses: %s: %s",
+                    kind,
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:300],
+                )
+        return outcomes
 
     def _housekeeping(self) -> None:
         now = time.monotonic()

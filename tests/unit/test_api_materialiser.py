@@ -1,9 +1,18 @@
 import json
 
+import pytest
+from pydantic import ValidationError
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.contracts.settings import TopicSettings
-from fleetwatch.serving.materialiser import batch_of
-from tests.unit.api_support import make_alert
+from fleetwatch.serving import materialiser as materialiser_module
+from fleetwatch.serving.materialiser import Materialiser, batch_of
+from fleetwatch.serving.metrics import Metrics
+from fleetwatch.serving.store.ingest import Batch
+from tests.unit.api_support import make_alert, memory_store
 
 TOPICS = TopicSettings()
 KINDS = {TOPICS.alerts: "alerts", TOPICS.device_state: "state", TOPICS.model_params: "models"}
@@ -61,3 +70,42 @@ def test_an_ack_record_carries_the_device_it_came_from() -> None:
     kinds = {TOPICS.device_command_acks: "acks"}
     batch = batch_of([message], kinds, lambda topic: None)  # type: ignore[list-item]
     assert [(a.ack.command_id, a.device_id) for a in batch.acks] == [("c1", "d9")]
+
+
+def test_a_record_the_store_refuses_is_left_out_and_the_rest_written() -> None:
+    store = memory_store()
+    materialiser = Materialiser.__new__(Materialiser)  # no consumer: its write step alone
+    materialiser.store, materialiser.metrics = store, Metrics()
+    good = [make_alert("d1", 1, 1_000), make_alert("d2", 2, 2_000)]
+    # a record the contract would now refuse, built past it: SQLite cannot hold its seq
+    refused = make_alert("d3", 3, 3_000).model_copy(update={"seq": 2**64})
+    materialiser._write(Batch(alerts=[good[0], refused, good[1]]))
+    with store.session() as session:
+        stored = session.execute(text("SELECT device_id FROM alerts ORDER BY device_id"))
+        assert [row[0] for row in stored] == ["d1", "d2"]
+    unwritable = materialiser.metrics.skipped.labels(topic="unwritable:alerts")
+    assert unwritable._value.get() == 1
+
+
+def test_a_store_that_is_down_fails_the_poll_to_be_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    materialiser = Materialiser.__new__(Materialiser)
+    materialiser.store, materialiser.metrics = memory_store(), Metrics()
+
+    def down(*args: object) -> None:
+        raise OperationalError("INSERT", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(materialiser_module, "write", down)
+    with pytest.raises(OperationalError):
+        materialiser._write(Batch(alerts=[make_alert("d1", 1, 1_000)]))
+
+
+def test_the_alert_contract_bounds_seq() -> None:
+    alert = make_alert("d1", 1, 1_000).model_dump()
+    with pytest.raises(ValidationError):
+        Alert.model_validate({**alert, "seq": 2**63})
+    skipped: list[str] = []
+    too_big = json.dumps({**alert, "seq": 2**63}).encode()
+    assert batch_of([FakeMessage(too_big)], KINDS, skipped.append).alerts == []  # type: ignore[list-item]
+    assert skipped == [TOPICS.alerts]

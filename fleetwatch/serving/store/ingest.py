@@ -3,7 +3,7 @@ changes nothing, and records arriving out of order never replace newer ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,13 @@ class Batch:
                 self.readings,
             )
         )
+
+    def each(self) -> Iterator[tuple[str, Batch]]:
+        """Every record on its own, as ``(kind, one-record batch)``, in :func:`write`'s
+        order of kinds (``kind`` is the field's name: ``alerts``, ``states``, …)."""
+        for kind in ("alerts", "states", "sessions", "models", "readings", "acks"):
+            for record in getattr(self, kind):
+                yield kind, Batch(**{kind: [record]})
 
 
 @dataclass(frozen=True)
