@@ -18,11 +18,16 @@ below ``min_z``.
 Hysteresis: once a metric alerts it keeps alerting while ``|z|`` stays above ``stay`` times the
 threshold, so a shift that wobbles is one alert, not many.
 
+Warm-up: a metric is averaged once its profile has ``warmup`` readings, and scored once its
+tail holds ``MIN_HISTORY`` (200) values of ``|z|``: about 320 readings in all.
+
 Adaptation: rows the caller excludes (alerts) are not learned, so a fault is not learned as
-normal. A shift that lasts: once a metric's readings have been excluded without a break for
-``adopt_s`` seconds of event time, the average at that reading becomes the metric's offset (the
-profile learns the readings less the offset from then on) and learning resumes. A step that
-stays is the new normal ``adopt_s`` after it (one alert from the step until then); a trend
+normal; as with the other members, one sensor's lasting fault stays an alert (the combined
+detector's gate learns a lasting new state of the *whole* device after its ``adapt_s``). With
+``adopt_s`` set (off by default), once a metric's readings have been excluded without a break
+for ``adopt_s`` seconds of event time, the average at that reading becomes the metric's offset
+(the profile learns the readings less the offset from then on) and learning resumes: a step
+that stays is the new normal ``adopt_s`` after it, one alert from the step until then. A trend
 slow against the profile's half-life widens ``ve`` and the threshold; a stuck sensor or a
 dropout is the flat-line detector's.
 

@@ -17,8 +17,10 @@ mean excess ``beta`` over ``u`` as its scale::
 An exponential tail is heavier than a Gaussian one, so for a Gaussian statistic the threshold
 is conservative; a statistic with heavier tails (drift, bursts) gets a larger ``beta`` and so a
 higher threshold. For a per-row false-alert probability ``p`` the threshold is
-``u + beta · ln(P_BODY / p)``, never below the detector's floor. Until ``MIN_HISTORY`` values
-were seen, the threshold is the floor's Gaussian counterpart (see :meth:`TailSummary.threshold`).
+``u + beta · ln(P_BODY / p)``, never below the detector's floor; until ``MIN_HISTORY`` values
+were seen it is the floor. :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
+share below ``u``, the exponential tail above. :class:`StreamTail` adds the stream's reading
+interval, from which a budget of false alerts a day becomes a per-reading ``p``.
 """
 
 from __future__ import annotations
