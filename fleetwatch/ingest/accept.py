@@ -31,6 +31,13 @@ MAX_SEND_BEFORE_EVENT_MS = _MINUTE_MS
 MAX_BUFFERED_MS = 30 * _DAY_MS
 MAX_CLOCK_SKEW_MS = 7 * _DAY_MS
 EARLIEST_EVENT_MS = 1_577_836_800_000  # 2020-01-01T00:00:00Z
+MAX_AHEAD_MS = 60_000
+"""How far a corrected event time may lie after the reading's arrival at the gateway. A reading
+happens before it arrives; the corrected time can be ahead only by the spread of network delays
+— or because the device's clock just jumped forward and the offset estimate (a running median)
+has not followed yet. Beyond this bound the event time is clamped to the arrival time (and the
+offset applied says so), so that no device can move the scorer's watermark, which is shared by
+every device, ahead of the gateway's clock."""
 MAX_BATCH = 1_000
 MAX_DEAD_LETTER_BYTES = 512 * 1024
 """The most of a rejected payload a dead letter keeps: half of Kafka's default record limit
@@ -48,6 +55,8 @@ class Accepted:
     value: bytes
     timestamp_ms: int
     seq: int
+    clamped: bool = False
+    """Whether the corrected event time was clamped to the arrival time (:data:`MAX_AHEAD_MS`)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,10 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         )
     offset = clocks.observe(device_id, reading.sent, received_ms)
     event_ms = reading.ts + offset
+    clamped = event_ms > received_ms + MAX_AHEAD_MS
+    if clamped:
+        offset = received_ms - reading.ts
+        event_ms = received_ms
     if event_ms < EARLIEST_EVENT_MS:
         raise PayloadRejected(f"corrected event time {event_ms} is before 2020-01-01")
     record = TelemetryRecord(
@@ -199,7 +212,7 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         firmware=reading.firmware,
         status=reading.status,
     )
-    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq)
+    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq, clamped)
 
 
 def dead_letter(

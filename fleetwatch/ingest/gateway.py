@@ -49,6 +49,8 @@ def now_ms() -> int:
 class Counters:
     messages: int = 0
     accepted: int = 0
+    clamped: int = 0
+    """Accepted readings whose event time was clamped to their arrival (accept.MAX_AHEAD_MS)."""
     rejected: int = 0
     acks_forwarded: int = 0
     acked: int = 0
@@ -189,6 +191,9 @@ class Gateway:
                 self.clocks,
             )
             self.counters.add("accepted", len(outcome.accepted))
+            clamped = sum(a.clamped for a in outcome.accepted)
+            if clamped:
+                self.counters.add("clamped", clamped)
             target = self.settings.topics.telemetry_raw
         else:
             outcome = handle_ack(msg.topic, msg.payload, received, root)

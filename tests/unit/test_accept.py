@@ -6,6 +6,7 @@ import pytest
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.ingest.accept import (
     EARLIEST_EVENT_MS,
+    MAX_AHEAD_MS,
     MAX_DEAD_LETTER_BYTES,
     MAX_REASONS,
     Outcome,
@@ -152,3 +153,40 @@ def test_an_event_before_2020_is_refused_after_correction() -> None:
 
 def test_a_dead_letter_from_an_odd_topic_has_an_empty_key() -> None:
     assert run("nowhere", b"{}").rejected[0].key == b""
+
+
+def test_a_clock_that_jumps_ahead_cannot_move_event_time_past_arrival() -> None:
+    """The offset is a running median: right after a device's clock jumps an hour ahead it
+    still holds the old offset, which would put the corrected event time an hour in the
+    future (and the scorer's watermark, shared by every device, with it)."""
+    clocks = ClockOffsets()
+    for i in range(10):  # a device in step with the gateway
+        t = NOW - 10_000 + i * 1000
+        out = run("devices/d1/telemetry", good(i, ts=t - 30, sent=t), received=t + 5, clocks=clocks)
+        assert not out.accepted[0].clamped
+    jump = 3600 * 1000
+    received = NOW + 1000
+    out = run(
+        "devices/d1/telemetry",
+        good(11, ts=received - 30 + jump, sent=received + jump),
+        received=received,
+        clocks=clocks,
+    )
+    (ok,) = out.accepted
+    record = json.loads(ok.value)
+    assert ok.clamped
+    assert record["event_ms"] == ok.timestamp_ms == received
+    assert record["clock_offset_ms"] == received - record["device_event_ms"]
+    assert not out.rejected, "clamped, not lost"
+
+
+def test_event_time_just_after_arrival_is_kept_as_corrected() -> None:
+    clocks = ClockOffsets()
+    for i in range(3):  # earlier, slower deliveries set the offset (a median) 2 s high
+        slow = NOW - 9000 + i * 1000
+        run("devices/d1/telemetry", good(i, ts=slow - 2030, sent=slow - 2000), slow, clocks)
+    out = run("devices/d1/telemetry", good(9, ts=NOW - 10, sent=NOW), NOW, clocks)
+    (ok,) = out.accepted
+    assert not ok.clamped
+    assert ok.timestamp_ms == NOW - 10 + 2000  # ahead of arrival by less than MAX_AHEAD_MS
+    assert ok.timestamp_ms - NOW < MAX_AHEAD_MS
