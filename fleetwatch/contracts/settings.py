@@ -251,6 +251,9 @@ class ApiSettings(_Part):
     """Default time a command may wait for its acknowledgement before it is ``timed_out``."""
     telemetry_per_device: int = Field(500, ge=0)
     """Recent readings kept per device for ``/devices/{id}/telemetry``; 0: not materialised."""
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    """The largest request body accepted (413 beyond it, before the body is parsed or the key
+    checked)."""
     access_log: bool = False
     """uvicorn's log line per request (request latency by route is on ``/metrics`` either way;
     a line per request costs the server at hundreds of requests per second)."""

@@ -19,6 +19,7 @@ from fleetwatch.serving.control.publisher import CommandPublisher, KafkaCommandP
 from fleetwatch.serving.control.tracker import CommandTracker
 from fleetwatch.serving.deps import Services
 from fleetwatch.serving.heap import settle
+from fleetwatch.serving.limits import BodyLimitMiddleware
 from fleetwatch.serving.materialiser import Materialiser
 from fleetwatch.serving.metrics import LatencyMiddleware, Metrics
 from fleetwatch.serving.routes import alerts, commands, devices, health, keys, webhooks
@@ -110,7 +111,8 @@ def create_app(
     app = FastAPI(
         title="fleetwatch", version=__version__, description=DESCRIPTION, lifespan=lifespan
     )
-    app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api.max_body_bytes)
+    app.add_middleware(LatencyMiddleware, metrics=metrics)  # outermost: 413s are timed too
     for router in (health, devices, alerts, commands, webhooks, keys):
         app.include_router(router.router)
 
