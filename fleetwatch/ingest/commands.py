@@ -3,12 +3,15 @@
 A command's Kafka offset is committed only after the MQTT broker acknowledged the publish
 (PUBACK), so a gateway stopped at any point re-sends rather than loses a command; devices
 recognise a repeat by its ``command_id``. A record that is not a valid command is logged and
-skipped (it stays in the topic for inspection) — it never stops the relay.
+skipped (it stays in the topic for inspection) — it never stops the relay. While MQTT is
+away (the publish refused, or not acknowledged in time) the relay goes back to the command and
+tries again ``RETRY_S`` later: the gateway's loop, which also serves Kafka, never stops on it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import paho.mqtt.client as mqtt
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -20,6 +23,8 @@ from fleetwatch.contracts.settings import Settings
 logger = logging.getLogger(__name__)
 
 PUBACK_TIMEOUT_S = 10.0
+RETRY_S = 1.0
+"""How long the relay leaves a command MQTT did not take before trying it again."""
 
 
 class CommandRelay:
@@ -38,9 +43,12 @@ class CommandRelay:
         self.consumer.subscribe([settings.topics.device_commands])
         self.relayed = 0
         self.invalid = 0
+        self.retry_at = 0.0
 
     def pump(self, max_messages: int = 100) -> int:
         """Relay what is waiting (non-blocking); returns how many records were done with."""
+        if time.monotonic() < self.retry_at:
+            return 0
         stored = 0
         for msg in self.consumer.consume(max_messages, timeout=0):
             if (err := msg.error()) is not None:
@@ -48,7 +56,8 @@ class CommandRelay:
                     logger.warning("command consumer: %s", err)
                 continue
             if not self._relay(msg):
-                # MQTT did not confirm in time: go back to this command and try again later
+                # MQTT did not take it: go back to this command and try again later
+                self.retry_at = time.monotonic() + RETRY_S
                 self.consumer.seek(
                     TopicPartition(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
                 )
@@ -73,8 +82,17 @@ class CommandRelay:
             )
             return True
         topic = self.settings.mqtt.commands_topic(command.device_id)
-        info = self.client.publish(topic, command.model_dump_json().encode(), qos=1)
-        info.wait_for_publish(PUBACK_TIMEOUT_S)
+        try:
+            info = self.client.publish(topic, command.model_dump_json().encode(), qos=1)
+            info.wait_for_publish(PUBACK_TIMEOUT_S)
+        except (RuntimeError, ValueError) as exc:  # paho: not queued (no connection, queue full)
+            logger.warning(
+                "command %s to %s not taken by MQTT (%s); will retry",
+                command.command_id,
+                topic,
+                exc,
+            )
+            return False
         if not info.is_published():
             logger.warning(
                 "command %s to %s not acknowledged by MQTT yet; will retry",
