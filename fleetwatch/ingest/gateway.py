@@ -11,13 +11,22 @@ and the broker delivers it again when the gateway (same client id) comes back.
 receive-maximum, so the broker holds the rest), and the Kafka producer's local queue is bounded.
 When Kafka is slow or away, the gateway stops acknowledging and the broker keeps the backlog;
 the gateway's memory stays bounded and it catches up when Kafka returns.
+
+*A record Kafka refuses for good* (not authorised, too large, a timestamp out of the topic's
+range: librdkafka retries everything else for ever) goes to ``telemetry.deadletter`` with the
+reason and the topic it was meant for, and its MQTT message is acknowledged once that is in
+Kafka; only a dead letter Kafka refuses too leaves its message unacknowledged. One such record
+no longer holds a slot of the in-flight window for ever (at ``max_in_flight`` of them, intake
+stopped).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +38,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.ingest.accept import Headers, Outcome, handle
+from fleetwatch.ingest.accept import MAX_DEAD_LETTER_BYTES, Headers, Outcome, handle
 from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
@@ -52,6 +61,8 @@ class Counters:
     clamped: int = 0
     """Accepted readings whose event time was clamped to their arrival (accept.MAX_AHEAD_MS)."""
     rejected: int = 0
+    redirected: int = 0
+    """Records Kafka refused for good, sent to the dead-letter topic instead."""
     acks_forwarded: int = 0
     acked: int = 0
     delivery_errors: int = 0
@@ -79,20 +90,34 @@ def producer_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+Refused = Callable[[Message, KafkaError, "_PendingAck"], bool]
+"""Takes a record Kafka refused for good; ``True`` when a dead letter for it is on its way
+(delivered with the same :class:`_PendingAck`)."""
+
+
 class _PendingAck:
     """Acknowledge one MQTT message once all records made from it are in Kafka."""
 
-    __slots__ = ("client", "counters", "failed", "mid", "qos", "remaining")
+    __slots__ = ("client", "counters", "failed", "mid", "qos", "refused", "remaining")
 
     def __init__(
-        self, client: mqtt.Client, counters: Counters, mid: int, qos: int, records: int
+        self,
+        client: mqtt.Client,
+        counters: Counters,
+        mid: int,
+        qos: int,
+        records: int,
+        refused: Refused | None = None,
     ) -> None:
         self.client, self.counters, self.mid, self.qos = client, counters, mid, qos
         self.remaining = records
         self.failed = False
+        self.refused = refused
 
     def __call__(self, err: KafkaError | None, record: Message) -> None:
-        if err is not None:
+        if err is not None and self.refused is not None and self.refused(record, err, self):
+            self.remaining += 1  # its dead letter's delivery now stands for it
+        elif err is not None:
             self.failed = True
             self.counters.add("delivery_errors")
             logger.error(
@@ -112,6 +137,7 @@ class Gateway:
         self.clock = clock
         self.counters = Counters()
         self.clocks = ClockOffsets()
+        self._refused: deque[tuple[bytes, bytes, Headers, _PendingAck]] = deque()
         self._closing = threading.Event()
         self.producer = Producer(producer_config(settings))
         self.client_id = client_id or settings.gateway.client_id
@@ -203,7 +229,7 @@ class Gateway:
         self._produce_all(
             outcome,
             target,
-            _PendingAck(client, self.counters, msg.mid, msg.qos, _size(outcome)),
+            _PendingAck(client, self.counters, msg.mid, msg.qos, _size(outcome), self._on_refused),
             received,
         )
 
@@ -222,6 +248,34 @@ class Gateway:
                 on_delivery,
                 dl.headers,
             )
+
+    def _on_refused(self, record: Message, err: KafkaError, pending: _PendingAck) -> bool:
+        """Queue a dead letter for a record Kafka refused for good (it is produced from the
+        main loop: this runs inside the producer's poll); ``False`` for a dead letter itself."""
+        topic = record.topic() or ""
+        if topic == self.settings.topics.telemetry_deadletter:
+            return False
+        reason = f"Kafka refused the record for {topic}: {err}"
+        value = record.value() or b""
+        headers: Headers = [
+            ("fw.reason", reason.encode()),
+            ("fw.source_topic", topic.encode()),
+            ("fw.received_ms", str(self.clock()).encode()),
+        ]
+        if len(value) > MAX_DEAD_LETTER_BYTES:
+            headers.append(("fw.payload_bytes", str(len(value)).encode()))
+            headers.append(("fw.payload_sha256", hashlib.sha256(value).hexdigest().encode()))
+            value = value[:MAX_DEAD_LETTER_BYTES]
+        self._refused.append((record.key() or b"", value, headers, pending))
+        self.counters.add("redirected")
+        logger.error("%s; sent to %s", reason, self.settings.topics.telemetry_deadletter)
+        return True
+
+    def _redirect_refused(self) -> None:
+        while self._refused:
+            key, value, headers, pending = self._refused.popleft()
+            dead = self.settings.topics.telemetry_deadletter
+            self._produce(dead, key, value, self.clock(), pending, headers)
 
     def _produce(
         self,
@@ -255,6 +309,7 @@ class Gateway:
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
+                self._redirect_refused()
                 self.relay.pump()
                 if time.monotonic() - last_report >= report_every_s:
                     last_report = time.monotonic()
@@ -273,8 +328,10 @@ class Gateway:
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
+                self._redirect_refused()
                 quiet = time.monotonic() - self._last_message > idle_s
-                if self._unsubscribed.is_set() and quiet and len(self.producer) == 0:
+                drained = len(self.producer) == 0 and not self._refused
+                if self._unsubscribed.is_set() and quiet and drained:
                     break
         finally:
             self._closing.set()
