@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import signal
 import threading
 import time
@@ -10,6 +11,13 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from fleetwatch.contracts.commands import Command
 from fleetwatch.contracts.telemetry import reading_payload
@@ -161,3 +169,52 @@ def test_scaling_down_strands_nothing_in_the_removed_workers_sessions(isolated: 
         90,
         "every reading, including those queued for the removed worker",
     )
+
+
+def test_a_record_kafka_refuses_is_dead_lettered_and_its_message_acknowledged(
+    isolated: Isolated,
+) -> None:
+    """The test's telemetry topic takes records of at most 1,500 bytes; a reading of many
+    metrics makes a larger record, which Kafka refuses for good (MSG_SIZE_TOO_LARGE). It goes
+    to the dead letters with the reason, its MQTT message is acknowledged (a gateway started
+    again is not handed it a second time), and the readings after it flow."""
+    admin = AdminClient({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        isolated.topics.telemetry_raw,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "1500", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    t = now_ms()
+    rng = random.Random(7)  # names and values that compress poorly (the producer uses lz4)
+    metrics = {f"m{rng.getrandbits(120):030x}": rng.random() for _ in range(60)}
+    wide = reading_payload(1, t - 5, t, metrics)
+    gateway = isolated.start("gateway", "gateway")
+    with isolated.mqtt_client() as client:
+        isolated.await_gateway(client)
+        client.publish(f"{isolated.mqtt_root}/wide/telemetry", wide, qos=1).wait_for_publish(10)
+        (dead,) = isolated.read_all(isolated.topics.telemetry_deadletter, 1)
+        reason = dead.headers["fw.reason"].decode()
+        assert reason.startswith(f"Kafka refused the record for {isolated.topics.telemetry_raw}")
+        assert dead.headers["fw.source_topic"] == isolated.topics.telemetry_raw.encode()
+        assert json.loads(dead.value)["device_id"] == "wide"
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(60) == 0
+        isolated.start("gateway-again", "gateway")  # the same persistent session
+        for seq in range(5):
+            client.publish(
+                f"{isolated.mqtt_root}/after/telemetry", payload(seq), qos=1
+            ).wait_for_publish(10)
+    wait_until(
+        lambda: (
+            {r["seq"] for r in real_readings(isolated, 6) if r["device_id"] == "after"}
+            == set(range(5))
+        ),
+        60,
+        "the readings after the refused one",
+    )
+    again = isolated.read_all(isolated.topics.telemetry_deadletter, 2, timeout_s=5)
+    assert len(again) == 1, "the refused message was acknowledged: not delivered again"
