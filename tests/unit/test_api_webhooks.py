@@ -19,7 +19,7 @@ from fleetwatch.serving.tables import DeliveryRow
 from fleetwatch.serving.webhooks.backoff import retry_delay_s
 from fleetwatch.serving.webhooks.delivery import Sender
 from fleetwatch.serving.webhooks.dispatch import fan_out
-from fleetwatch.serving.webhooks.urls import UrlRefused, check_url
+from fleetwatch.serving.webhooks.urls import UrlRefused, check_url, pin
 from tests.unit.api_support import Api, make_alert, running_api
 
 
@@ -208,3 +208,57 @@ def test_private_targets_are_refused_at_registration_unless_allowed(api_private:
 @pytest.fixture
 def api_private(tmp_path: Path) -> Iterator[Api]:
     yield from running_api(tmp_path)
+
+
+def test_a_delivery_goes_to_the_address_that_was_checked(tmp_path: Path) -> None:
+    """The name answers a public address to the check and a private one after it (DNS
+    rebinding): the request is bound to the checked address, with the name kept in the Host
+    header and as the TLS server name."""
+    answers = iter([["93.184.215.14"], ["127.0.0.1"], ["127.0.0.1"]])
+
+    def rebinding(host: str, port: int) -> list[str]:
+        return next(answers)
+
+    for api in running_api(tmp_path):
+        hook = add_hook(api.store)
+        with api.store.session() as session, session.begin():
+            from fleetwatch.serving.tables import WebhookRow
+
+            row = session.get(WebhookRow, hook)
+            assert row is not None
+            row.url = "https://hooks.example.com:8443/in?x=1"
+        fan_out(api.store, [make_alert("d1", 1, 1_000)])
+        receiver = Receiver([204])
+        settings = WebhookSettings(allow_private=False)
+        sender = Sender(
+            api.store, settings, Metrics(), rebinding, transport=httpx.MockTransport(receiver)
+        )
+        (delivery,) = owed(api.store)
+        assert sender.attempt(delivery).delivered
+        (request,) = receiver.requests
+        assert str(request.url) == "https://93.184.215.14:8443/in?x=1"
+        assert request.headers["host"] == "hooks.example.com:8443"
+        assert request.extensions["sni_hostname"] == "hooks.example.com"
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "expected", "host"),
+    [
+        (
+            "http://hooks.example.com/a",
+            "93.184.215.14",
+            "http://93.184.215.14/a",
+            "hooks.example.com",
+        ),
+        (
+            "https://hooks.example.com:443/a",
+            "2606:2800:21f:cb07:6820:80da:af6b:8b2c",
+            "https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/a",
+            "hooks.example.com",
+        ),
+    ],
+)
+def test_a_pinned_url_keeps_path_and_name(url: str, address: str, expected: str, host: str) -> None:
+    target = pin(url, allow_private=False, resolver=fixed(address))
+    assert (target.url, target.headers["Host"]) == (expected, host)
+    assert pin("http://127.0.0.1:9/x", allow_private=True).url == "http://127.0.0.1:9/x"

@@ -19,7 +19,7 @@ from fleetwatch.serving.store import Store, now_ms
 from fleetwatch.serving.store import webhooks as hooks
 from fleetwatch.serving.tables import DeliveryRow, WebhookRow
 from fleetwatch.serving.webhooks.backoff import retry_delay_s
-from fleetwatch.serving.webhooks.urls import Resolver, UrlRefused, check_url, resolve
+from fleetwatch.serving.webhooks.urls import Resolver, UrlRefused, pin, resolve
 from fleetwatch.serving.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -68,11 +68,16 @@ class Sender:
 
     def post(self, hook: WebhookRow, delivery: DeliveryRow) -> Outcome:
         try:
-            check_url(hook.url, self.settings.allow_private, self.resolver)
+            target = pin(hook.url, self.settings.allow_private, self.resolver)
             headers = signed_headers(
                 hook.secret, delivery.message_id, int(time.time()), delivery.payload
             )
-            response = self.client.post(hook.url, content=delivery.payload, headers=headers)
+            response = self.client.post(
+                target.url,
+                content=delivery.payload,
+                headers={**headers, **target.headers},
+                extensions=target.extensions,
+            )
         except UrlRefused as exc:
             return Outcome(False, None, f"refused: {exc}")
         except httpx.HTTPError as exc:
