@@ -234,9 +234,17 @@ def dead_letter(
         ("fw.mqtt_topic", topic.encode(errors="replace")[:1024]),
         ("fw.received_ms", str(received_ms).encode()),
     ]
-    value = bytes(payload)
-    if len(value) > MAX_DEAD_LETTER_BYTES:
-        headers.append(("fw.payload_bytes", str(len(value)).encode()))
-        headers.append(("fw.payload_sha256", hashlib.sha256(value).hexdigest().encode()))
-        value = value[:MAX_DEAD_LETTER_BYTES]
-    return DeadLetter(key, value, headers, reason, readings)
+    value, cut = capped(bytes(payload))
+    return DeadLetter(key, value, headers + cut, reason, readings)
+
+
+def capped(value: bytes) -> tuple[bytes, Headers]:
+    """A dead letter's value: whole up to :data:`MAX_DEAD_LETTER_BYTES`, else cut there, with
+    headers giving the whole length and its digest."""
+    if len(value) <= MAX_DEAD_LETTER_BYTES:
+        return value, []
+    headers: Headers = [
+        ("fw.payload_bytes", str(len(value)).encode()),
+        ("fw.payload_sha256", hashlib.sha256(value).hexdigest().encode()),
+    ]
+    return value[:MAX_DEAD_LETTER_BYTES], headers

@@ -22,7 +22,6 @@ stopped).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -38,7 +37,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.ingest.accept import MAX_DEAD_LETTER_BYTES, Headers, Outcome, handle
+from fleetwatch.ingest.accept import Headers, Outcome, capped, handle
 from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
@@ -256,16 +255,13 @@ class Gateway:
         if topic == self.settings.topics.telemetry_deadletter:
             return False
         reason = f"Kafka refused the record for {topic}: {err}"
-        value = record.value() or b""
+        value, cut = capped(record.value() or b"")
         headers: Headers = [
             ("fw.reason", reason.encode()),
             ("fw.source_topic", topic.encode()),
             ("fw.received_ms", str(self.clock()).encode()),
+            *cut,
         ]
-        if len(value) > MAX_DEAD_LETTER_BYTES:
-            headers.append(("fw.payload_bytes", str(len(value)).encode()))
-            headers.append(("fw.payload_sha256", hashlib.sha256(value).hexdigest().encode()))
-            value = value[:MAX_DEAD_LETTER_BYTES]
         self._refused.append((record.key() or b"", value, headers, pending))
         self.counters.add("redirected")
         logger.error("%s; sent to %s", reason, self.settings.topics.telemetry_deadletter)

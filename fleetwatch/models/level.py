@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,22 @@ BoolArray = npt.NDArray[np.bool_]
 TINY = 1e-12
 CARRY = 2
 """``[e, alerting]`` per metric: the average after the last reading and whether it alerted."""
+
+
+class Judged(NamedTuple):
+    """One metric's readings of a batch, as the detector judges them."""
+
+    rows: npt.NDArray[np.intp]
+    """Its warm rows, in time order."""
+    expected: FloatArray
+    """The profile's value plus the adopted offset."""
+    average: FloatArray
+    """``e`` after each reading."""
+    z: FloatArray
+    alerting: BoolArray
+    """With hysteresis."""
+    threshold: float
+    """``inf`` while the metric has too little history to be scored."""
 
 
 def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
@@ -134,21 +150,19 @@ class LevelShiftDetector(Detector):
         self.tails: list[StreamTail] = []
         self.excluded_since: list[int | None] = []
         self._held: Mapping[str, list[float]] = {}
+        self._memo: tuple[Batch, Mapping[str, list[float]], dict[int, Judged]] | None = None
+        """The last batch judged from the scorer's memory: :meth:`score` and :meth:`remember`
+        ask for the same one."""
 
     # -- what the scorer asks ----------------------------------------------------------------
 
     def resume(self, memory: ScoringMemory) -> None:
         self._held = memory.levels
+        self._memo = None
 
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:
-        batch = Batch.of(readings)
-        judged = self._judge(batch)
-        present = set(batch.names)
-        for m, name in enumerate(self.profile.metrics):
-            if name in present and m in judged:
-                _, e, _, on, _ = judged[m]
-                if e.size:
-                    memory.levels[name] = [float(e[-1]), float(on[-1])]
+        for m, j in self._judged(Batch.of(readings)).items():
+            memory.levels[self.profile.metrics[m]] = [float(j.average[-1]), float(j.alerting[-1])]
 
     def learned_metrics(self) -> list[str]:
         return list(self.profile.metrics)
@@ -162,12 +176,19 @@ class LevelShiftDetector(Detector):
             return float(carried[0]), bool(carried[1])
         return float(self.carry[m, 0]), bool(self.carry[m, 1])
 
-    def _judge(
-        self, batch: Batch, held: bool = True
-    ) -> dict[int, tuple[npt.NDArray[np.intp], FloatArray, FloatArray, BoolArray, float]]:
-        """Per scored metric: its rows (warm ones, time order), the average, ``|z|``, whether
-        each alerts (with hysteresis), and the threshold."""
-        out: dict[int, tuple[npt.NDArray[np.intp], FloatArray, FloatArray, BoolArray, float]] = {}
+    def _judged(self, batch: Batch) -> dict[int, Judged]:
+        """:meth:`_judge` from the scorer's memory, once per batch."""
+        memo = self._memo
+        if memo is not None and memo[0] is batch and memo[1] is self._held:
+            return memo[2]
+        judged = self._judge(batch, held=True)
+        self._memo = (batch, self._held, judged)
+        return judged
+
+    def _judge(self, batch: Batch, held: bool) -> dict[int, Judged]:
+        """Per metric with warm rows in ``batch``: how they are judged, the average continuing
+        from the scorer's memory (``held``) or from the parameters."""
+        out: dict[int, Judged] = {}
         if not self.profile.metrics:
             return out
         codes = batch.lookup(self.profile.metrics)
@@ -180,14 +201,13 @@ class LevelShiftDetector(Detector):
             if rows.size == 0:
                 continue
             e0, on0 = self._start(m, held)
-            r = batch.value[rows] - mean[rows] - self.offset[m]
-            e = moving_average(r, self.lam, e0)
+            expected = mean[rows] + self.offset[m]
+            e = moving_average(batch.value[rows] - expected, self.lam, e0)
             w, sq = self.spread[m]
             scale = math.sqrt(sq / w) if w > 0 else 0.0
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
-                z = np.zeros(rows.size)
-                on = np.zeros(rows.size, bool)
-                out[m] = (rows, e, z, on, math.inf)
+                quiet = np.zeros(rows.size)
+                out[m] = Judged(rows, expected, e, quiet, quiet.astype(bool), math.inf)
                 continue
             z = np.abs(e) / max(scale, TINY)
             tail = self.tails[m]
@@ -197,7 +217,7 @@ class LevelShiftDetector(Detector):
             last_set = np.maximum.accumulate(np.where(z > threshold, idx, -1 if on0 else -2))
             low = z <= self.stay * threshold
             last_reset = np.maximum.accumulate(np.where(low, idx, -2 if on0 else -1))
-            out[m] = (rows, e, z, last_set > last_reset, threshold)
+            out[m] = Judged(rows, expected, e, z, last_set > last_reset, threshold)
         return out
 
     def _span(self) -> float:
@@ -208,22 +228,18 @@ class LevelShiftDetector(Detector):
         n = len(batch)
         surprise = np.zeros(n)
         level, expected, band = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-        codes = batch.lookup(self.profile.metrics)
-        mean, _, _ = self.profile.expect(
-            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
-        )
-        for m, (rows, e, z, on, threshold) in self._judge(batch).items():
-            if math.isinf(threshold):
+        for m, j in self._judged(batch).items():
+            if math.isinf(j.threshold):
                 continue
             # while alerting, the bar is ``stay`` times the threshold (hysteresis)
-            bar = np.where(on, self.stay * threshold, threshold)
-            s = calibrated_surprise(self.tails[m], z, bar, S_ALERT)
-            surprise[rows] = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
-            base = mean[rows] + self.offset[m]
-            level[rows] = base + e
-            expected[rows] = base
+            bar = np.where(j.alerting, self.stay * j.threshold, j.threshold)
+            s = calibrated_surprise(self.tails[m], j.z, bar, S_ALERT)
+            on = j.alerting
+            surprise[j.rows] = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
+            level[j.rows] = j.expected + j.average
+            expected[j.rows] = j.expected
             w, sq = self.spread[m]
-            band[rows] = threshold * math.sqrt(sq / w)
+            band[j.rows] = j.threshold * math.sqrt(sq / w)
         return surprise, level, expected, band
 
     def _surprise(self, batch: Batch) -> FloatArray:
@@ -241,10 +257,11 @@ class LevelShiftDetector(Detector):
     # -- learning ----------------------------------------------------------------------------
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        self._memo = None
         judged = self._judge(batch, held=False)
         keep = keep.copy()
-        for m, (rows, e, _, _, _) in judged.items():
-            self._adopt(m, rows, batch.event_ms, keep, e)
+        for m, j in judged.items():
+            self._adopt(m, j.rows, batch.event_ms, keep, j.average)
         shifted = batch.value - self._offsets(batch)
         self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)
         grow = len(self.profile.metrics) - self.offset.size
@@ -264,11 +281,11 @@ class LevelShiftDetector(Detector):
             if unjudged
             else {}
         )
-        for m, (rows, e, _, on, _) in {**judged, **fresh}.items():
-            kept = keep[rows]
+        for m, j in {**judged, **fresh}.items():
+            kept = keep[j.rows]
             if kept.any():
-                self._learn_spread(m, e[kept])
-            self.carry[m] = (float(e[-1]), float(on[-1]))
+                self._learn_spread(m, j.average[kept])
+            self.carry[m] = (float(j.average[-1]), float(j.alerting[-1]))
 
     def _learn_spread(self, m: int, e: FloatArray) -> None:
         """Add the averages of normal readings to the spread (decayed per reading), then their

@@ -51,9 +51,9 @@ class NoAlerts:
 def stages(failing: str | None) -> Any:
     def argv(*args: str) -> list[str]:
         if args[0] == failing:
-            code = "import sys, time; time.sleep(1); print('KafkaException: broken'); sys.exit(3)"
+            code = "import sys; print('KafkaException: broken'); sys.exit(3)"
         else:
-            code = "import time; time.sleep(120)"
+            code = "import signal; signal.pause()"  # runs until the demo stops it
         return [sys.executable, "-c", code, *args]
 
     return argv
