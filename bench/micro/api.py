@@ -134,6 +134,9 @@ class NullPublisher:
     def reachable(self) -> bool:
         return True
 
+    def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

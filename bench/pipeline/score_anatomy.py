@@ -212,7 +212,7 @@ def start(
     checkpoint: Path,
 ) -> Any:
     from fleetwatch.streaming.kafka_io import kafka_stream
-    from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, scorer_input
+    from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, kafka_rows, scorer_input
     from fleetwatch.streaming.scorer.processor import device_scorer
 
     topics = settings.topics
@@ -226,7 +226,7 @@ def start(
         timeMode="EventTime",
     )
     writer = (
-        out.select("topic", "key", "value")
+        kafka_rows(out)
         .writeStream.format("kafka")
         .queryName("anatomy")
         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)

@@ -222,7 +222,7 @@ class Scorer:
         batch = BucketBatch.of(readings, self.published)
         self.published = []
         self._keep(score_bucket(self.bucket, batch, watermark, now_ms, self.policy, self.store))
-        self._keep(expire_bucket(self.bucket, watermark, now_ms, self.policy))
+        self._keep(expire_bucket(self.bucket, watermark, now_ms, self.policy, self.store))
 
     def publish(self, versions: dict[str, int], params: dict[str, str], now_ms: int) -> None:
         """New parameters on ``model.params``: used from the next micro-batch on."""

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-DeviceStatus = Literal["ok", "alerting", "silent"]
+DeviceStatus = Literal["ok", "alerting", "silent", "quarantined"]
 SessionEnd = Literal["gap", "reboot"]
 
 
@@ -55,6 +55,10 @@ class DeviceState(BaseModel):
     """Repeated readings dropped so far."""
     windows: dict[str, WindowFeatures] = {}
     """Per metric, its newest window final under the watermark (``score.window_size_s``)."""
+    quarantined_until_ms: int | None = None
+    """While ``status`` is ``quarantined``: when the quarantine ends (wall clock), unless lifted."""
+    quarantine_reason: str | None = None
+    """Why the device's last scoring batch failed."""
     updated_ms: int
 
 

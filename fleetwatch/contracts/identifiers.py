@@ -3,7 +3,8 @@ gateway's topic, the wire contracts, the API's paths and bodies).
 
 A device id is 1 to 128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or a
 digit. It never holds ``:``, so that a key with a reserved prefix — :data:`FLEET_KEY_PREFIX`,
-the fleet champions' ``fleet:{scope}`` on ``model.params`` — can never be a device's. A metric
+the fleet champions' ``fleet:{scope}`` and the quarantine lifts' ``quarantine:{device_id}``
+on ``model.params`` — can never be a device's. A metric
 name is 1 to 64 letters, digits, ``_``, ``.`` or ``-``, starting with a letter.
 """
 
@@ -19,6 +20,10 @@ METRIC_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 FLEET_KEY_PREFIX = "fleet:"
 """The prefix of a fleet champion's key on ``model.params`` (:mod:`fleetwatch.contracts.fleet`);
 its ``:`` keeps it apart from every device id."""
+
+QUARANTINE_KEY_PREFIX = "quarantine:"
+"""The prefix of a device's quarantine-lift record on ``model.params``
+(:mod:`fleetwatch.streaming.scorer.quarantine`)."""
 
 DeviceId = Annotated[str, StringConstraints(pattern=DEVICE_ID_PATTERN)]
 MetricName = Annotated[str, StringConstraints(pattern=METRIC_NAME_PATTERN)]

@@ -189,6 +189,19 @@ class ScoreSettings(_Part):
     ``fallback`` for devices whose own multivariate model is still warming up (and those with
     no learned parameters yet), ``always`` for every device of the scope, ``off`` never."""
 
+    quarantine_after: int = Field(3, ge=1)
+    """A device whose micro-batches fail this many times in a row is quarantined: its readings
+    go to ``telemetry.deadletter`` unscored, and ``device.state`` says ``quarantined``."""
+    quarantine_s: int = Field(3600, ge=1)
+    """How long a quarantine lasts, unless lifted sooner (``POST
+    /devices/{device_id}/quarantine/lift``)."""
+    expire_after_s: int = Field(30 * 24 * 3600, ge=60)
+    """A device silent this long in event time leaves the scorer's state (its next reading
+    starts it afresh)."""
+    max_metrics: int = Field(64, ge=1)
+    """Metric names a device may report; a reading's names beyond them are refused (dead
+    letter, with the reason) and the rest of the reading is scored."""
+
     @model_validator(mode="after")
     def _windows_fit(self) -> ScoreSettings:
         if self.window_slide_s > self.window_size_s:

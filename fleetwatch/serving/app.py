@@ -58,7 +58,9 @@ def create_app(
         settings.run_path.mkdir(parents=True, exist_ok=True)
         db = store or Store(settings.database_url)
         kafka = publisher or KafkaCommandPublisher(
-            settings.kafka.bootstrap_servers, settings.topics.device_commands
+            settings.kafka.bootstrap_servers,
+            settings.topics.device_commands,
+            settings.topics.model_params,
         )
         hooks = settings.api.webhooks
         sender = Sender(db, hooks, metrics, resolver, transport)

@@ -62,6 +62,8 @@ class DeviceStateRow(Base):
     params_version: Mapped[int] = mapped_column(BigInteger)
     clock_offset_ms: Mapped[int] = mapped_column(BigInteger)
     session_id: Mapped[str | None] = mapped_column(String(64))
+    quarantined_until_ms: Mapped[int | None] = mapped_column(BigInteger)
+    quarantine_reason: Mapped[str | None] = mapped_column(String(512))
     updated_ms: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -60,7 +60,7 @@ def kafka_row(line: str) -> str:
     except (ValueError, KeyError, TypeError):
         key, event_ms = "d1", T0
     at = datetime.fromtimestamp(event_ms / 1000, tz=UTC).isoformat()
-    return json.dumps({"key": key, "value": line, "timestamp": at})
+    return json.dumps({"key": key, "value": line, "timestamp": at, "partition": 0, "offset": 7})
 
 
 class Steps:
@@ -81,9 +81,9 @@ class Steps:
         if updates:
             body = "\n".join(json.dumps({"key": k, "value": v}) for k, v in updates)
             (self.params / f"{self.n}.json").write_text(body + "\n")
-        raw = self.spark.readStream.schema("key STRING, value STRING, timestamp TIMESTAMP").json(
-            str(self.raw)
-        )
+        raw = self.spark.readStream.schema(
+            "key STRING, value STRING, timestamp TIMESTAMP, partition INT, offset LONG"
+        ).json(str(self.raw))
         par = self.spark.readStream.schema("key STRING, value STRING").json(str(self.params))
         frame = scored_frame(scorer_input(raw, par, "1 minute"), SETTINGS)
         got: list[dict[str, Any]] = []
@@ -144,6 +144,11 @@ def test_alerts_state_sessions_late_data_and_a_parameter_update(spark: Any, tmp_
         (r["key"], json.loads(r["value"])) for r in first if r["topic"] == TOPICS.device_sessions
     ]
     assert all(key == s["session_id"] for key, s in sessions)  # compacted by session
+    dead = [r for r in first if r["topic"] == TOPICS.telemetry_deadletter]
+    assert [(r["key"], r["value"]) for r in dead] == [("d1", "{not json")]
+    headers = dict(json.loads(dead[0]["headers"]))
+    assert headers["fw.reason"].startswith("not JSON")
+    assert (headers["fw.stage"], headers["fw.source_offset"]) == ("score", "7")
 
     # learned parameters arrive; the next spike is scored with them, and a reading far
     # behind the watermark goes to telemetry.late

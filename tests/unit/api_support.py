@@ -61,6 +61,7 @@ class FakePublisher:
     """Stands in for Kafka: records what was published; can be told to fail."""
 
     published: list[Command] = field(default_factory=list)
+    lifts: list[tuple[str, int]] = field(default_factory=list)
     failing: bool = False
     up: bool = True
 
@@ -68,6 +69,11 @@ class FakePublisher:
         if self.failing:
             raise PublishFailed("broker away (test)")
         self.published.append(command)
+
+    def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
+        if self.failing:
+            raise PublishFailed("broker away (test)")
+        self.lifts.append((device_id, lifted_ms))
 
     def reachable(self) -> bool:
         return self.up

@@ -100,7 +100,7 @@ def test_the_bucket_timer_is_the_earliest_devices_and_silences_those_due() -> No
     due = arm_timer(bucket)
     assert due == T0 + POLICY.session_gap_ms
     assert arm_timer(bucket) is None  # registered already
-    out = expire_bucket(bucket, due, T0, POLICY)
+    out = expire_bucket(bucket, due, T0, POLICY, MemoryStore())
     states = [json.loads(v) for device, role, v in out.records if role == Role.STATE]
     assert [(s["device_id"], s["status"]) for s in states] == [("e1", "silent")]
     assert bucket["devices"]["e2"]["timer_ms"] == T0 + 5000 + POLICY.session_gap_ms

@@ -50,6 +50,18 @@ def test_each_device_of_a_bucket_learns_as_it_would_alone() -> None:
     assert learn_bucket(bucket, []).empty
 
 
+def test_a_device_whose_learning_fails_is_left_as_it_was_and_the_others_learn() -> None:
+    corrupt = '{"kind": "combined", "version": 3}'  # parameters no detector loads
+    bucket = {"bad": corrupt, "d1": str(learn_device(None, frame(1, 0, 120)))}
+    detectors: dict[str, object] = {}
+    batches = [("bad", Batch.of(frame(4, 0, 20))), ("d1", Batch.of(frame(2, 120, 20)))]
+    rows = learn_bucket(bucket, batches, detectors)  # type: ignore[arg-type]
+    assert list(rows["device_id"]) == ["d1"]
+    assert bucket["bad"] == corrupt
+    assert "bad" not in detectors
+    assert bucket["d1"] == learn_device(learn_device(None, frame(1, 0, 120)), frame(2, 120, 20))
+
+
 def test_seeding_keeps_the_highest_version_per_device() -> None:
     one = learn_device(None, frame(1, 0, 12))
     two = learn_device(one, frame(1, 12, 12))

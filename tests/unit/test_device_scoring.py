@@ -186,7 +186,7 @@ def test_a_silent_device_ends_its_session_and_resolves_its_alerts() -> None:
     assert again == due  # not yet: re-armed
     assert out.records == []
     state, out, again = expire("d1", state, due, T0, POLICY)
-    assert again is None
+    assert again == T0 + 1000 + POLICY.expire_after_ms  # when it is forgotten
     assert [a["status"] for a in of(out, Role.ALERTS)] == ["resolve"]
     assert of(out, Role.SESSIONS)[0]["end_reason"] == "gap"
     assert of(out, Role.STATE)[0]["status"] == "silent"

@@ -1,4 +1,5 @@
-"""Publishing a command to ``device.commands`` and waiting until Kafka has it."""
+"""Publishing a command to ``device.commands`` (or a quarantine lift to ``model.params``) and
+waiting until Kafka has it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from fleetwatch.contracts.commands import Command
+from fleetwatch.contracts.quarantine import lift_key, lift_value
 from fleetwatch.serving.errors import ServingError
 
 
@@ -19,14 +21,21 @@ class CommandPublisher(Protocol):
     def publish(self, command: Command) -> None:
         """Return once the command is durable in Kafka; raise :class:`PublishFailed` if not."""
 
+    def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
+        """Return once the lift record is durable in Kafka; raise :class:`PublishFailed` if
+        not."""
+
     def reachable(self) -> bool: ...
 
     def close(self) -> None: ...
 
 
 class KafkaCommandPublisher:
-    def __init__(self, bootstrap: str, topic: str, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, params_topic: str, timeout_s: float = 5.0
+    ) -> None:
         self.topic = topic
+        self.params_topic = params_topic
         self.timeout_s = timeout_s
         self.producer = Producer(
             {
@@ -40,6 +49,13 @@ class KafkaCommandPublisher:
         self._lock = threading.Lock()
 
     def publish(self, command: Command) -> None:
+        self._send(self.topic, command.device_id, command.model_dump_json(), "the command")
+
+    def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
+        key = lift_key(device_id)
+        self._send(self.params_topic, key, lift_value(device_id, lifted_ms), "the lift")
+
+    def _send(self, topic: str, key: str, value: str, what: str) -> None:
         done = threading.Event()
         errors: list[KafkaError] = []
 
@@ -51,10 +67,7 @@ class KafkaCommandPublisher:
         try:
             with self._lock:
                 self.producer.produce(
-                    self.topic,
-                    key=command.device_id.encode(),
-                    value=command.model_dump_json().encode(),
-                    on_delivery=delivered,
+                    topic, key=key.encode(), value=value.encode(), on_delivery=delivered
                 )
             deadline_polls = int(self.timeout_s * 20) + 20
             for _ in range(deadline_polls):
@@ -63,11 +76,11 @@ class KafkaCommandPublisher:
                 with self._lock:
                     self.producer.poll(0.05)
         except (KafkaException, BufferError) as exc:
-            raise PublishFailed(f"Kafka refused the command: {exc}") from exc
+            raise PublishFailed(f"Kafka refused {what}: {exc}") from exc
         if not done.is_set():
-            raise PublishFailed("Kafka did not confirm the command in time")
+            raise PublishFailed(f"Kafka did not confirm {what} in time")
         if errors:
-            raise PublishFailed(f"Kafka refused the command: {errors[0].str()}")
+            raise PublishFailed(f"Kafka refused {what}: {errors[0].str()}")
 
     def reachable(self) -> bool:
         try:

@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from fleetwatch.serving.auth import Admin, Reader
-from fleetwatch.serving.deps import StoreDep
+from fleetwatch.serving.control.publisher import PublishFailed
+from fleetwatch.serving.deps import ServicesDep, StoreDep
 from fleetwatch.serving.routes.params import (
     AUTH,
     NOT_FOUND,
@@ -28,6 +29,7 @@ from fleetwatch.serving.schemas.devices import (
     DeviceSummary,
     DeviceUpdate,
     ModelPublic,
+    QuarantineLift,
     ReadingPublic,
     ReadingsPublic,
     SessionPublic,
@@ -134,6 +136,26 @@ def delete_device(device_id: DevicePath, store: StoreDep, _: Admin) -> Response:
         if not repo.delete_device(session, device_id):
             raise _not_found(device_id)
     return Response(status_code=204)
+
+
+@router.post(
+    "/{device_id}/quarantine/lift",
+    response_model=QuarantineLift,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={**NOT_FOUND, 503: {"description": "Kafka did not take the lift"}},
+)
+def lift_quarantine(device_id: DevicePath, services: ServicesDep, _: Admin) -> QuarantineLift:
+    """End the device's quarantine (the scorer sets a device aside after repeated failures of
+    its batches, for ``score.quarantine_s``): the scorer takes the lift on its next micro-batch
+    and scores the device's readings again; ``device.state`` then says so. Lifting a device
+    that is not quarantined does nothing."""
+    _require_known(services.store, device_id)
+    lifted_ms = now_ms()
+    try:
+        services.publisher.lift_quarantine(device_id, lifted_ms)
+    except PublishFailed as exc:
+        raise HTTPException(503, detail=str(exc)) from exc
+    return QuarantineLift(device_id=device_id, lifted_ms=lifted_ms)
 
 
 def _require_known(store: Store, device_id: str) -> None:

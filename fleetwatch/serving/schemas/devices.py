@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from fleetwatch.serving.schemas.alerts import AlertPublic
 from fleetwatch.serving.schemas.common import DeviceId, Label, Page, Tag, text
 
-DeviceStatus = Literal["ok", "alerting", "silent", "unknown"]
+DeviceStatus = Literal["ok", "alerting", "silent", "quarantined", "unknown"]
 Attributes = Annotated[
     dict[
         Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")],
@@ -51,6 +51,10 @@ class DeviceStatePublic(BaseModel):
     params_version: int
     clock_offset_ms: int
     session_id: str | None
+    quarantined_until_ms: int | None = None
+    """While ``status`` is ``quarantined``: when it ends (``POST .../quarantine/lift`` ends it
+    sooner)."""
+    quarantine_reason: str | None = None
     updated_ms: int
 
 
@@ -120,3 +124,9 @@ class ModelPublic(BaseModel):
     trained_to_ms: int | None
     published_ms: int | None
     params: dict[str, Any]
+
+
+class QuarantineLift(BaseModel):
+    device_id: str
+    lifted_ms: int
+    """A quarantine that began at or before this (wall clock) ends."""

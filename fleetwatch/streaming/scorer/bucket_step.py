@@ -23,12 +23,15 @@ When the bucket's timer fires, :func:`expire_bucket` lets the devices that are d
 
 from __future__ import annotations
 
+import logging
+import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from fleetwatch.contracts.fleet import fleet_scope
+from fleetwatch.streaming.scorer import quarantine
 from fleetwatch.streaming.scorer.detectors import (
     CACHE,
     CHAMPIONS,
@@ -37,16 +40,19 @@ from fleetwatch.streaming.scorer.detectors import (
     fleet_model,
     fleet_params,
 )
-from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state, state_record
 from fleetwatch.streaming.scorer.device_step import (
     Output,
     Policy,
     Role,
     expire,
+    forgotten,
     process,
     wants_timer,
 )
-from fleetwatch.streaming.scorer.readings import Rows
+from fleetwatch.streaming.scorer.readings import Record, Refused, Rows
+
+logger = logging.getLogger(__name__)
 
 
 class BucketState(TypedDict):
@@ -73,6 +79,10 @@ class ParamsStore(Protocol):
 
     def save_params(self, device_id: str, params_json: str, version: int) -> None: ...
 
+    def forget(self, device_id: str) -> None:
+        """Drop the device's parameters (it expired)."""
+        ...
+
     def champion(self, scope: str) -> tuple[str, str] | None:
         """The scope's champion: its parameters (JSON) and label (``name/version``), if any."""
         ...
@@ -94,6 +104,9 @@ class MemoryStore:
     def save_params(self, device_id: str, params_json: str, version: int) -> None:
         self.device_params[device_id] = (params_json, version)
 
+    def forget(self, device_id: str) -> None:
+        self.device_params.pop(device_id, None)
+
     def champion(self, scope: str) -> tuple[str, str] | None:
         stored = self.champions.get(scope)
         return None if stored is None else (stored[0], stored[2])
@@ -111,30 +124,51 @@ class BucketBatch:
     """Device id → the values of its ``model.params`` records in the batch."""
     champions: Mapping[str, list[str]] = field(default_factory=dict)
     """Scope → the values of its champion's records (``fleet:{scope}``) in the batch."""
+    lifts: Mapping[str, list[str]] = field(default_factory=dict)
+    """Device id → the values of its quarantine-lift records (``quarantine:{device_id}``)."""
+    sources: Mapping[str, list[Record]] = field(default_factory=dict)
+    """Device id → its ``telemetry.raw`` records in the batch (what a dead letter carries)."""
 
     @classmethod
     def of(
-        cls, readings: Mapping[str, Rows], records: Iterable[tuple[str, str]] = ()
+        cls,
+        readings: Mapping[str, Rows],
+        records: Iterable[tuple[str, str]] = (),
+        sources: Mapping[str, list[Record]] | None = None,
     ) -> BucketBatch:
-        """``records``: ``model.params`` records as (key, value), a device's or a champion's."""
+        """``records``: ``model.params`` records as (key, value): a device's parameters, a
+        champion's or a quarantine lift."""
         params: dict[str, list[str]] = {}
         champions: dict[str, list[str]] = {}
+        lifts: dict[str, list[str]] = {}
         for key, value in records:
             scope = fleet_scope(key)
-            if scope is None:
-                params.setdefault(key, []).append(value)
-            else:
+            lifted = quarantine.lifted_device(key)
+            if scope is not None:
                 champions.setdefault(scope, []).append(value)
-        return cls(readings, params, champions)
+            elif lifted is not None:
+                lifts.setdefault(lifted, []).append(value)
+            else:
+                params.setdefault(key, []).append(value)
+        return cls(readings, params, champions, lifts, sources or {})
 
 
 @dataclass
 class BucketOutput:
     records: list[tuple[str, Role, str]] = field(default_factory=list)
     """(device id, role, JSON value), in device order."""
+    dead: list[Refused] = field(default_factory=list)
+    """Records that go to ``telemetry.deadletter``, each with the device and the reason."""
     late: int = 0
     duplicates: int = 0
     scored: int = 0
+    failed: int = 0
+    """Devices whose batch failed (their state is as before it; their records are in
+    :attr:`dead`)."""
+    held: int = 0
+    """Readings of quarantined devices (in :attr:`dead`, unscored)."""
+    forgotten: int = 0
+    """Devices silent for ``expire_after`` that left the state."""
 
     def add(self, device_id: str, out: Output) -> None:
         self.records.extend((device_id, role, value) for role, value in out.records)
@@ -150,14 +184,25 @@ def score_bucket(
     now_ms: int,
     policy: Policy,
     store: ParamsStore,
+    saved: bytes | None = None,
 ) -> BucketOutput:
-    """A micro-batch of the bucket (see the module's docstring); ``bucket`` is updated."""
+    """A micro-batch of the bucket (see the module's docstring); ``bucket`` is updated.
+
+    One device's failure never fails the bucket: a device whose batch raises gets its state
+    back as it was before the batch (from ``saved``, the bucket's state as stored — pickled
+    here when not given), its records go to the dead letters with the reason, and repeated
+    failures quarantine it (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
     _new_champions(bucket, batch.champions, store)
     fleet = partial(_champion, bucket, store) if bucket["fleet"] else None
     devices = bucket["devices"]
     out = BucketOutput()
-    for device_id in sorted(batch.params.keys() | batch.readings.keys()):
+    before = _Before(saved if saved is not None else pickle.dumps(bucket, pickle.HIGHEST_PROTOCOL))
+    wanted = batch.params.keys() | batch.readings.keys() | batch.lifts.keys()
+    for device_id in sorted(wanted):
         state = devices.get(device_id)
+        lifts = batch.lifts.get(device_id)
+        if state is not None and lifts:
+            _lift(device_id, state, lifts, now_ms, out)
         version = 0 if state is None else int(state["params_version"])
         params_json: str | None = None
         updates = batch.params.get(device_id)
@@ -174,30 +219,114 @@ def score_bucket(
             state = new_state()
             state["params_version"] = version
         rows = batch.readings.get(device_id)
-        if rows is not None:
-            state, device_out = process(
-                device_id, state, params_json, rows, watermark_ms, now_ms, policy, fleet
-            )
-            wants_timer(state, policy)
-            out.add(device_id, device_out)
+        records = batch.sources.get(device_id, [])
+        if rows is not None and state is not None and quarantine.held(state, now_ms):
+            reason = f"device quarantined: {state['quarantine_reason']}"
+            out.dead.extend(Refused(device_id, record, reason) for record in records)
+            out.held += len(records)
+        elif rows is not None:
+            kept = quarantine.snapshot(state)  # lifts and time-outs of this batch stay
+            try:
+                scored, device_out = process(
+                    device_id, state, params_json, rows, watermark_ms, now_ms, policy, fleet
+                )
+            except Exception as exc:  # noqa: BLE001 - one device never fails the bucket
+                state = _failed(device_id, before, kept, exc, records, now_ms, policy, out)
+                state["params_version"] = version
+            else:
+                state = scored
+                quarantine.succeeded(state)
+                wants_timer(state, policy)
+                out.add(device_id, device_out)
         if state is not None:
             devices[device_id] = state
     return out
 
 
+class _Before:
+    """The bucket's devices as they were before the batch, unpickled on the first failure."""
+
+    def __init__(self, saved: bytes) -> None:
+        self.saved = saved
+        self.devices: dict[str, DeviceScoringState] | None = None
+
+    def state(self, device_id: str) -> DeviceScoringState | None:
+        if self.devices is None:
+            bucket: BucketState = pickle.loads(self.saved)
+            self.devices = bucket["devices"]
+        return self.devices.get(device_id)
+
+
+def _failed(
+    device_id: str,
+    before: _Before,
+    kept: dict[str, Any] | None,
+    exc: Exception,
+    records: list[Record],
+    now_ms: int,
+    policy: Policy,
+    out: BucketOutput,
+) -> DeviceScoringState:
+    """A device's batch raised: its state as before the batch, the failure counted, its
+    records to the dead letters with the reason."""
+    reason = quarantine.reason_of(exc)
+    logger.exception("device %s: %s; %d records dead-lettered", device_id, reason, len(records))
+    state = before.state(device_id) or new_state()
+    quarantine.restore(state, kept)
+    out.failed += 1
+    out.dead.extend(Refused(device_id, record, reason) for record in records)
+    if quarantine.failed(state, reason, now_ms, policy.quarantine):
+        until = state["quarantined_until_ms"]
+        logger.error("device %s quarantined until %s: %s", device_id, until, reason)
+        _publish_state(device_id, state, now_ms, out)
+    return state
+
+
+def _lift(
+    device_id: str, state: DeviceScoringState, lifts: list[str], now_ms: int, out: BucketOutput
+) -> None:
+    lifted = quarantine.newest_lift(lifts)
+    if lifted is not None and quarantine.lift(state, lifted):
+        logger.info("device %s: quarantine lifted", device_id)
+        _publish_state(device_id, state, now_ms, out)
+
+
+def _publish_state(
+    device_id: str, state: DeviceScoringState, now_ms: int, out: BucketOutput
+) -> None:
+    if state["last_seen_ms"] is None:
+        return  # nothing to say of a device never scored (the contract needs a last reading)
+    open_ids = sorted(e["alert_id"] for e in state["episodes"] if e["opened"])
+    device_out = Output()
+    device_out.add(Role.STATE, state_record(device_id, state, open_ids, now_ms))
+    out.add(device_id, device_out)
+
+
 def expire_bucket(
-    bucket: BucketState, watermark_ms: int, now_ms: int, policy: Policy
+    bucket: BucketState, watermark_ms: int, now_ms: int, policy: Policy, store: ParamsStore
 ) -> BucketOutput:
     """The bucket's timer fired: the devices due by ``watermark_ms`` fall silent
-    (:func:`~fleetwatch.streaming.scorer.device_step.expire`), the others' timers re-arm."""
+    (:func:`~fleetwatch.streaming.scorer.device_step.expire`), those silent for
+    ``expire_after`` are forgotten (with their parameters), the others' timers re-arm."""
     bucket["timer_ms"] = None
     out = BucketOutput()
-    for device_id, state in sorted(bucket["devices"].items()):
+    for device_id, state in sorted(list(bucket["devices"].items())):
         if state["timer_ms"] is None or int(state["timer_ms"]) > watermark_ms:
             continue
-        state, device_out, again = expire(device_id, state, watermark_ms, now_ms, policy)
-        state["timer_ms"] = again
+        try:
+            expired, device_out, again = expire(device_id, state, watermark_ms, now_ms, policy)
+        except Exception:
+            logger.exception("device %s: its silence could not be processed", device_id)
+            state["timer_ms"] = None
+            out.failed += 1
+            continue
         out.add(device_id, device_out)
+        if again is None and forgotten(expired, watermark_ms, policy):
+            del bucket["devices"][device_id]
+            store.forget(device_id)
+            out.forgotten += 1
+        else:
+            expired["timer_ms"] = again
     return out
 
 

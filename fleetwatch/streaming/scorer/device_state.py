@@ -56,7 +56,16 @@ class DeviceScoringState(TypedDict):
     timer_ms: int | None
     """The event-time timer registered for the device (``None``: none pending)."""
     status: str
-    """``ok``, ``alerting`` or ``silent``."""
+    """``ok``, ``alerting``, ``silent`` or ``quarantined``."""
+    failures: int
+    """Micro-batches of the device that failed in a row (:mod:`~fleetwatch.streaming.scorer.
+    quarantine`)."""
+    quarantined_ms: int | None
+    """When its quarantine began (wall clock), if it is quarantined."""
+    quarantined_until_ms: int | None
+    """When its quarantine ends (wall clock), if it is quarantined."""
+    quarantine_reason: str | None
+    """Why its last batch failed."""
     late_readings: int
     """Readings behind the watermark, so far."""
     late_heard_ms: int | None
@@ -99,6 +108,10 @@ def new_state() -> DeviceScoringState:
         "episodes": [],
         "timer_ms": None,
         "status": "ok",
+        "failures": 0,
+        "quarantined_ms": None,
+        "quarantined_until_ms": None,
+        "quarantine_reason": None,
         "late_readings": 0,
         "late_heard_ms": None,
         "recent_values": {},
@@ -133,5 +146,7 @@ def state_record(
         "windows": st["closed_windows"],
         "late_readings": int(st["late_readings"]),
         "duplicate_readings": int(st["duplicate_readings"]),
+        "quarantined_until_ms": st["quarantined_until_ms"],
+        "quarantine_reason": st["quarantine_reason"],
         "updated_ms": now_ms,
     }

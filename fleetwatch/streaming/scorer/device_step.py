@@ -62,6 +62,7 @@ from fleetwatch.streaming.scorer.device_state import (
 )
 from fleetwatch.streaming.scorer.episodes import DROPOUT, Lifecycle
 from fleetwatch.streaming.scorer.observations import observations
+from fleetwatch.streaming.scorer.quarantine import Rule
 from fleetwatch.streaming.scorer.readings import Rows
 from fleetwatch.streaming.scorer.windows import WindowSpec
 from fleetwatch.streaming.scorer.windows import add as add_to_windows
@@ -80,6 +81,7 @@ class Role(StrEnum):
     """The device's state record (``device.state``), not the device-wide alert kind."""
     SESSIONS = "sessions"
     LATE = "late"
+    DEADLETTER = "deadletter"
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ class Policy:
     detector — ``fallback`` (own one not fitted yet), ``always`` or ``off``."""
     windows: WindowSpec = field(default_factory=lambda: WindowSpec(60_000, 60_000))
     """Event-time windows of the metrics (:mod:`fleetwatch.streaming.scorer.windows`)."""
+    quarantine: Rule = field(default_factory=Rule)
+    """When failing devices are quarantined, and for how long."""
+    expire_after_ms: int = 30 * 24 * 3_600_000
+    """A device silent this long in event time leaves the scorer's state."""
 
 
 @dataclass
@@ -339,13 +345,21 @@ def _add_seq(ranges: list[list[int]], seq: int, ev: int) -> None:
 def expire(
     device_id: str, state: DeviceScoringState, watermark_ms: int, now_ms: int, policy: Policy
 ) -> tuple[DeviceScoringState, Output, int | None]:
-    """The device's timer fired (the watermark passed ``last seen + session gap``). Returns the
-    new state, the output and the next timer to register (``None``: none)."""
+    """The device's timer fired (the watermark passed ``last seen + session gap``, or, once it
+    is silent, ``last seen + expire_after``). Returns the new state, the output and the next
+    timer to register (``None``: none; for a silent device, it is due to be forgotten:
+    :func:`forgotten`)."""
     out = Output()
     st = state
     st["timer_ms"] = None
     last_ms = st["last_seen_ms"]
     if last_ms is None:
+        return st, out, None
+    if st["status"] == "silent":
+        gone = int(last_ms) + policy.expire_after_ms
+        if gone > watermark_ms:
+            st["timer_ms"] = gone
+            return st, out, gone
         return st, out, None
     due = int(last_ms) + policy.session_gap_ms
     if due > watermark_ms:
@@ -362,14 +376,31 @@ def expire(
     st["episodes"] = lifecycle.dump()
     st["status"] = "silent"
     out.add(Role.STATE, state_record(device_id, st, [], now_ms))
-    return st, out, None
+    gone = int(last_ms) + policy.expire_after_ms
+    st["timer_ms"] = gone
+    return st, out, gone
+
+
+def forgotten(state: DeviceScoringState, watermark_ms: int, policy: Policy) -> bool:
+    """Whether a device has been silent for ``expire_after`` of event time: it leaves the
+    scorer's state, and a reading after that starts it afresh."""
+    last_ms = state["last_seen_ms"]
+    return (
+        state["status"] == "silent"
+        and last_ms is not None
+        and int(last_ms) + policy.expire_after_ms <= watermark_ms
+    )
 
 
 def wants_timer(state: DeviceScoringState, policy: Policy) -> int | None:
-    """A timer to register after :func:`process` (none while one is pending: it re-arms)."""
-    if state["timer_ms"] is not None or state["last_seen_ms"] is None:
+    """A timer to register after :func:`process` (none while an earlier one is pending: it
+    re-arms; a silent device's expiry timer gives way to the session gap's)."""
+    if state["last_seen_ms"] is None:
         return None
     due = int(state["last_seen_ms"]) + policy.session_gap_ms
+    pending = state["timer_ms"]
+    if pending is not None and int(pending) <= due:
+        return None
     state["timer_ms"] = due
     return due
 

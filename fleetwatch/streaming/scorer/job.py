@@ -47,11 +47,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 11
+PLAN_VERSION = 12
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint), or the
 layout of its state (plan 10: the device state's fields by name,
 :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`; plan 11: the level
-detector's averages, ``level_averages``)."""
+detector's averages, ``level_averages``; plan 12: each reading's partition and offset in
+the operator's input, dead letters and ``headers`` in its output, the quarantine fields)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
 a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
@@ -61,7 +62,9 @@ its devices' state in one value that is read and rewritten when any of them repo
 1,168 / 1,081 ms, 16 buckets 785 / 824 ms, 8 buckets 758 / 791 ms. 16 keep a 10,000-device
 fleet's state values to ~600 devices each."""
 
-OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING"
+OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING, headers STRING"
+"""``headers``: a dead letter's Kafka headers as JSON ``[[key, value], ...]`` (null on the
+other records), made the Kafka sink's ``headers`` column by :func:`kafka_rows`."""
 
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
@@ -93,6 +96,8 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
             device.alias("device_id"),
             F.col("value").cast("string").alias("reading"),
             F.col("timestamp").alias("event_time"),
+            "partition",
+            "offset",
         )
         .withWatermark("event_time", lateness)
         .select(
@@ -101,6 +106,8 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
             F.lit("r").alias("src"),
             "reading",
             F.lit(None).cast("string").alias("params"),
+            "partition",
+            "offset",
         )
     )
     every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
@@ -114,6 +121,8 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         F.lit("p").alias("src"),
         F.lit(None).cast("string").alias("reading"),
         F.col("value").cast("string").alias("params"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
     ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
     return readings.unionByName(updates)
 
@@ -128,6 +137,18 @@ def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
         outputMode="Append",
         timeMode="EventTime",
     )
+
+
+def kafka_rows(out: DataFrame) -> DataFrame:
+    """The operator's output (:data:`OUTPUT_SCHEMA`) → the Kafka sink's columns, ``headers``
+    as Kafka wants them (parsed in the JVM only where the operator set them: dead letters)."""
+    from pyspark.sql import functions as F
+
+    pairs = F.from_json(F.col("headers"), "array<array<string>>")
+    headers = F.transform(
+        pairs, lambda h: F.struct(h[0].alias("key"), h[1].cast("binary").alias("value"))
+    )
+    return out.select("topic", "key", "value", headers.alias("headers"))
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
@@ -147,7 +168,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
     checkpoint = versioned(settings.checkpoint_root, "score", PLAN_VERSION)
     query = (
-        out.select("topic", "key", "value")
+        kafka_rows(out)
         .writeStream.format("kafka")
         .queryName("fleetwatch-score")
         .option("kafka.bootstrap.servers", kafka)

@@ -34,9 +34,10 @@ import json
 import logging
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
@@ -50,7 +51,8 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.device_step import Policy, Role
-from fleetwatch.streaming.scorer.readings import readings_by_device
+from fleetwatch.streaming.scorer.quarantine import Rule
+from fleetwatch.streaming.scorer.readings import Refused, readings_by_device
 from fleetwatch.streaming.scorer.windows import WindowSpec
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,8 @@ def policy_of(settings: Settings) -> Policy:
         windows=WindowSpec(
             settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
         ),
+        quarantine=Rule(settings.score.quarantine_after, settings.score.quarantine_s * 1000),
+        expire_after_ms=settings.score.expire_after_s * 1000,
     )
 
 
@@ -76,19 +80,47 @@ def topic_names(settings: Settings) -> dict[Role, str]:
         Role.STATE: t.device_state,
         Role.SESSIONS: t.device_sessions,
         Role.LATE: t.telemetry_late,
+        Role.DEADLETTER: t.telemetry_deadletter,
     }
 
 
-def output_frame(records: list[tuple[str, Role, str]], topics: dict[Role, str]) -> pd.DataFrame:
-    """(device id, role, value) records → the operator's output rows."""
-    return pd.DataFrame(
-        {
-            "topic": [topics[role] for _, role, _ in records],
-            "key": [_key(device, role, value) for device, role, value in records],
-            "value": [value for _, _, value in records],
-            "role": [role.value for _, role, _ in records],
-        }
-    )
+def output_frame(
+    records: list[tuple[str, Role, str]],
+    topics: dict[Role, str],
+    dead: Sequence[Refused] = (),
+    source_topic: str = "",
+) -> pd.DataFrame:
+    """(device id, role, value) records and dead letters → the operator's output rows. A dead
+    letter's value is the record as it was on ``source_topic``; its headers (JSON here, made
+    Kafka headers by the job) say the stage, the reason and where the record was."""
+    rows: dict[str, list[Any]] = {
+        "topic": [topics[role] for _, role, _ in records],
+        "key": [_key(device, role, value) for device, role, value in records],
+        "value": [value for _, _, value in records],
+        "role": [role.value for _, role, _ in records],
+        "headers": [None] * len(records),
+    }
+    for refused in dead:
+        rows["topic"].append(topics[Role.DEADLETTER])
+        rows["key"].append(refused.device_id)
+        rows["value"].append(refused.record.text)
+        rows["role"].append(Role.DEADLETTER.value)
+        rows["headers"].append(dead_letter_headers(refused, source_topic))
+    return pd.DataFrame(rows)
+
+
+def dead_letter_headers(refused: Refused, source_topic: str) -> str:
+    """A dead letter's headers as JSON ``[[key, value], ...]``, the gateway's ``fw.reason``
+    among them."""
+    partition, offset = refused.record.source
+    headers = [
+        ["fw.reason", refused.reason],
+        ["fw.stage", "score"],
+        ["fw.source_topic", source_topic],
+        ["fw.source_partition", str(partition)],
+        ["fw.source_offset", str(offset)],
+    ]
+    return json.dumps(headers, separators=(",", ":"))
 
 
 def _key(device_id: str, role: Role, value: str) -> str:
@@ -111,6 +143,7 @@ def device_scorer(settings: Settings) -> Any:
 
     policy = policy_of(settings)
     topics = topic_names(settings)
+    raw_topic = settings.topics.telemetry_raw
     key_schema = StructType([StructField("device_id", StringType(), False)])
     scope_schema = StructType([StructField("scope", StringType(), False)])
     fleet_schema = StructType(
@@ -139,6 +172,9 @@ def device_scorer(settings: Settings) -> Any:
         def save_params(self, device_id: str, params_json: str, version: int) -> None:
             self._params.updateValue((device_id,), (params_json, version))
 
+        def forget(self, device_id: str) -> None:
+            self._params.removeKey((device_id,))
+
         def champion(self, scope: str) -> tuple[str, str] | None:
             stored = self._fleet.getValue((scope,))
             return None if stored is None else (str(stored[0]), str(stored[2]))
@@ -154,10 +190,13 @@ def device_scorer(settings: Settings) -> Any:
             self.store = MapStateStore(handle)
             self.live = handle.getValueState("live", live_schema)
 
-        def _load(self) -> BucketState:
+        def _load(self) -> tuple[BucketState, bytes | None]:
             stored = self.live.get()
-            bucket: BucketState = new_bucket() if stored is None else pickle.loads(stored[0])
-            return bucket
+            if stored is None:
+                return new_bucket(), None
+            saved = bytes(stored[0])
+            bucket: BucketState = pickle.loads(saved)
+            return bucket, saved
 
         def _save(self, bucket: BucketState) -> None:
             due = arm_timer(bucket)
@@ -170,7 +209,7 @@ def device_scorer(settings: Settings) -> Any:
         ) -> Iterator[pd.DataFrame]:
             chunks = list(rows)
             frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-            bucket = self._load()
+            bucket, saved = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
             is_params = (frame["src"] == "p").to_numpy()
@@ -179,24 +218,32 @@ def device_scorer(settings: Settings) -> Any:
                 keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
                 params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
                 frame = frame.loc[~is_params]
-            found = readings_by_device(frame["device_id"], frame["reading"])
-            if found.skipped:
+            sources = zip(
+                frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),
+                frame["offset"].fillna(-1).to_numpy(np.int64).tolist(),
+                strict=True,
+            )
+            found = readings_by_device(frame["device_id"], frame["reading"], sources)
+            if found.refused:
                 logger.warning(
-                    "skipped %d records of the raw topic that are not readings", found.skipped
+                    "%d records of the raw topic are not readings (dead-lettered), e.g. %s",
+                    len(found.refused),
+                    found.refused[0].reason,
                 )
-            batch = BucketBatch.of(found.by_device, params)
-            out = score_bucket(bucket, batch, watermark, now_ms, policy, self.store)
+            batch = BucketBatch.of(found.by_device, params, found.records)
+            out = score_bucket(bucket, batch, watermark, now_ms, policy, self.store, saved)
             self._save(bucket)
-            if out.records:
-                yield output_frame(out.records, topics)
+            dead = [*found.refused, *out.dead]
+            if out.records or dead:
+                yield output_frame(out.records, topics, dead, raw_topic)
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
         ) -> Iterator[pd.DataFrame]:
-            bucket = self._load()
+            bucket, _ = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            out = expire_bucket(bucket, watermark, now_ms, policy)
+            out = expire_bucket(bucket, watermark, now_ms, policy, self.store)
             self._save(bucket)
             if out.records:
                 yield output_frame(out.records, topics)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -85,60 +86,94 @@ _NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers h
 _OPTIONAL_INTEGERS = ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms")
 
 
+Source = tuple[int, int]
+"""A record's place on ``telemetry.raw``: (partition, offset); (-1, -1) where not known."""
+UNKNOWN: Source = (-1, -1)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A ``telemetry.raw`` record as the operator got it: what a dead letter carries."""
+
+    text: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class Refused:
+    device_id: str
+    record: Record
+    reason: str
+
+
 @dataclass
 class Readings:
-    """A bucket's readings by device (:func:`readings_by_device`) and the records skipped."""
+    """A bucket's readings by device (:func:`readings_by_device`), each device's records, and
+    the records refused, with the reason."""
 
     by_device: dict[str, Rows]
-    skipped: int
+    records: dict[str, list[Record]]
+    refused: list[Refused]
+
+    @property
+    def skipped(self) -> int:
+        return len(self.refused)
 
 
-def readings_by_device(devices: Iterable[str], texts: Iterable[str]) -> Readings:
+def readings_by_device(
+    devices: Iterable[str], texts: Iterable[str], sources: Iterable[Source] | None = None
+) -> Readings:
     """The scorer operator's reading rows (the record's key, its value: a gateway-stamped
-    reading as JSON, :class:`~fleetwatch.contracts.telemetry.TelemetryRecord`) → each device's
-    readings in long form (one entry per reading and metric), in the order they came.
+    reading as JSON, :class:`~fleetwatch.contracts.telemetry.TelemetryRecord`, and its place
+    on the topic) → each device's readings in long form (one entry per reading and metric), in
+    the order they came.
 
     A value that is not a reading within the contract's bounds (not JSON, no integer ``seq`` or
     ``event_ms``, an integer outside a signed 64-bit one, no ``metrics`` object of numbers of
-    magnitude at most :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is skipped and
-    counted: one record never stops the bucket. Fields an older record lacks are
+    magnitude at most :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is refused with the
+    reason: one record never stops the bucket. Fields an older record lacks are
     completed as the gateway would have: ``device_event_ms`` from ``event_ms``,
     ``device_sent_ms`` from ``device_event_ms``, ``received_ms`` from ``event_ms``,
     ``clock_offset_ms`` 0."""
     grouped: dict[str, list[dict[str, Any]]] = {}
-    skipped = 0
-    for device_id, text in zip(devices, texts, strict=True):
+    records: dict[str, list[Record]] = {}
+    refused: list[Refused] = []
+    places = repeat(UNKNOWN) if sources is None else sources
+    for device_id, text, source in zip(devices, texts, places, strict=sources is not None):
         reading = _reading(text)
-        if reading is None:
-            skipped += 1
+        record = Record(text, source)
+        if isinstance(reading, str):
+            refused.append(Refused(device_id, record, reading))
         else:
             grouped.setdefault(device_id, []).append(reading)
+            records.setdefault(device_id, []).append(record)
     by_device = {device_id: _long_form(readings) for device_id, readings in grouped.items()}
-    return Readings(by_device, skipped)
+    return Readings(by_device, records, refused)
 
 
-def _reading(text: str) -> dict[str, Any] | None:
+def _reading(text: str) -> dict[str, Any] | str:
+    """The reading, or why the text is not one."""
     try:
         r = json.loads(text)
-    except ValueError:
-        return None
+    except ValueError as exc:
+        return f"not JSON: {exc}"
     if not isinstance(r, dict):
-        return None
+        return "not a JSON object"
     event_ms, metrics = r.get("event_ms"), r.get("metrics")
     seq = r.get("seq")
     if not (type(seq) is int and type(event_ms) is int and type(metrics) is dict):
-        return None
+        return "seq and event_ms must be integers and metrics an object"
     if not (_INT64_MIN <= seq <= INT64_MAX and _INT64_MIN <= event_ms <= INT64_MAX):
-        return None
+        return "seq or event_ms outside a signed 64-bit integer"
     if not all(
         v is None or (type(v) in _NUMBERS and -VALUE_LIMIT <= v <= VALUE_LIMIT)
         for v in metrics.values()
     ):
-        return None
+        return f"a metric value is not a number of magnitude at most {VALUE_LIMIT:g}"
     for name in _OPTIONAL_INTEGERS:
         value = r.get(name)
         if not (value is None or (type(value) is int and _INT64_MIN <= value <= INT64_MAX)):
-            return None
+            return f"{name} is not a signed 64-bit integer"
     if r.get("device_event_ms") is None:
         r["device_event_ms"] = event_ms
     if r.get("device_sent_ms") is None:

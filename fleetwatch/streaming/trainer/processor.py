@@ -146,14 +146,28 @@ def learn_bucket(
 
     ``detectors`` (device id → the detector of its parameters in ``bucket``) is used where it
     has the device and filled in as devices learn, so that the next batch does not read their
-    parameters text again."""
+    parameters text again.
+
+    A device whose learning raises is logged and left as it was: one device never fails the
+    bucket's batch (the scorer dead-letters and quarantines such a device; the trainer only
+    skips it)."""
     rows: list[tuple[str, int, int, int, str]] = []
     for device_id, batch in batches:
         previous = bucket.get(device_id)
         detector = None if detectors is None else detectors.pop(device_id, None)
-        if detector is None:
-            detector = detector_of(previous)
-        update = learn_update(previous, batch, detector)
+        try:
+            if detector is None:
+                detector = detector_of(previous)
+            update = learn_update(previous, batch, detector)
+        except Exception:
+            # its parameters stay as they were (the detector, maybe half-taught, is dropped:
+            # the next batch reads them from their text)
+            logger.exception(
+                "device %s: learning %d readings failed; its parameters are unchanged",
+                device_id,
+                len(batch),
+            )
+            continue
         if detectors is not None:
             detectors[device_id] = detector
         if update is None:
