@@ -251,3 +251,30 @@ def test_a_dead_letter_is_the_record_itself_with_the_stage_the_reason_and_its_pl
     assert (headers["fw.source_topic"], headers["fw.source_partition"]) == ("telemetry.raw", "2")
     assert headers["fw.source_offset"] == "41"
     assert json.loads(dead_letter_headers(found.refused[0], "x"))[0][0] == "fw.reason"
+
+
+def test_metric_names_beyond_the_limit_are_refused_and_the_rest_of_the_reading_is_scored() -> None:
+    policy = replace(STRICT, max_metrics=2)
+    bucket, store = new_bucket(), MemoryStore()
+    first = frame([(1, T0, 21.0)], humidity=50.0)
+    texts = [Record(json.dumps({"seq": 1}), (0, 1))]
+    out = score_bucket(
+        bucket, BucketBatch.of({"d": Rows.of(first)}, (), {"d": texts}), T0 - 1, T0, policy, store
+    )
+    assert out.dead == []
+    flood = frame([(2, T0 + 1000, 21.0), (3, T0 + 2000, 21.5)], humidity=50.0)
+    extra = frame(
+        [(3, T0 + 2000, 21.5)], 0, humidity=50.0, m0=1, m1=1, m2=1, m3=1, m4=1, m5=1, m6=1
+    )
+    rows = pd.concat([flood[flood["seq"] == 2], extra], ignore_index=True)
+    texts = [Record(json.dumps({"seq": 2}), (0, 2)), Record(json.dumps({"seq": 3}), (0, 3))]
+    out = score_bucket(
+        bucket, BucketBatch.of({"d": Rows.of(rows)}, (), {"d": texts}), T0, T0, policy, store
+    )
+    assert [d.record.source for d in out.dead] == [(0, 3)]
+    assert out.dead[0].reason == (
+        "metric names beyond the 2 a device may report (score.max_metrics): m0, m1, m2, m3, m4, …"
+    )
+    device = bucket["devices"]["d"]
+    assert device["last_seq"] == 3  # the rest of reading 3 was scored
+    assert set(device["last_values"]) == {"temperature", "humidity"}

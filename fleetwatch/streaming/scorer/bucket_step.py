@@ -23,12 +23,15 @@ When the bucket's timer fires, :func:`expire_bucket` lets the devices that are d
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypedDict
+
+import numpy as np
 
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.streaming.scorer import quarantine
@@ -225,6 +228,7 @@ def score_bucket(
             out.dead.extend(Refused(device_id, record, reason) for record in records)
             out.held += len(records)
         elif rows is not None:
+            rows = _known_metrics(device_id, state, rows, records, policy.max_metrics, out)
             kept = quarantine.snapshot(state)  # lifts and time-outs of this batch stay
             try:
                 scored, device_out = process(
@@ -241,6 +245,42 @@ def score_bucket(
         if state is not None:
             devices[device_id] = state
     return out
+
+
+def _known_metrics(
+    device_id: str,
+    state: DeviceScoringState | None,
+    rows: Rows,
+    records: list[Record],
+    limit: int,
+    out: BucketOutput,
+) -> Rows:
+    """The device's rows of at most ``limit`` metric names (those it has reported, then new
+    ones in the order they come); the records holding names beyond them go to the dead letters
+    with the reason, and the rest of their readings is scored."""
+    names = rows["metric"]
+    given = set(names.tolist())
+    known = set() if state is None else set(state["last_values"])
+    if len(known | given) <= limit:
+        return rows
+    allowed = set(known)
+    for name in dict.fromkeys(names.tolist()):
+        if len(allowed) < limit:
+            allowed.add(name)
+    excess = sorted(given - allowed)
+    keep = np.fromiter((n in allowed for n in names.tolist()), bool, len(names))
+    seqs = set(rows["seq"][~keep].tolist())
+    shown = ", ".join(excess[:5]) + (", …" if len(excess) > 5 else "")
+    reason = f"metric names beyond the {limit} a device may report (score.max_metrics): {shown}"
+    out.dead.extend(Refused(device_id, r, reason) for r in records if _seq_of(r) in seqs)
+    return rows.where(keep)
+
+
+def _seq_of(record: Record) -> object:
+    try:
+        return json.loads(record.text).get("seq")
+    except (ValueError, AttributeError):
+        return None
 
 
 class _Before:

@@ -100,6 +100,8 @@ class Policy:
     """When failing devices are quarantined, and for how long."""
     expire_after_ms: int = 30 * 24 * 3_600_000
     """A device silent this long in event time leaves the scorer's state."""
+    max_metrics: int = 64
+    """Metric names a device may report (``score.max_metrics``)."""
 
 
 @dataclass

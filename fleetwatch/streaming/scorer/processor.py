@@ -70,6 +70,7 @@ def policy_of(settings: Settings) -> Policy:
         ),
         quarantine=Rule(settings.score.quarantine_after, settings.score.quarantine_s * 1000),
         expire_after_ms=settings.score.expire_after_s * 1000,
+        max_metrics=settings.score.max_metrics,
     )
 
 
