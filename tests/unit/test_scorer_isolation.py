@@ -278,3 +278,27 @@ def test_metric_names_beyond_the_limit_are_refused_and_the_rest_of_the_reading_i
     device = bucket["devices"]["d"]
     assert device["last_seq"] == 3  # the rest of reading 3 was scored
     assert set(device["last_values"]) == {"temperature", "humidity"}
+
+
+def test_the_metric_limit_holds_over_batches_of_many_readings() -> None:
+    policy = replace(STRICT, max_metrics=64)
+    bucket, store = new_bucket(), MemoryStore()
+    refused = 0
+    for b in range(4):  # 4 batches of 5 readings, 5 new names each: 100 names offered
+        parts = [
+            frame([(b * 5 + i, T0 + (b * 5 + i) * 1000, 21.0)], 0, **_names(b * 5 + i))
+            for i in range(5)
+        ]
+        rows = pd.concat(parts, ignore_index=True)
+        texts = [Record(json.dumps({"seq": b * 5 + i}), (0, b * 5 + i)) for i in range(5)]
+        out = score_bucket(
+            bucket, BucketBatch.of({"d": Rows.of(rows)}, (), {"d": texts}), T0, T0, policy, store
+        )
+        refused += len(out.dead)
+    device = bucket["devices"]["d"]
+    assert len(set(device["recent_values"]) | set(device["last_values"])) == 64
+    assert refused == 8  # readings 12 (partly) to 19
+
+
+def _names(seq: int) -> dict[str, float]:
+    return {f"m{seq}_{j}": 1.0 for j in range(5)}

@@ -260,7 +260,7 @@ def _known_metrics(
     with the reason, and the rest of their readings is scored."""
     names = rows["metric"]
     given = set(names.tolist())
-    known = set() if state is None else set(state["last_values"])
+    known = set() if state is None else set(state["recent_values"]) | set(state["last_values"])
     if len(known | given) <= limit:
         return rows
     allowed = set(known)

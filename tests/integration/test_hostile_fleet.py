@@ -1,0 +1,229 @@
+"""A normal simulated fleet beside hostile devices, through the real stack (Mosquitto, the
+gateway, Kafka, the Spark scorer, the API): every hostile input is accounted for — dead-lettered
+with its reason by the gateway or the scorer, or scored harmlessly — no stage stops, and the
+normal fleet's alerts are exactly those a replay of its own readings alone gives (by event id).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka import Producer
+
+from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.stack.topics import ensure_topics
+from fleetwatch.streaming.checkpoints import committed_offsets, versioned
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
+from fleetwatch.streaming.scorer.replay import IGNORED
+from tests.integration.conftest import Isolated, Record, fleetwatch
+from tests.polling import wait_until
+
+DEVICES, ROUNDS, SPIKE_AT = 3, 20, 45
+FLOOD_READINGS, FLOOD_NAMES = 10, 10  # 100 new metric names, beyond score.max_metrics (64)
+STORM = 30  # copies of one reading
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def hostile_messages(now: int) -> dict[str, list[bytes]]:
+    """Hostile device id (without the test's prefix) → the MQTT payloads it sends."""
+    ok = {"t": 21.0}
+    return {
+        "oversized": [b'{"seq":1,"metrics":{"t":1},"pad":"' + b"x" * 1_500_000 + b'"}'],
+        "nonutf8": [b"\xff\xfe\x00\x81 not text"],
+        "deep": [b'{"a":' * 5_000 + b"1" + b"}" * 5_000],
+        "nan": [b'{"v":1,"seq":1,"ts":%d,"sent":%d,"metrics":{"t":NaN}}' % (now, now)],
+        "huge": [reading_payload(1, now, now, {"t": 1e308})],
+        "overflow": [
+            b'{"v":1,"seq":1,"ts":%d,"sent":%d,"metrics":{"t":1%s}}' % (now, now, b"0" * 400)
+        ],
+        "bigseq": [reading_payload(2**70, now, now, ok)],
+        "future": [
+            reading_payload(1, now + 10 * 365 * 86_400_000, now + 10 * 365 * 86_400_000, ok)
+        ],
+        "past": [reading_payload(1, 1_000, 1_000, ok)],
+        "nul": [reading_payload(1, now, now, ok, firmware="1.0\x00evil")],
+        "badname": [reading_payload(1, now, now, {"no spaces allowed": 1.0})],
+        "metricflood": [
+            reading_payload(
+                i, now + i, now + i, {f"m{i}_{j}": float(j) for j in range(FLOOD_NAMES)}
+            )
+            for i in range(FLOOD_READINGS)
+        ],
+        "dupstorm": [reading_payload(7, now, now, ok)] * STORM,
+    }
+
+
+def direct_records(now: int) -> list[bytes]:
+    """Values written to the raw topic past the gateway (a hostile or broken producer)."""
+    return [
+        b"{not json",
+        b"[]",
+        json.dumps({"seq": 2**70, "event_ms": now, "metrics": {"t": 1.0}}).encode(),
+        json.dumps({"seq": 1, "event_ms": now, "metrics": {"t": 1e300}}).encode(),
+        json.dumps({"seq": 1, "event_ms": now, "metrics": "t"}).encode(),
+    ]
+
+
+def stable_end(isolated: Isolated, topic: str) -> dict[int, int]:
+    """The topic's end offsets once they stop moving for two seconds."""
+    last: list[dict[int, int]] = [{}]
+
+    def settled() -> bool:
+        ends = isolated.end_offsets(topic)
+        same = ends == last[0]
+        last[0] = ends
+        return same
+
+    wait_until(settled, 120, f"{topic} to settle", interval_s=2.0)
+    return last[0]
+
+
+def read(isolated: Isolated, topic: str) -> list[Record]:
+    return isolated.read_all(topic, sum(isolated.end_offsets(topic).values()))
+
+
+def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
+    isolated: Isolated, tmp_path: Path
+) -> None:
+    topics = isolated.topics
+    checkpoint = versioned(tmp_path / "checkpoints", "score", PLAN_VERSION)
+    isolated.start("gateway", "gateway")
+    isolated.start("score", "score")
+    isolated.start("api", "api", "--anonymous-read")
+    api = f"http://127.0.0.1:{isolated.api_port}"
+    wait_until(lambda: (checkpoint / "metadata").exists(), 120, "the scoring query to start")
+    hostile_prefix, normal_prefix = f"h{isolated.tag}-", f"dev{isolated.tag}"
+    started = now_ms()
+
+    sim = subprocess.Popen(
+        [
+            sys.executable, "-m", "fleetwatch.cli.main", "sim", "run",
+            "--devices", str(DEVICES), "--rate", "10", "--count", str(ROUNDS),
+            "--spike-every", str(SPIKE_AT), "--prefix", normal_prefix,
+        ],
+        env=isolated.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    sent = hostile_messages(now_ms())
+    with isolated.mqtt_client() as client:
+        for name, payloads in sent.items():
+            for payload in payloads:
+                topic = f"{isolated.mqtt_root}/{hostile_prefix}{name}/telemetry"
+                client.publish(topic, payload, qos=1).wait_for_publish(10)
+        reserved = f"{isolated.mqtt_root}/fleet:{isolated.tag}/telemetry"
+        client.publish(reserved, reading_payload(1, now_ms(), now_ms(), {"t": 1.0}), qos=1)
+    direct = direct_records(now_ms())
+    producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    direct_key = f"{hostile_prefix}direct"
+    for value in direct:
+        producer.produce(topics.telemetry_raw, value, key=direct_key.encode())
+    assert producer.flush(30) == 0
+    _, err = sim.communicate(timeout=120)
+    assert sim.returncode == 0, err
+
+    ends = stable_end(isolated, topics.telemetry_raw)
+    wait_until(
+        lambda: committed_offsets(checkpoint, topics.telemetry_raw) == ends,
+        180,
+        "the scorer to commit every record",
+    )
+    stable_end(isolated, topics.telemetry_deadletter)
+    raw = read(isolated, topics.telemetry_raw)
+    dead = read(isolated, topics.telemetry_deadletter)
+
+    # -- every hostile input is accounted for -------------------------------------------------
+    accepted = Counter(r.key.decode() for r in raw if r.key)
+    at_gateway = [d for d in dead if d.headers.get("fw.stage") is None]
+    at_scorer = [d for d in dead if d.headers.get("fw.stage") == b"score"]
+    gateway_dead = Counter(d.key.decode() if d.key else "" for d in at_gateway)
+    for name, payloads in sent.items():
+        device = f"{hostile_prefix}{name}"
+        assert accepted[device] + gateway_dead[device] == len(payloads), (
+            f"{name}: {len(payloads)} sent, {accepted[device]} accepted, "
+            f"{gateway_dead[device]} dead-lettered"
+        )
+    assert all(d.headers["fw.reason"] for d in at_gateway)
+    for name in ("oversized", "nonutf8", "deep", "nan", "huge", "overflow", "bigseq", "nul"):
+        assert gateway_dead[f"{hostile_prefix}{name}"] == 1, f"{name} was not refused"
+    reserved_dead = [d for d in at_gateway if d.headers["fw.mqtt_topic"] == reserved.encode()]
+    assert len(reserved_dead) == 1
+    assert b"not a valid device id" in reserved_dead[0].headers["fw.reason"]
+    oversized = next(d for d in at_gateway if d.key == f"{hostile_prefix}oversized".encode())
+    assert len(oversized.value) <= 512 * 1024  # the dead letter is capped, not the whole 1.5 MB
+
+    # records past the gateway: each dead-lettered once by the scorer, with its reason and place
+    direct_dead = [d for d in at_scorer if d.key == direct_key.encode()]
+    assert sorted(d.value for d in direct_dead) == sorted(direct)
+    assert len({d.headers["fw.source_offset"] for d in direct_dead}) == len(direct)
+    assert all(d.headers["fw.source_topic"] == topics.telemetry_raw.encode() for d in direct_dead)
+    reasons = {d.value: d.headers["fw.reason"].decode() for d in direct_dead}
+    assert reasons[b"{not json"].startswith("not JSON")
+    assert reasons[direct[2]] == "seq or event_ms outside a signed 64-bit integer"
+
+    # the metric flood: names beyond score.max_metrics refused by the scorer, the rest scored
+    flood_dead = [d for d in at_scorer if d.key == f"{hostile_prefix}metricflood".encode()]
+    expected_refused = FLOOD_READINGS - 64 // FLOOD_NAMES  # the readings holding names past 64
+    assert len(flood_dead) == expected_refused
+    assert all(b"score.max_metrics" in d.headers["fw.reason"] for d in flood_dead)
+
+    # -- the API: the storm's device saw its copies as duplicates; no stage stopped -----------
+    def storm_state() -> dict[str, Any] | None:
+        body = httpx.get(f"{api}/devices/{hostile_prefix}dupstorm", timeout=5)
+        state = body.json().get("state") if body.status_code == 200 else None
+        return state if state and state["last_seq"] == 7 else None
+
+    assert wait_until(storm_state, 60, "the storm device in the API") is not None
+    for name, proc in isolated.procs.items():
+        assert proc.poll() is None, f"{name} stopped; logs in {tmp_path}"
+
+    # -- the normal fleet: its alerts are those of its own readings replayed alone ------------
+    live = [json.loads(r.value) for r in read(isolated, topics.alerts)]
+    live_normal = {_event(e) for e in live if e["device_id"].startswith(normal_prefix)}
+    assert any(e[1] == "open" for e in live_normal), "the spike was not alerted"
+    alone = f"{topics.telemetry_raw}.alone"
+    replayed = f"{topics.alerts}.alone"
+    ensure_topics(
+        isolated.settings.kafka.bootstrap_servers,
+        [TopicSpec(alone, "device_id"), TopicSpec(replayed, "device_id")],
+        1,
+    )
+    copy = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    normal = [r for r in raw if r.key and r.key.decode().startswith(normal_prefix)]
+    assert len(normal) == DEVICES * ROUNDS
+    for r in normal:
+        copy.produce(alone, r.value, key=r.key, timestamp=json.loads(r.value)["event_ms"])
+    assert copy.flush(30) == 0
+    env = {**isolated.env, "FLEETWATCH_TOPICS__TELEMETRY_RAW": alone}
+    result = fleetwatch(
+        "replay",
+        "--from", _iso(started - 3_600_000),
+        "--to", _iso(now_ms() + 3_600_000),
+        "--output-topic", replayed,
+        env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    again = {_event(json.loads(r.value)) for r in read(isolated, replayed)}
+    assert again == live_normal
+
+
+def _event(e: dict[str, Any]) -> tuple[Any, ...]:
+    kept = {k: v for k, v in e.items() if k not in IGNORED}
+    return (e["event_id"], e["status"], json.dumps(kept, sort_keys=True))
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
