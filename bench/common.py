@@ -22,6 +22,7 @@ import numpy as np
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.stack.credentials import Credentials, log_in, login
 from fleetwatch.stack.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,6 +145,7 @@ def isolated_env(
             "FLEETWATCH_MQTT__ROOT": f"b{tag}/devices",
             "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
             "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+            "FLEETWATCH_MQTT__CREDENTIALS_DIR": str(Credentials(settings).dir.resolve()),
         }
     )
     return topics, env
@@ -163,6 +165,7 @@ def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
 
     client_id = worker_client_id(env["FLEETWATCH_GATEWAY__CLIENT_ID"], 0)
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    log_in(client, login(settings, "gateway"))
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = 0
     connected: list[bool] = []

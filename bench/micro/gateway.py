@@ -42,6 +42,7 @@ from bench.common import now_ms, private_stack_settings, rss_mb, tree_cpu_s
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets
+from fleetwatch.stack.credentials import log_in, login
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 
@@ -69,6 +70,7 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
     )
     client.max_inflight_messages_set(2000)
     client.max_queued_messages_set(0)
+    log_in(client, login(settings, "sim"))
     client.connect(settings.mqtt.host, settings.mqtt.port)
     client.loop_start()
     started = time.monotonic()
@@ -115,6 +117,7 @@ def baseline(settings: Settings) -> tuple[float, float]:
     def connect(clean: bool) -> mqtt.Client:
         sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-sub", protocol=mqtt.MQTTv5)
         sub.on_message = on_message
+        log_in(sub, login(settings, "gateway"))
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = 3600
         sub.connect(settings.mqtt.host, settings.mqtt.port, clean_start=clean, properties=props)

@@ -74,7 +74,10 @@ class Probes(threading.Thread):
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
 
+        from fleetwatch.stack.credentials import log_in, login
+
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"probe-{tag}")
+        log_in(self.client, login(settings, "sim"))
         self.client.connect(settings.mqtt.host, settings.mqtt.port)
         self.client.loop_start()
         self.root, self.tag = root, tag

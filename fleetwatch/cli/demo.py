@@ -17,6 +17,8 @@ from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.runtime import stop_event
+from fleetwatch.simulator.scenario import Scenario
+from fleetwatch.stack.credentials import Credentials
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import ManagedProcess, tail
 
@@ -48,6 +50,12 @@ def demo(
         f"[bold]stack[/] up in {seconds:.1f}s (Kafka {settings.kafka.bootstrap_servers}, "
         f"MQTT {settings.mqtt.host}:{settings.mqtt.port})"
     )
+    logins: tuple[str, ...] = ()
+    if not settings.mqtt.allow_anonymous:  # the fleet logs in as real devices do
+        ids = [Scenario().device_id(i) for i in range(devices)]
+        issued = Credentials(settings).issue_file(ids, settings.run_path / "mqtt" / "demo-devices")
+        stack.reload_credentials()
+        logins = ("--credentials", str(issued))
     stages = {
         "demo-gateway": _stage_argv("gateway"),
         "demo-score": _stage_argv("score"),
@@ -63,6 +71,7 @@ def demo(
             str(spike_every),
             "--truth",
             str(settings.run_path / "demo-truth.jsonl"),
+            *logins,
         ),
     }
     procs = [ManagedProcess(name, settings.run_path) for name in stages]

@@ -17,6 +17,7 @@ from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.runner import Totals, run_path
 from fleetwatch.simulator.scenario import Scenario, load_scenario
+from fleetwatch.stack.credentials import login
 
 app = typer.Typer(help="The device fleet simulator.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -97,6 +98,7 @@ def run(
         secrets = read_credentials(credentials) if credentials else None
     except (SimulatorError, OSError) as exc:
         fail(str(exc))
+    mqtt = settings.mqtt if secrets else login(settings, "sim")
     live = Live(console=console, refresh_per_second=2, transient=True) if not quiet else None
 
     def progress(t: Totals) -> None:
@@ -107,7 +109,7 @@ def run(
     try:
         if live is not None:
             live.start()
-        totals = run_fleet(scenario, settings.mqtt, stop, truth, secrets, progress, client_id)
+        totals = run_fleet(scenario, mqtt, stop, truth, secrets, progress, client_id)
     except SimulatorError as exc:
         fail(str(exc))
     finally:
@@ -238,7 +240,8 @@ def replay(
     stop = stop_event()
     try:
         scenario, start_ms = read_header(recording)
-        conn = Connection(settings.mqtt, f"fleetwatch-replay-{scenario.seed}", lambda t, p: None)
+        mqtt = login(settings, "sim")
+        conn = Connection(mqtt, f"fleetwatch-replay-{scenario.seed}", lambda t, p: None)
     except (SimulatorError, OSError, ValueError) as exc:
         fail(str(exc))
     writer = TruthWriter(truth)

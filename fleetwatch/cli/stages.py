@@ -30,8 +30,10 @@ def gateway(
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
     from fleetwatch.ingest.gateway import Gateway
     from fleetwatch.ingest.workers import retire_surplus, supervise, worker_client_id
+    from fleetwatch.stack.credentials import login
 
-    settings = load_settings()
+    loaded = load_settings()
+    settings = loaded.model_copy(update={"mqtt": login(loaded, "gateway")})
     stop = stop_event()
     count = workers or settings.gateway.workers
     if worker_index is None:

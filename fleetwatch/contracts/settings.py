@@ -59,11 +59,19 @@ class MqttSettings(_Part):
     username: str | None = None
     password: str | None = None
     keepalive_s: int = Field(30, ge=5)
+    allow_anonymous: bool = False
+    """Local broker: let clients in without credentials (a development broker only). Off: every
+    client logs in — devices with the credentials ``fleetwatch devices add`` issues, the stages
+    with the service accounts the stack issues itself (:mod:`fleetwatch.stack.credentials`)."""
+    credentials_dir: Path | None = None
+    """Local broker: where its password file, ACL and service accounts are kept (default:
+    ``{run_dir}/mqtt``); stages with a run directory of their own point here to log in."""
     password_file: Path | None = None
-    """Local broker: a mosquitto_passwd file; when set, anonymous clients are refused."""
+    """Local broker: a mosquitto_passwd file of your own (default: ``passwd`` in
+    ``credentials_dir``, kept by ``fleetwatch devices``)."""
     acl_file: Path | None = None
-    """Local broker: an ACL file (see deploy/mosquitto/acl.example: devices write only as
-    themselves, ``{root}/%u/...``)."""
+    """Local broker: an ACL file of your own (default: one rendered from ``root``, see
+    deploy/mosquitto/acl.example: devices write only as themselves, ``{root}/%u/...``)."""
 
     @field_validator("root")
     @classmethod

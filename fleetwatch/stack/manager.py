@@ -34,6 +34,10 @@ class Stack:
     def processes(self) -> list[ManagedProcess]:
         return [self.kafka.proc, self.mosquitto.proc]
 
+    def reload_credentials(self) -> bool:
+        """Make the running broker read its password file and ACL again."""
+        return self.mosquitto.reload()
+
     def up(self) -> float:
         """Start what is not running, wait until both brokers answer, create missing topics.
         Returns the seconds it took. Harmless when everything is up already."""

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.stack.credentials import Credentials, login, reload_broker
 from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
 
@@ -36,10 +38,11 @@ class MosquittoBroker:
         # persistence keeps the gateway's persistent session across a broker restart.
         m = self.settings.mqtt
         auth = ["allow_anonymous true"]
-        if m.password_file is not None:
-            auth = ["allow_anonymous false", f"password_file {m.password_file.resolve()}"]
-        if m.acl_file is not None:
-            auth.append(f"acl_file {m.acl_file.resolve()}")
+        if not m.allow_anonymous:
+            files = Credentials(self.settings)
+            auth = ["allow_anonymous false", f"password_file {files.passwd.resolve()}"]
+            if files.managed or m.acl_file is not None:
+                auth.append(f"acl_file {files.acl.resolve()}")
         return "\n".join(
             [
                 f"listener {m.port} 127.0.0.1",
@@ -76,14 +79,29 @@ class MosquittoBroker:
                 "stop it or set FLEETWATCH_MQTT__PORT"
             )
         self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.settings.mqtt.allow_anonymous:
+            Credentials(self.settings).ensure()
         self.config_file.write_text(self.render_config())
         self.proc.start([binary, "-c", str(self.config_file)])
         return True
 
+    def reload(self) -> bool:
+        """Make the running broker read its password file and ACL again."""
+        return reload_broker(self.proc.pid())
+
     def ready(self) -> bool:
+        """Whether the broker lets the gateway's account in."""
         connected = threading.Event()
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
-        client.on_connect = lambda *args: connected.set()
+        m = login(self.settings, "gateway")
+        if m.username:
+            client.username_pw_set(m.username, m.password)
+
+        def on_connect(_c: object, _u: object, _f: object, reason: ReasonCode, _p: object) -> None:
+            if not reason.is_failure:
+                connected.set()
+
+        client.on_connect = on_connect
         try:
             client.connect(self.settings.mqtt.host, self.settings.mqtt.port, keepalive=5)
         except (TimeoutError, OSError):

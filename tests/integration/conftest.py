@@ -27,6 +27,7 @@ from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.kafka_topic import end_offsets
+from fleetwatch.stack.credentials import Credentials, Role, login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from tests.polling import wait_until
@@ -84,6 +85,13 @@ def free_port() -> int:
             return port
 
 
+def login_as(client: mqtt.Client, settings: Settings, role: Role) -> None:
+    """Log ``client`` in with the stack's account for ``role`` (none on an anonymous broker)."""
+    m = login(settings, role)
+    if m.username:
+        client.username_pw_set(m.username, m.password)
+
+
 @dataclass(frozen=True)
 class Record:
     key: bytes | None
@@ -110,6 +118,13 @@ class Isolated:
     api_port: int
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
+    @property
+    def stack_env(self) -> dict[str, str]:
+        """The env of a command about the stack itself (its run dir: ``fleetwatch devices``)."""
+        env = dict(self.env)
+        env["FLEETWATCH_RUN_DIR"] = str(self.settings.run_path.resolve())
+        return env
+
     def start(
         self, name: str, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
@@ -125,10 +140,13 @@ class Isolated:
         return proc
 
     @contextlib.contextmanager
-    def mqtt_client(self) -> Iterator[mqtt.Client]:
+    def mqtt_client(self, role: Role = "sim") -> Iterator[mqtt.Client]:
+        """A client logged in with the stack's account for ``role`` (the simulator's writes
+        telemetry and acks and reads commands; the gateway's reads telemetry)."""
         client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id=f"t-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5
         )
+        login_as(client, self.settings, role)
         client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
         client.loop_start()
         try:
@@ -204,6 +222,8 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
             "FLEETWATCH_API__CONSUMER_GROUP": f"api-{tag}",
             "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
             "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
+            # the stages log in with the stack's service accounts (the test's run dir is its own)
+            "FLEETWATCH_MQTT__CREDENTIALS_DIR": str(Credentials(stack_settings).dir.resolve()),
         }
     )
     iso = Isolated(stack_settings, topics, env, tag, mqtt_root, api_port)

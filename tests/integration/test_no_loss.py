@@ -31,7 +31,7 @@ from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import wait_for
-from tests.integration.conftest import free_port
+from tests.integration.conftest import free_port, login_as
 from tests.polling import wait_until
 
 logger = logging.getLogger(__name__)
@@ -163,6 +163,7 @@ class Publisher(threading.Thread):
             CallbackAPIVersion.VERSION2, client_id="noloss-fleet", protocol=mqtt.MQTTv5
         )
         client.max_inflight_messages_set(100)
+        login_as(client, self.settings, "sim")
         client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
         client.loop_start()
         start = time.monotonic()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetwatch.contracts.commands import Command
+from fleetwatch.stack.credentials import login
 from tests.integration.conftest import Isolated
 from tests.integration.mqtt_watch import Watcher
 from tests.polling import wait_until
@@ -18,7 +19,9 @@ from tests.polling import wait_until
 @pytest.fixture
 def watcher(isolated: Isolated) -> Iterator[Watcher]:
     root = isolated.mqtt_root
-    w = Watcher(isolated.settings.mqtt.port, [f"{root}/+/acks", f"{root}/+/telemetry"])
+    gateway = login(isolated.settings, "gateway")  # the account that may read telemetry
+    topics = [f"{root}/+/acks", f"{root}/+/telemetry"]
+    w = Watcher(isolated.settings.mqtt.port, topics, gateway.username, gateway.password or "")
     wait_until(w.subscribed.is_set, 10, "the watcher to subscribe")
     yield w
     w.close()

@@ -5,6 +5,7 @@ stages are real child processes, one of which fails the way a stage does."""
 
 from __future__ import annotations
 
+import stat
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,11 +16,14 @@ from typer.testing import CliRunner
 
 from fleetwatch.cli import demo as demo_cli
 from fleetwatch.cli.main import app
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.stack.credentials import Credentials
 from fleetwatch.stack.processes import ManagedProcess
 
 
 class QuietStack:
     downs = 0
+    reloads = 0
 
     def __init__(self, settings: Any) -> None:
         pass
@@ -32,6 +36,10 @@ class QuietStack:
 
     def down(self) -> None:
         QuietStack.downs += 1
+
+    def reload_credentials(self) -> bool:
+        QuietStack.reloads += 1
+        return True
 
 
 class NoAlerts:
@@ -48,8 +56,10 @@ class NoAlerts:
         pass
 
 
-def stages(failing: str | None) -> Any:
+def stages(failing: str | None, seen: dict[str, list[str]] | None = None) -> Any:
     def argv(*args: str) -> list[str]:
+        if seen is not None:
+            seen[args[0]] = list(args)
         if args[0] == failing:
             code = "import sys; print('KafkaException: broken'); sys.exit(3)"
         else:
@@ -65,6 +75,7 @@ def demo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(demo_cli, "Stack", QuietStack)
     monkeypatch.setattr(demo_cli, "Consumer", NoAlerts)
     QuietStack.downs = 0
+    QuietStack.reloads = 0
     return tmp_path / "run"
 
 
@@ -80,3 +91,18 @@ def test_a_stage_that_dies_fails_the_demo_and_is_named(
     assert QuietStack.downs == 1
     names = ["demo-gateway", "demo-score", "demo-api", "demo-sim"]
     assert not any(ManagedProcess(n, demo_env).running() for n in names)
+
+
+def test_the_demo_fleet_logs_in_with_credentials_issued_to_each_device(
+    demo_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, list[str]] = {}
+    monkeypatch.setattr(demo_cli, "_stage_argv", stages("sim", seen))
+    CliRunner().invoke(app, ["demo", "--devices", "3"])
+    sim = seen["sim"]
+    issued = Path(sim[sim.index("--credentials") + 1])
+    lines = [line.split(":", 1) for line in issued.read_text().splitlines()]
+    assert [user for user, _ in lines] == ["sensor-0000", "sensor-0001", "sensor-0002"]
+    assert Credentials(Settings(run_dir=demo_env)).devices() == [user for user, _ in lines]
+    assert stat.S_IMODE(issued.stat().st_mode) == 0o600
+    assert QuietStack.reloads == 1

@@ -61,4 +61,9 @@ def test_credentials_and_an_acl_make_the_broker_refuse_anonymous_clients(tmp_pat
     assert "allow_anonymous false" in config
     assert f"password_file {tmp_path / 'passwd'}" in config
     assert f"acl_file {tmp_path / 'acl'}" in config
-    assert "allow_anonymous true" in MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
+    secure = MosquittoBroker(Settings(run_dir=tmp_path)).render_config().splitlines()
+    assert "allow_anonymous false" in secure  # the default: every client logs in
+    assert f"password_file {tmp_path / 'mqtt' / 'passwd'}" in secure
+    assert f"acl_file {tmp_path / 'mqtt' / 'acl'}" in secure
+    open_broker = Settings(run_dir=tmp_path, mqtt=MqttSettings(allow_anonymous=True))
+    assert "allow_anonymous true" in MosquittoBroker(open_broker).render_config()

@@ -1,0 +1,95 @@
+"""Per-device credentials on the stack's own broker, which refuses anonymous clients:
+``fleetwatch devices add`` lets a device in, as itself only (it cannot publish as another
+device or read another's commands), ``rotate`` retires its old password and ``revoke`` shuts
+it out — each taken by the running broker without a restart."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
+
+from fleetwatch.contracts.telemetry import reading_payload
+from tests.integration.conftest import Isolated, fleetwatch
+from tests.polling import wait_until
+
+
+def connect(isolated: Isolated, user: str | None, password: str | None) -> tuple[bool, mqtt.Client]:
+    """Whether the broker accepts the login, and the (connected or not) client."""
+    answer: list[bool] = []
+    done = threading.Event()
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2, client_id=f"cred-{uuid.uuid4().hex[:6]}", protocol=mqtt.MQTTv5
+    )
+    if user is not None:
+        client.username_pw_set(user, password)
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
+        answer.append(not reason.is_failure)
+        done.set()
+
+    client.on_connect = on_connect
+    client.connect(isolated.settings.mqtt.host, isolated.settings.mqtt.port)
+    client.loop_start()
+    done.wait(10)
+    if not answer or not answer[0]:
+        client.loop_stop()
+        return False, client
+    return True, client
+
+
+def issue(isolated: Isolated, verb: str, device: str) -> dict[str, Any]:
+    result = fleetwatch("devices", verb, device, "--json", env=isolated.stack_env)
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_issued_credentials_let_a_device_in_as_itself_only(isolated: Isolated) -> None:
+    device, other = f"cred-{isolated.tag}", f"other-{isolated.tag}"
+    assert connect(isolated, None, None)[0] is False  # anonymous clients are refused
+    issued = issue(isolated, "add", device)
+    ok, client = connect(isolated, device, issued["password"])
+    assert ok
+    assert connect(isolated, device, "not-the-password")[0] is False
+
+    results: dict[int, bool] = {}
+    subscribed = threading.Event()
+    received: list[str] = []
+    client.on_publish = lambda c, u, mid, reason, props: results.__setitem__(mid, reason.is_failure)
+    client.on_subscribe = lambda *args: subscribed.set()
+    client.on_message = lambda c, u, msg: received.append(msg.topic)
+    root = isolated.settings.mqtt.root
+    forged = client.publish(f"{root}/{other}/telemetry", reading_payload(1, 1, 1, {"t": 1.0}), 1)
+    own = client.publish(f"{root}/{device}/telemetry", reading_payload(1, 1, 1, {"t": 1.0}), 1)
+    client.subscribe([(f"{root}/{other}/commands", 1), (f"{root}/{device}/commands", 1)])
+    wait_until(lambda: len(results) == 2 and subscribed.is_set(), 10, "the broker's answers")
+    assert results[forged.mid] is True  # not authorised
+    assert results[own.mid] is False
+    # the broker takes the subscription but delivers only what the ACL lets it read: the
+    # gateway's command to the other device never arrives, the one to this device does
+    with isolated.mqtt_client("gateway") as gateway:
+        gateway.publish(f"{root}/{other}/commands", b"{}", qos=1).wait_for_publish(10)
+        gateway.publish(f"{root}/{device}/commands", b"{}", qos=1).wait_for_publish(10)
+    wait_until(lambda: received, 10, "the device's own command")
+    assert received == [f"{root}/{device}/commands"]
+    client.disconnect()
+    client.loop_stop()
+
+    listed = fleetwatch("devices", "list", env=isolated.stack_env)
+    assert device in listed.stdout.split()
+    rotated = issue(isolated, "rotate", device)
+    assert connect(isolated, device, issued["password"])[0] is False
+    ok, client = connect(isolated, device, rotated["password"])
+    assert ok
+    client.disconnect()
+    client.loop_stop()
+
+    revoked = fleetwatch("devices", "revoke", device, env=isolated.stack_env)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "the running broker has it now" in revoked.stdout
+    assert connect(isolated, device, rotated["password"])[0] is False
