@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.simulator import hostile
 from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
@@ -28,52 +29,10 @@ from tests.integration.conftest import Isolated, Record, fleetwatch
 from tests.polling import wait_until
 
 DEVICES, ROUNDS, SPIKE_AT = 3, 20, 45
-FLOOD_READINGS, FLOOD_NAMES = 10, 10  # 100 new metric names, beyond score.max_metrics (64)
-STORM = 30  # copies of one reading
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def hostile_messages(now: int) -> dict[str, list[bytes]]:
-    """Hostile device id (without the test's prefix) → the MQTT payloads it sends."""
-    ok = {"t": 21.0}
-    return {
-        "oversized": [b'{"seq":1,"metrics":{"t":1},"pad":"' + b"x" * 1_500_000 + b'"}'],
-        "nonutf8": [b"\xff\xfe\x00\x81 not text"],
-        "deep": [b'{"a":' * 5_000 + b"1" + b"}" * 5_000],
-        "nan": [b'{"v":1,"seq":1,"ts":%d,"sent":%d,"metrics":{"t":NaN}}' % (now, now)],
-        "huge": [reading_payload(1, now, now, {"t": 1e308})],
-        "overflow": [
-            b'{"v":1,"seq":1,"ts":%d,"sent":%d,"metrics":{"t":1%s}}' % (now, now, b"0" * 400)
-        ],
-        "bigseq": [reading_payload(2**70, now, now, ok)],
-        "future": [
-            reading_payload(1, now + 10 * 365 * 86_400_000, now + 10 * 365 * 86_400_000, ok)
-        ],
-        "past": [reading_payload(1, 1_000, 1_000, ok)],
-        "nul": [reading_payload(1, now, now, ok, firmware="1.0\x00evil")],
-        "badname": [reading_payload(1, now, now, {"no spaces allowed": 1.0})],
-        "metricflood": [
-            reading_payload(
-                i, now + i, now + i, {f"m{i}_{j}": float(j) for j in range(FLOOD_NAMES)}
-            )
-            for i in range(FLOOD_READINGS)
-        ],
-        "dupstorm": [reading_payload(7, now, now, ok)] * STORM,
-    }
-
-
-def direct_records(now: int) -> list[bytes]:
-    """Values written to the raw topic past the gateway (a hostile or broken producer)."""
-    return [
-        b"{not json",
-        b"[]",
-        json.dumps({"seq": 2**70, "event_ms": now, "metrics": {"t": 1.0}}).encode(),
-        json.dumps({"seq": 1, "event_ms": now, "metrics": {"t": 1e300}}).encode(),
-        json.dumps({"seq": 1, "event_ms": now, "metrics": "t"}).encode(),
-    ]
 
 
 def stable_end(isolated: Isolated, topic: str) -> dict[int, int]:
@@ -117,7 +76,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # fmt: skip
-    sent = hostile_messages(now_ms())
+    sent = hostile.mqtt_messages(now_ms())
     with isolated.mqtt_client() as client:
         for name, payloads in sent.items():
             for payload in payloads:
@@ -125,7 +84,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
                 client.publish(topic, payload, qos=1).wait_for_publish(10)
         reserved = f"{isolated.mqtt_root}/fleet:{isolated.tag}/telemetry"
         client.publish(reserved, reading_payload(1, now_ms(), now_ms(), {"t": 1.0}), qos=1)
-    direct = direct_records(now_ms())
+    direct = hostile.raw_records(now_ms())
     producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
     direct_key = f"{hostile_prefix}direct"
     for value in direct:
@@ -156,7 +115,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
             f"{gateway_dead[device]} dead-lettered"
         )
     assert all(d.headers["fw.reason"] for d in at_gateway)
-    for name in ("oversized", "nonutf8", "deep", "nan", "huge", "overflow", "bigseq", "nul"):
+    for name in hostile.REFUSED_BY_GATEWAY:
         assert gateway_dead[f"{hostile_prefix}{name}"] == 1, f"{name} was not refused"
     reserved_dead = [d for d in at_gateway if d.headers["fw.mqtt_topic"] == reserved.encode()]
     assert len(reserved_dead) == 1
@@ -175,8 +134,8 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
 
     # the metric flood: names beyond score.max_metrics refused by the scorer, the rest scored
     flood_dead = [d for d in at_scorer if d.key == f"{hostile_prefix}metricflood".encode()]
-    expected_refused = FLOOD_READINGS - 64 // FLOOD_NAMES  # the readings holding names past 64
-    assert len(flood_dead) == expected_refused
+    # the readings holding names past the 64th
+    assert len(flood_dead) == hostile.FLOOD_READINGS - 64 // hostile.FLOOD_NAMES
     assert all(b"score.max_metrics" in d.headers["fw.reason"] for d in flood_dead)
 
     # -- the API: the storm's device saw its copies as duplicates; no stage stopped -----------
