@@ -9,7 +9,6 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.credentials import Credentials, login, reload_broker
@@ -90,18 +89,15 @@ class MosquittoBroker:
         return reload_broker(self.proc.pid())
 
     def ready(self) -> bool:
-        """Whether the broker lets the gateway's account in."""
+        """Whether the broker answers a connection (with the gateway's account when the stack
+        issued one; a refusal is an answer too: a broker of your own password file)."""
         connected = threading.Event()
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
         m = login(self.settings, "gateway")
         if m.username:
             client.username_pw_set(m.username, m.password)
 
-        def on_connect(_c: object, _u: object, _f: object, reason: ReasonCode, _p: object) -> None:
-            if not reason.is_failure:
-                connected.set()
-
-        client.on_connect = on_connect
+        client.on_connect = lambda *args: connected.set()
         try:
             client.connect(self.settings.mqtt.host, self.settings.mqtt.port, keepalive=5)
         except (TimeoutError, OSError):
