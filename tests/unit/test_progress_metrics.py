@@ -1,9 +1,10 @@
 """A streaming query's progress report → the ``fleetwatch_streaming_*`` metrics, without Spark.
 
 ``REPORT`` is a report of the scorer's own plan recorded on local Spark 4.2 (its
-``customMetrics`` and observed sums trimmed), with its two sources as Spark's Kafka source
-reports them (offsets per topic and partition, and the source's ``*OffsetsBehindLatest``
-metrics as text).
+``customMetrics`` and observed sums trimmed; it read files), its two sources written in the
+shape of Spark's Kafka source (offsets per topic and partition, and the source's
+``*OffsetsBehindLatest`` metrics as text), which the scorer on the real stack is checked
+against in ``tests/integration/test_metrics.py``.
 """
 
 from __future__ import annotations
