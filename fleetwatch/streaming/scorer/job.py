@@ -10,7 +10,8 @@ The plan (PLAN_VERSION 11)::
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
         └─ groupBy(bucket = buckets.bucket_of(device_id, BUCKETS), 16 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
-              └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
+              └─ observe(the count rows' sums) ─ count rows dropped (batch_counts)
+                   └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
 The union of the two streams into one stateful operator keyed by device is the stream-table
 join: a device's parameters live in its state (``ValueState`` on the RocksDB store) and a new
@@ -24,7 +25,8 @@ are the ones it emitted before. The per-device logic is pure Python in
 
 The event-time column carrying the watermark is dropped before the operator, so Spark does
 not drop late rows on its own: the operator sees them, writes them to ``telemetry.late`` with
-the watermark they missed, and counts them (the ``late`` observed metric of each batch).
+the watermark they missed, and counts them (``late`` among each batch's observed counts,
+:mod:`~fleetwatch.streaming.scorer.batch_counts`).
 
 """
 
