@@ -241,7 +241,9 @@ def test_the_counts_reach_the_progress_report_on_a_checkpoint_of_the_plan_before
             "the batch's progress report",
         )
     assert value("fleetwatch_score_duplicate_readings_total") == 1
-    assert value("fleetwatch_score_skipped_records_total") == 1
+    assert value("fleetwatch_score_unreadable_records_total") == 1
+    assert value("fleetwatch_score_dead_letters_total") == 1
+    assert value("fleetwatch_score_quarantined_devices") == 0
     labels = {"event": "open", "kind": "fixed-baseline", "severity": "critical"}
     assert value("fleetwatch_score_alert_events_total", labels) == 1
     assert (value("fleetwatch_streaming_batches_total", {"query": "score"}) or 0) >= 1

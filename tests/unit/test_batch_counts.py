@@ -4,14 +4,19 @@ count rows of the operator's output, each name one aggregate of the progress rep
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from fleetwatch.models.registry import KINDS
+from fleetwatch.streaming.scorer import bucket_step
 from fleetwatch.streaming.scorer.batch_counts import (
     ALERT_KINDS,
     COUNT_NAMES,
     COUNT_ROLE,
     READING_COUNTS,
     bucket_counts,
+    quarantined,
 )
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
@@ -21,8 +26,9 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.device_step import Role
+from fleetwatch.streaming.scorer.job import BUCKETS
 from fleetwatch.streaming.scorer.processor import output_frame
-from fleetwatch.streaming.scorer.readings import Rows
+from fleetwatch.streaming.scorer.readings import Record, Rows
 from tests.unit.test_device_scoring import POLICY, T0, frame
 
 
@@ -39,11 +45,13 @@ def test_a_real_batch_counts_its_readings_duplicates_late_ones_and_alerts() -> N
     out = score_bucket(
         bucket, BucketBatch({"d1": Rows.of(frame(again))}), watermark, T0, POLICY, store
     )
-    counts = bucket_counts(out, skipped=2)
+    counts = bucket_counts(out, unreadable=2)
     assert counts["scored"] == 1
     assert counts["duplicates"] == 1
     assert counts["late"] == 1
-    assert counts["skipped"] == 2
+    assert counts["unreadable"] == 2
+    assert counts["dead_letters"] == 2
+    assert "failed" not in counts
     opened = {k: v for k, v in counts.items() if k.startswith("alert:open:")}
     assert opened == {"alert:open:fixed-baseline:critical": 1}
 
@@ -82,6 +90,33 @@ def test_count_rows_follow_the_records_and_carry_no_topic() -> None:
 def test_the_names_are_a_fixed_bounded_list_covering_every_registered_detector() -> None:
     assert set(KINDS) - {"combined"} <= set(ALERT_KINDS)
     assert {"dropout", "state", "fixed-baseline", "other"} <= set(ALERT_KINDS)
-    assert (
-        len(COUNT_NAMES) == len(set(COUNT_NAMES)) == len(READING_COUNTS) + 3 * 3 * len(ALERT_KINDS)
-    )
+    alerts = 3 * 3 * len(ALERT_KINDS)
+    assert len(COUNT_NAMES) == len(set(COUNT_NAMES)) == len(READING_COUNTS) + alerts + BUCKETS
+
+
+def test_a_failing_device_is_counted_and_its_quarantine_seen_in_its_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a detector that cannot cope")
+
+    monkeypatch.setattr(bucket_step, "process", broken)
+    bucket, store = new_bucket(), MemoryStore()
+    now = T0 + 10_000
+    for i in range(POLICY.quarantine.after_failures + 1):
+        raw = Record(f'{{"seq":{i}}}', (0, i))  # what a dead letter of it carries
+        batch = BucketBatch.of(
+            {"q1": Rows.of(frame([(i, T0 + i * 1000, 21.0)]))}, (), {"q1": [raw]}
+        )
+        out = score_bucket(bucket, batch, 0, now, POLICY, store)
+        counts = bucket_counts(out)
+        if i < POLICY.quarantine.after_failures:
+            assert counts["failed"] == 1
+        else:  # quarantined now: its readings are held, unscored
+            assert counts["held"] == 1
+            assert "failed" not in counts
+        assert counts["dead_letters"] == 1
+    assert quarantined(7, bucket, now) == {"quarantined:7": 1}
+    until = bucket["devices"]["q1"]["quarantined_until_ms"]
+    assert until is not None
+    assert quarantined(7, bucket, int(until)) == {"quarantined:7": 0}, "its time is up"

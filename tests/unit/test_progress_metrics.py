@@ -1,7 +1,8 @@
 """A streaming query's progress report → the ``fleetwatch_streaming_*`` metrics, without Spark.
 
 ``REPORT`` is a report of the scorer's own plan recorded on local Spark 4.2 (its
-``customMetrics`` and observed sums trimmed; it read files), its two sources written in the
+``customMetrics`` and observed sums trimmed, these named as the scorer counts now; it read
+files), its two sources written in the
 shape of Spark's Kafka source (offsets per topic and partition, and the source's
 ``*OffsetsBehindLatest`` metrics as text), which the scorer on the real stack is checked
 against in ``tests/integration/test_metrics.py``.
@@ -107,11 +108,16 @@ REPORT: dict[str, Any] = {
             "scored": 5,
             "late": None,
             "duplicates": 2,
-            "skipped": 1,
+            "unreadable": 1,
+            "dead_letters": 1,
+            "failed": None,
             "alert:open:level:warning": None,
             "alert:open:level:critical": 1,
             "alert:open:seasonal:critical": 1,
             "alert:open:dropout:critical": 1,
+            "quarantined:0": 0,
+            "quarantined:1": 2,
+            "quarantined:2": None,
         }
     },
 }
@@ -238,7 +244,13 @@ def test_the_scorers_counts_come_from_the_reports_observed_sums(
     assert value("fleetwatch_score_readings_scored_total") == 5
     assert value("fleetwatch_score_late_readings_total") == 0
     assert value("fleetwatch_score_duplicate_readings_total") == 2
-    assert value("fleetwatch_score_skipped_records_total") == 1
+    assert value("fleetwatch_score_unreadable_records_total") == 1
+    assert value("fleetwatch_score_dead_letters_total") == 1
+    assert value("fleetwatch_score_failed_device_batches_total") == 0
+    assert value("fleetwatch_score_quarantined_devices") == 2
+    # bucket 1's quarantine ends; a bucket not in a batch keeps its last count
+    counts.record({"observedMetrics": {"score_counts": {"quarantined:0": 1, "quarantined:1": 0}}})
+    assert value("fleetwatch_score_quarantined_devices") == 1
     alerts = "fleetwatch_score_alert_events_total"
     for kind in ("level", "seasonal", "dropout"):
         labels = {"event": "open", "kind": kind, "severity": "critical"}

@@ -42,7 +42,7 @@ import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows
+from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, quarantined
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
     BucketState,
@@ -241,8 +241,8 @@ def device_scorer(settings: Settings) -> Any:
             self._save(bucket)
             dead = [*found.refused, *out.dead]
             counts = bucket_counts(out, len(found.refused))
-            if out.records or dead or counts:
-                yield output_frame(out.records, topics, dead, raw_topic, counts)
+            counts.update(quarantined(key[0], bucket, now_ms))
+            yield output_frame(out.records, topics, dead, raw_topic, counts)
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -253,8 +253,8 @@ def device_scorer(settings: Settings) -> Any:
             out = expire_bucket(bucket, watermark, now_ms, policy, self.store)
             self._save(bucket)
             counts = bucket_counts(out)
-            if out.records or counts:
-                yield output_frame(out.records, topics, counts=counts)
+            counts.update(quarantined(key[0], bucket, now_ms))
+            yield output_frame(out.records, topics, counts=counts)
 
         def close(self) -> None:
             return None
