@@ -12,13 +12,13 @@ MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(a
 .PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean java-check mosquitto-check postgres-check
 
 help:
-	@echo "make setup   - virtualenv, JVM jars (Kafka broker, Spark Kafka connector), Mosquitto, PostgreSQL"
+	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, PostgreSQL"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff + mypy"
 	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures)"
 
-setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check postgres-check
+setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check postgres-check
 
 java-check:
 	@deploy/check-java.sh
@@ -41,6 +41,12 @@ $(VENV)/.installed: pyproject.toml
 $(JARS)/kafka/.resolved: deploy/jvm/kafka/pom.xml | java-check
 	@rm -rf $(JARS)/kafka && mkdir -p $(JARS)/kafka
 	cd deploy/jvm/kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS))/kafka
+	@touch $@
+
+# The Prometheus JMX exporter agent `fleetwatch stack` attaches to the broker (kafka.metrics_port).
+$(JARS)/jmx-exporter/.resolved: deploy/jvm/jmx-exporter/pom.xml | java-check
+	@rm -rf $(JARS)/jmx-exporter && mkdir -p $(JARS)/jmx-exporter
+	cd deploy/jvm/jmx-exporter && $(MVN) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(JARS))/jmx-exporter
 	@touch $@
 
 # The connector must match the installed pyspark exactly: the version is read from the venv.

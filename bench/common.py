@@ -109,7 +109,10 @@ def private_stack_settings(run_dir: Path) -> Settings:
     return Settings(
         run_dir=run_dir,
         kafka=KafkaSettings(
-            port=port, controller_port=free_port(), bootstrap_servers=f"127.0.0.1:{port}"
+            port=port,
+            controller_port=free_port(),
+            bootstrap_servers=f"127.0.0.1:{port}",
+            metrics_port=free_port(),
         ),
         mqtt=MqttSettings(port=free_port()),
     )
@@ -146,6 +149,10 @@ def isolated_env(
             "FLEETWATCH_GATEWAY__CLIENT_ID": f"gateway-{tag}",
             "FLEETWATCH_GATEWAY__SHARE_GROUP": f"share-{tag}",
             "FLEETWATCH_MQTT__CREDENTIALS_DIR": str(Credentials(settings).dir.resolve()),
+            # metrics served as in production, on ports no running demo holds
+            "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
+            "FLEETWATCH_SCORE__METRICS_PORT": str(free_port()),
+            "FLEETWATCH_TRAIN__METRICS_PORT": str(free_port()),
         }
     )
     return topics, env

@@ -38,7 +38,7 @@ from paho.mqtt.properties import Properties
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import now_ms, private_stack_settings, rss_mb, tree_cpu_s
+from bench.common import free_port, now_ms, private_stack_settings, rss_mb, tree_cpu_s
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets
@@ -164,6 +164,7 @@ def main() -> None:
                 "FLEETWATCH_RUN_DIR": tmp,
                 "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
                 "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
+                "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
             }
         )
         stack = Stack(settings)

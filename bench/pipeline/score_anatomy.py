@@ -212,6 +212,7 @@ def start(
     checkpoint: Path,
 ) -> Any:
     from fleetwatch.streaming.kafka_io import kafka_stream
+    from fleetwatch.streaming.scorer.batch_counts import counted
     from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, kafka_rows, scorer_input
     from fleetwatch.streaming.scorer.processor import device_scorer
 
@@ -219,11 +220,13 @@ def start(
     raw = kafka_stream(spark, settings, topics.telemetry_raw, options=source)
     params = kafka_stream(spark, settings, topics.model_params)
     inputs = scorer_input(raw, params, settings.score.allowed_lateness)
-    out = inputs.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=timed_processor(device_scorer(settings), log_path),
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode="EventTime",
+    out = counted(  # the scorer's plan: its count rows summed and dropped before the sink
+        inputs.groupBy("bucket").transformWithStateInPandas(
+            statefulProcessor=timed_processor(device_scorer(settings), log_path),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
     )
     writer = (
         kafka_rows(out)

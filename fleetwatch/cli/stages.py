@@ -29,24 +29,26 @@ def gateway(
 ) -> None:
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
     from fleetwatch.ingest.gateway import Gateway
-    from fleetwatch.ingest.workers import retire_surplus, supervise, worker_client_id
+    from fleetwatch.ingest.metrics import GatewayMetrics, exported
+    from fleetwatch.ingest.workers import retire_surplus, supervise_exported, worker_client_id
     from fleetwatch.stack.credentials import login
 
     loaded = load_settings()
     settings = loaded.model_copy(update={"mqtt": login(loaded, "gateway")})
     stop = stop_event()
     count = workers or settings.gateway.workers
-    if worker_index is None:
-        try:
-            retire_surplus(settings, count, stop)
-        except FleetwatchError as exc:
-            fail(str(exc))
-        if count > 1:
-            supervise(count, stop)
-            return
-    client_id = worker_client_id(settings.gateway.client_id, worker_index or 0)
     try:
-        Gateway(settings, client_id=client_id).run(stop)
+        if worker_index is None:
+            retire_surplus(settings, count, stop)
+            if count > 1:
+                supervise_exported(settings, count, stop)
+                return
+        client_id = worker_client_id(settings.gateway.client_id, worker_index or 0)
+        metrics = GatewayMetrics()
+        # a supervised worker counts into files its supervisor serves
+        served = exported(settings, metrics.registry)
+        with served if worker_index is None else contextlib.nullcontext():
+            Gateway(settings, client_id=client_id, metrics=metrics).run(stop)
     except FleetwatchError as exc:
         fail(str(exc))
 

@@ -40,6 +40,9 @@ class KafkaSettings(_Part):
     partitions: int = Field(4, ge=1)
     """Partitions of each topic the stack creates."""
     replication_factor: int = Field(1, ge=1)
+    metrics_port: int = Field(9404, ge=0, le=65535)
+    """Local broker: Prometheus JMX exporter port on loopback (``make setup`` fetches the
+    agent; rules in ``deploy/jvm/jmx-exporter/kafka.yml``); 0: none."""
 
     @model_validator(mode="after")
     def _listeners_differ(self) -> KafkaSettings:
@@ -196,6 +199,8 @@ class ScoreSettings(_Part):
     (its metric set; ``fleetwatch models promote`` publishes it on ``model.params``):
     ``fallback`` for devices whose own multivariate model is still warming up (and those with
     no learned parameters yet), ``always`` for every device of the scope, ``off`` never."""
+    metrics_port: int = Field(9102, ge=0, le=65535)
+    """Prometheus metrics of the scorer; 0: none."""
 
     quarantine_after: int = Field(3, ge=1)
     """A device whose micro-batches fail this many times in a row is quarantined: its readings
@@ -234,6 +239,8 @@ class TrainSettings(_Part):
     """Upper bound of Kafka records read per micro-batch (``None``: everything available)."""
     tracking: bool = True
     """Report runs to the tracking observer (MLflow) when it is installed."""
+    metrics_port: int = Field(9103, ge=0, le=65535)
+    """Prometheus metrics of the trainer; 0: none."""
 
 
 class WebhookSettings(_Part):
@@ -292,6 +299,8 @@ class GatewaySettings(_Part):
     producer_queue_messages: int = Field(100_000, ge=100)
     producer_queue_kbytes: int = Field(64 * 1024, ge=1024)
     workers: int = Field(1, ge=1, le=64)
+    metrics_port: int = Field(9101, ge=0, le=65535)
+    """Prometheus metrics of the gateway (with ``--workers N``, all workers' summed); 0: none."""
 
 
 class MlflowSettings(_Part):

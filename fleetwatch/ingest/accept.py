@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -23,7 +25,7 @@ from pydantic import ValidationError
 from fleetwatch.contracts.identifiers import is_device_id
 from fleetwatch.contracts.telemetry import Reading, TelemetryRecord, encode, first_problem
 from fleetwatch.ingest.clock import ClockOffsets
-from fleetwatch.ingest.errors import PayloadRejected
+from fleetwatch.ingest.errors import PayloadRejected, RejectKind
 
 _MINUTE_MS = 60_000
 _DAY_MS = 24 * 60 * _MINUTE_MS
@@ -57,6 +59,8 @@ class Accepted:
     seq: int
     clamped: bool = False
     """Whether the corrected event time was clamped to the arrival time (:data:`MAX_AHEAD_MS`)."""
+    clock_offset_ms: int = 0
+    """The clock offset applied to the device's time (``event_ms - ts``)."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,13 @@ class DeadLetter:
     value: bytes
     headers: Headers
     reason: str
-    readings: int = 1
-    """How many readings of the message it stands for (a batch's rejected readings share one)."""
+    kinds: Mapping[RejectKind, int]
+    """The readings of the message it stands for (a batch's rejected readings share one), by
+    the kind of their rejection."""
+
+    @property
+    def readings(self) -> int:
+        return sum(self.kinds.values())
 
 
 @dataclass
@@ -79,11 +88,11 @@ def device_from_topic(topic: str, root: str, channel: str = "telemetry") -> str:
     """The device id of ``{root}/{device_id}/{channel}``, or a rejection saying why not."""
     prefix, suffix = root + "/", "/" + channel
     if not topic.startswith(prefix) or not topic.endswith(suffix):
-        raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/{channel}")
+        raise PayloadRejected(f"topic {topic!r} is not {root}/{{device_id}}/{channel}", "topic")
     device_id = topic[len(prefix) : -len(suffix)]
     if not is_device_id(device_id):
         raise PayloadRejected(
-            f"device id {device_id!r} in topic {topic!r} is not a valid device id"
+            f"device id {device_id!r} in topic {topic!r} is not a valid device id", "topic"
         )
     return device_id
 
@@ -102,20 +111,24 @@ def handle(
         device_id = device_from_topic(topic, root)
         items = _readings(payload, max_bytes)
     except PayloadRejected as exc:
-        outcome.rejected.append(dead_letter(topic, payload, received_ms, str(exc), root))
+        outcome.rejected.append(
+            dead_letter(topic, payload, received_ms, str(exc), root, {exc.kind: 1})
+        )
         return outcome
     if not isinstance(items, list):
         try:
             outcome.accepted.append(_record(device_id, _validate(items), received_ms, clocks))
         except PayloadRejected as exc:
-            outcome.rejected.append(dead_letter(topic, payload, received_ms, str(exc), root))
+            outcome.rejected.append(
+                dead_letter(topic, payload, received_ms, str(exc), root, {exc.kind: 1})
+            )
         return outcome
-    problems: list[tuple[int, str]] = []
+    problems: list[tuple[int, PayloadRejected]] = []
     for index, item in enumerate(items):
         try:
             outcome.accepted.append(_record(device_id, _validate(item), received_ms, clocks))
         except PayloadRejected as exc:
-            problems.append((index, str(exc)))
+            problems.append((index, exc))
     if problems:
         outcome.rejected.append(_batch_dead_letter(topic, payload, received_ms, root, problems))
     return outcome
@@ -126,7 +139,7 @@ def _batch_dead_letter(
     payload: bytes | bytearray,
     received_ms: int,
     root: str,
-    problems: list[tuple[int, str]],
+    problems: list[tuple[int, PayloadRejected]],
 ) -> DeadLetter:
     """One dead letter for every rejected reading of a batch: the payload once, the indexes
     and (up to :data:`MAX_REASONS`) the reasons in headers."""
@@ -134,63 +147,74 @@ def _batch_dead_letter(
     reason = f"reading [{first}]: {why}"
     if len(problems) > 1:
         reason += f" (and {len(problems) - 1} more readings rejected)"
-    dl = dead_letter(topic, payload, received_ms, reason, root, readings=len(problems))
+    kinds = Counter(exc.kind for _, exc in problems)
+    dl = dead_letter(topic, payload, received_ms, reason, root, kinds)
     indexes = ",".join(str(i) for i, _ in problems[:MAX_REASONS])
     dl.headers.append(("fw.batch_index", indexes.encode()))
-    reasons = [[i, r] for i, r in problems[:MAX_REASONS]]
+    reasons = [[i, str(r)] for i, r in problems[:MAX_REASONS]]
     dl.headers.append(("fw.batch_reasons", json.dumps(reasons).encode()))
     return dl
 
 
 def _readings(payload: bytes | bytearray, max_bytes: int) -> object:
     if not payload:
-        raise PayloadRejected("empty payload")
+        raise PayloadRejected("empty payload", "empty")
     if len(payload) > max_bytes:
-        raise PayloadRejected(f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit")
+        raise PayloadRejected(
+            f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit", "too_large"
+        )
     try:
         parsed = json.loads(payload)
     except (ValueError, RecursionError) as exc:
-        raise PayloadRejected(f"payload: Invalid JSON ({exc})") from exc
+        raise PayloadRejected(f"payload: Invalid JSON ({exc})", "json") from exc
     if isinstance(parsed, list):
         if not parsed:
-            raise PayloadRejected("empty batch: a batch payload needs at least one reading")
+            raise PayloadRejected(
+                "empty batch: a batch payload needs at least one reading", "empty"
+            )
         if len(parsed) > MAX_BATCH:
             raise PayloadRejected(
-                f"batch of {len(parsed)} readings exceeds the limit of {MAX_BATCH}"
+                f"batch of {len(parsed)} readings exceeds the limit of {MAX_BATCH}", "too_large"
             )
         return parsed
     if isinstance(parsed, dict):
         return parsed
     raise PayloadRejected(
-        f"payload: a reading is a JSON object or an array of them, got {type(parsed).__name__}"
+        f"payload: a reading is a JSON object or an array of them, got {type(parsed).__name__}",
+        "json",
     )
 
 
 def _validate(item: object) -> Reading:
     if not isinstance(item, dict):
-        raise PayloadRejected(f"a reading is a JSON object, got {type(item).__name__}")
+        raise PayloadRejected(f"a reading is a JSON object, got {type(item).__name__}", "schema")
     try:
         return Reading.model_validate(item, strict=True)
     except ValidationError as exc:
-        raise PayloadRejected(first_problem(exc)) from exc
+        raise PayloadRejected(first_problem(exc), "schema") from exc
 
 
 def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOffsets) -> Accepted:
     if reading.device_id is not None and reading.device_id != device_id:
         raise PayloadRejected(
-            f"device_id {reading.device_id!r} in the payload is not {device_id!r} of the topic"
+            f"device_id {reading.device_id!r} in the payload is not {device_id!r} of the topic",
+            "device_mismatch",
         )
     waited = reading.sent - reading.ts
     if -waited > MAX_SEND_BEFORE_EVENT_MS:
         raise PayloadRejected(
-            f"ts is {-waited} ms after sent: a reading cannot be sent before it happens"
+            f"ts is {-waited} ms after sent: a reading cannot be sent before it happens",
+            "sent_before_event",
         )
     if waited > MAX_BUFFERED_MS:
-        raise PayloadRejected(f"reading was buffered {waited / _DAY_MS:.1f} days; the limit is 30")
+        raise PayloadRejected(
+            f"reading was buffered {waited / _DAY_MS:.1f} days; the limit is 30",
+            "buffered_too_long",
+        )
     skew = received_ms - reading.sent
     if abs(skew) > MAX_CLOCK_SKEW_MS:
         raise PayloadRejected(
-            f"device clock is {skew / _DAY_MS:.1f} days off gateway time; limit 7"
+            f"device clock is {skew / _DAY_MS:.1f} days off gateway time; limit 7", "clock_skew"
         )
     offset = clocks.observe(device_id, reading.sent, received_ms)
     event_ms = reading.ts + offset
@@ -199,7 +223,7 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         offset = received_ms - reading.ts
         event_ms = received_ms
     if event_ms < EARLIEST_EVENT_MS:
-        raise PayloadRejected(f"corrected event time {event_ms} is before 2020-01-01")
+        raise PayloadRejected(f"corrected event time {event_ms} is before 2020-01-01", "too_early")
     record = TelemetryRecord(
         device_id=device_id,
         seq=reading.seq,
@@ -212,7 +236,7 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         firmware=reading.firmware,
         status=reading.status,
     )
-    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq, clamped)
+    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq, clamped, offset)
 
 
 def dead_letter(
@@ -221,10 +245,11 @@ def dead_letter(
     received_ms: int,
     reason: str,
     root: str,
-    readings: int = 1,
+    kinds: Mapping[RejectKind, int],
 ) -> DeadLetter:
     """The raw bytes — whole up to :data:`MAX_DEAD_LETTER_BYTES`, else cut there, with the
-    whole length and digest — with the reason and the MQTT topic in headers."""
+    whole length and digest — with the reason and the MQTT topic in headers. ``kinds``: the
+    readings it stands for by the kind of their rejection."""
     try:
         key = device_from_topic(topic, root).encode()
     except PayloadRejected:
@@ -235,7 +260,7 @@ def dead_letter(
         ("fw.received_ms", str(received_ms).encode()),
     ]
     value, cut = capped(bytes(payload))
-    return DeadLetter(key, value, headers + cut, reason, readings)
+    return DeadLetter(key, value, headers + cut, reason, dict(kinds))
 
 
 def capped(value: bytes) -> tuple[bytes, Headers]:

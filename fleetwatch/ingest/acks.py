@@ -7,7 +7,7 @@ import json
 from fleetwatch.contracts.commands import parse_ack
 from fleetwatch.contracts.errors import PayloadError
 from fleetwatch.ingest.accept import Accepted, DeadLetter, Outcome, dead_letter, device_from_topic
-from fleetwatch.ingest.errors import PayloadRejected
+from fleetwatch.ingest.errors import PayloadRejected, RejectKind
 
 
 def handle_ack(topic: str, payload: bytes | bytearray, received_ms: int, root: str) -> Outcome:
@@ -17,7 +17,9 @@ def handle_ack(topic: str, payload: bytes | bytearray, received_ms: int, root: s
         device_id = device_from_topic(topic, root, channel="acks")
         ack = parse_ack(payload)
     except (PayloadRejected, PayloadError) as exc:
-        dl: DeadLetter = dead_letter(topic, payload, received_ms, f"command ack: {exc}", root)
+        kind: RejectKind = exc.kind if isinstance(exc, PayloadRejected) else "ack_invalid"
+        reason = f"command ack: {exc}"
+        dl: DeadLetter = dead_letter(topic, payload, received_ms, reason, root, {kind: 1})
         outcome.rejected.append(dl)
         return outcome
     body = {**ack.model_dump(), "device_id": device_id, "received_ms": received_ms}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import paho.mqtt.client as mqtt
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -19,6 +20,9 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from fleetwatch.contracts.commands import parse_command
 from fleetwatch.contracts.errors import PayloadError
 from fleetwatch.contracts.settings import Settings
+
+if TYPE_CHECKING:
+    from fleetwatch.ingest.metrics import GatewayMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +32,12 @@ RETRY_S = 1.0
 
 
 class CommandRelay:
-    def __init__(self, settings: Settings, client: mqtt.Client) -> None:
+    def __init__(
+        self, settings: Settings, client: mqtt.Client, metrics: GatewayMetrics | None = None
+    ) -> None:
         self.settings = settings
         self.client = client
+        self.metrics = metrics
         self.consumer = Consumer(
             {
                 "bootstrap.servers": settings.kafka.bootstrap_servers,
@@ -73,6 +80,8 @@ class CommandRelay:
             command = parse_command(msg.value() or b"")
         except PayloadError as exc:
             self.invalid += 1
+            if self.metrics is not None:
+                self.metrics.commands_invalid.inc()
             logger.error(
                 "skipping an invalid command at %s[%d]@%d: %s",
                 msg.topic(),
@@ -101,6 +110,8 @@ class CommandRelay:
             )
             return False
         self.relayed += 1
+        if self.metrics is not None:
+            self.metrics.commands_relayed.inc()
         logger.info("relayed command %s (%s) to %s", command.command_id, command.name, topic)
         return True
 

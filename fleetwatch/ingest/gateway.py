@@ -42,6 +42,7 @@ from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
 from fleetwatch.ingest.errors import IngestError
+from fleetwatch.ingest.metrics import GatewayMetrics
 from fleetwatch.ingest.mqtt_client import BufferedClient
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ Refused = Callable[[Message, KafkaError, "_PendingAck"], bool]
 class _PendingAck:
     """Acknowledge one MQTT message once all records made from it are in Kafka."""
 
-    __slots__ = ("client", "counters", "failed", "mid", "qos", "refused", "remaining")
+    __slots__ = ("client", "counters", "failed", "metrics", "mid", "qos", "refused", "remaining")
 
     def __init__(
         self,
@@ -107,13 +108,19 @@ class _PendingAck:
         qos: int,
         records: int,
         refused: Refused | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.client, self.counters, self.mid, self.qos = client, counters, mid, qos
         self.remaining = records
         self.failed = False
         self.refused = refused
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.in_flight.inc()
 
     def __call__(self, err: KafkaError | None, record: Message) -> None:
+        if self.metrics is not None:
+            self.metrics.delivered(err, record)
         if err is not None and self.refused is not None and self.refused(record, err, self):
             self.remaining += 1  # its dead letter's delivery now stands for it
         elif err is not None:
@@ -123,18 +130,29 @@ class _PendingAck:
                 "Kafka refused a record of MQTT message %d (left unacknowledged): %s", self.mid, err
             )
         self.remaining -= 1
-        if self.remaining == 0 and not self.failed and self.qos > 0:
+        if self.remaining > 0:
+            return
+        if self.metrics is not None:
+            self.metrics.in_flight.dec()
+        if not self.failed and self.qos > 0:
             self.client.ack(self.mid, self.qos)
             self.counters.add("acked")
 
 
 class Gateway:
     def __init__(
-        self, settings: Settings, clock: Callable[[], int] = now_ms, client_id: str | None = None
+        self,
+        settings: Settings,
+        clock: Callable[[], int] = now_ms,
+        client_id: str | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.counters = Counters()
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
+        """Served by the caller (:func:`fleetwatch.ingest.metrics.exported`), if at all."""
+        self._connected_before = False
         self.clocks = ClockOffsets()
         self._refused: deque[tuple[bytes, bytes, Headers, _PendingAck]] = deque()
         self._closing = threading.Event()
@@ -157,7 +175,7 @@ class Gateway:
         self._retiring = False
         self._unsubscribed = threading.Event()
         self._last_message = time.monotonic()
-        self.relay = CommandRelay(settings, self.client)
+        self.relay = CommandRelay(settings, self.client, self.metrics)
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
     def _on_connect(
@@ -166,6 +184,10 @@ class Gateway:
         if reason.is_failure:
             logger.error("MQTT connect refused: %s", reason)
             return
+        if self._connected_before:
+            self.metrics.mqtt_reconnects.inc()
+        self._connected_before = True
+        self.metrics.mqtt_connected.set(1)
         filters = self._filters()
         if self._retiring:
             client.unsubscribe(filters)
@@ -196,6 +218,7 @@ class Gateway:
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any
     ) -> None:
+        self.metrics.mqtt_connected.set(0)
         if not self._closing.is_set():
             logger.warning("MQTT connection lost (%s); reconnecting", reason)
 
@@ -225,12 +248,17 @@ class Gateway:
             self.counters.add("acks_forwarded", len(outcome.accepted))
             target = self.settings.topics.device_command_acks
         self.counters.add("rejected", sum(dl.readings for dl in outcome.rejected))
-        self._produce_all(
-            outcome,
-            target,
-            _PendingAck(client, self.counters, msg.mid, msg.qos, _size(outcome), self._on_refused),
-            received,
+        self.metrics.handled(outcome, target == self.settings.topics.telemetry_raw)
+        pending = _PendingAck(
+            client,
+            self.counters,
+            msg.mid,
+            msg.qos,
+            _size(outcome),
+            self._on_refused,
+            self.metrics,
         )
+        self._produce_all(outcome, target, pending, received)
 
     def _produce_all(
         self, outcome: Outcome, target: str, on_delivery: _PendingAck, received: int
@@ -264,6 +292,7 @@ class Gateway:
         ]
         self._refused.append((record.key() or b"", value, headers, pending))
         self.counters.add("redirected")
+        self.metrics.refused()
         logger.error("%s; sent to %s", reason, self.settings.topics.telemetry_deadletter)
         return True
 
@@ -307,6 +336,7 @@ class Gateway:
                 self.producer.poll(0.05)
                 self._redirect_refused()
                 self.relay.pump()
+                self.metrics.producer_queue.set(len(self.producer))
                 if time.monotonic() - last_report >= report_every_s:
                     last_report = time.monotonic()
                     logger.info("%s", self.counters)

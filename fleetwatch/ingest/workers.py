@@ -4,6 +4,8 @@ Each worker joins the same MQTT v5 shared-subscription group with a stable clien
 (``{client_id}-{index}``) and a persistent session, so a worker that dies and comes back under
 the same id receives what the broker queued for it. The supervisor restarts a worker that exits
 unexpectedly, and on SIGTERM passes the signal on and waits for every worker to finish cleanly.
+The workers count their metrics into files the supervisor serves the sum of
+(:mod:`fleetwatch.ingest.metrics`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,17 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.gateway import Gateway
+from fleetwatch.ingest.metrics import (
+    MULTIPROCESS_ENV,
+    exported,
+    metrics_dir,
+    supervisor_registry,
+    worker_gone,
+)
 from fleetwatch.runtime import fleetwatch_process
 
 logger = logging.getLogger(__name__)
@@ -49,13 +59,15 @@ def retire_surplus(settings: Settings, workers: int, stop: threading.Event) -> l
     return retired
 
 
-def _start(index: int) -> subprocess.Popen[bytes]:
-    return fleetwatch_process("gateway", "--worker-index", str(index))
+def _start(index: int, metrics: Path | None) -> subprocess.Popen[bytes]:
+    env = None if metrics is None else {MULTIPROCESS_ENV: str(metrics)}
+    return fleetwatch_process("gateway", "--worker-index", str(index), env=env)
 
 
-def supervise(workers: int, stop: threading.Event) -> int:
-    """Run ``workers`` gateway processes until ``stop``; returns how many restarts were needed."""
-    procs = {i: _start(i) for i in range(workers)}
+def supervise(workers: int, stop: threading.Event, metrics: Path | None = None) -> int:
+    """Run ``workers`` gateway processes until ``stop``; returns how many restarts were needed.
+    ``metrics``: the folder where the workers keep their figures (none: not kept)."""
+    procs = {i: _start(i, metrics) for i in range(workers)}
     logger.info("started %d gateway workers: pids %s", workers, [p.pid for p in procs.values()])
     restarts = 0
     while not stop.wait(0.5):
@@ -67,9 +79,11 @@ def supervise(workers: int, stop: threading.Event) -> int:
                     proc.pid,
                     proc.returncode,
                 )
+                if metrics is not None:
+                    worker_gone(proc.pid, metrics)
                 if stop.wait(RESTART_DELAY_S):
                     break
-                procs[index] = _start(index)
+                procs[index] = _start(index, metrics)
                 restarts += 1
     for proc in procs.values():
         if proc.poll() is None:
@@ -84,4 +98,16 @@ def supervise(workers: int, stop: threading.Event) -> int:
             )
             proc.kill()
             proc.wait()
+        if metrics is not None:
+            worker_gone(proc.pid, metrics)
     return restarts
+
+
+def supervise_exported(settings: Settings, workers: int, stop: threading.Event) -> int:
+    """:func:`supervise`, serving the sum of the workers' metrics on
+    ``gateway.metrics_port`` (unless it is 0)."""
+    if not settings.gateway.metrics_port:
+        return supervise(workers, stop)
+    kept = metrics_dir(settings)
+    with exported(settings, supervisor_registry(kept)):
+        return supervise(workers, stop, kept)

@@ -15,6 +15,8 @@ from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
 logger = logging.getLogger(__name__)
 
+JMX_AGENT = "jmx_prometheus_javaagent-*.jar"
+
 LOG4J2 = """\
 status = warn
 appender.console.type = Console
@@ -44,6 +46,30 @@ class KafkaBroker:
     def config_file(self) -> Path:
         return self.dir / "server.properties"
 
+    @property
+    def metrics_agent(self) -> Path | None:
+        """The Prometheus JMX exporter agent (``make setup``), if resolved."""
+        found = sorted((self.settings.jvm_cache / "jmx-exporter").glob(JMX_AGENT))
+        return found[-1] if found else None
+
+    @property
+    def metrics_rules(self) -> Path:
+        return self.settings.home / "deploy" / "jvm" / "jmx-exporter" / "kafka.yml"
+
+    def broker_command(self) -> list[str]:
+        """The broker's command line: with the metrics agent on ``kafka.metrics_port`` (on
+        loopback, like the listeners) when it is set and the agent is there."""
+        agent, port = self.metrics_agent, self.settings.kafka.metrics_port
+        options: list[str] = []
+        if port and agent is not None:
+            options.append(f"-javaagent:{agent}=127.0.0.1:{port}:{self.metrics_rules}")
+        elif port:
+            logger.warning(
+                "no broker metrics: the JMX exporter agent is missing from %s; run `make setup`",
+                self.settings.jvm_cache / "jmx-exporter",
+            )
+        return self._java("kafka.Kafka", str(self.config_file), options=options)
+
     def render_config(self) -> str:
         k = self.settings.kafka
         return "\n".join(
@@ -71,7 +97,7 @@ class KafkaBroker:
             ]
         )
 
-    def _java(self, main: str, *args: str) -> list[str]:
+    def _java(self, main: str, *args: str, options: list[str] | None = None) -> list[str]:
         return [
             "java",
             f"-Xmx{self.settings.kafka.heap}",
@@ -80,6 +106,7 @@ class KafkaBroker:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            *(options or []),
             "-cp",
             f"{self.classpath}/*",
             main,
@@ -119,11 +146,16 @@ class KafkaBroker:
                     f"port {port} is already in use by another process; "
                     "stop it or set FLEETWATCH_KAFKA__PORT / FLEETWATCH_KAFKA__CONTROLLER_PORT"
                 )
+        if k.metrics_port and port_in_use("127.0.0.1", k.metrics_port):
+            raise self.proc.fail(
+                f"port {k.metrics_port} (broker metrics) is already in use by another process; "
+                "stop it or set FLEETWATCH_KAFKA__METRICS_PORT (0: no broker metrics)"
+            )
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(self.render_config())
         (self.dir / "log4j2.properties").write_text(LOG4J2)
         self._format_storage()
-        self.proc.start(self._java("kafka.Kafka", str(self.config_file)))
+        self.proc.start(self.broker_command())
         return True
 
     def ready(self) -> bool:

@@ -116,6 +116,8 @@ class Isolated:
     tag: str
     mqtt_root: str
     api_port: int
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Where the gateway, scorer and trainer serve their metrics (free ports of this test)."""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -209,6 +211,7 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
     kafka = stack_settings.kafka
     ensure_topics(kafka.bootstrap_servers, topic_specs(topics), kafka.partitions)
     api_port = free_port()
+    metrics_ports = {stage: free_port() for stage in ("gateway", "score", "train")}
     mqtt_root = f"t{tag}/devices"
     env = dict(os.environ)
     env.update(
@@ -226,7 +229,8 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
             "FLEETWATCH_MQTT__CREDENTIALS_DIR": str(Credentials(stack_settings).dir.resolve()),
         }
     )
-    iso = Isolated(stack_settings, topics, env, tag, mqtt_root, api_port)
+    env.update({f"FLEETWATCH_{s.upper()}__METRICS_PORT": str(p) for s, p in metrics_ports.items()})
+    iso = Isolated(stack_settings, topics, env, tag, mqtt_root, api_port, metrics_ports)
     yield iso
     for proc in iso.procs.values():
         if proc.poll() is None:

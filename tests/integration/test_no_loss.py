@@ -54,6 +54,7 @@ def private_stack(
             port=kafka_port,
             controller_port=free_port(),
             bootstrap_servers=f"127.0.0.1:{kafka_port}",
+            metrics_port=0,
         ),
         mqtt=MqttSettings(port=mqtt_port),
     )
@@ -65,6 +66,7 @@ def private_stack(
             "FLEETWATCH_KAFKA__CONTROLLER_PORT": str(settings.kafka.controller_port),
             "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
             "FLEETWATCH_MQTT__PORT": str(mqtt_port),
+            "FLEETWATCH_GATEWAY__METRICS_PORT": "0",
         }
     )
     stack = Stack(settings)

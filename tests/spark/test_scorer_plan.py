@@ -12,14 +12,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from prometheus_client import CollectorRegistry
 
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
+from fleetwatch.streaming.progress_metrics import progress_exported
+from fleetwatch.streaming.scorer.batch_counts import COUNT_ROLE, ScorerMetrics
+from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, QUERY_NAME, scored_frame, scorer_input
+from fleetwatch.streaming.scorer.processor import device_scorer
 from fleetwatch.streaming.spark_session import build_session
+from tests.polling import wait_until
 from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
 T0 = 1_763_700_000_000
@@ -64,10 +69,13 @@ def kafka_row(line: str) -> str:
 
 
 class Steps:
-    """Append files to the two sources, run the query to the end of them, collect its rows."""
+    """Append files to the two sources, run the query to the end of them, collect its rows.
+    ``plan``: the operator's input to the query's rows (the scorer's by default)."""
 
-    def __init__(self, spark: Any, root: Path) -> None:
+    def __init__(self, spark: Any, root: Path, plan: Any = None) -> None:
         self.spark, self.root = spark, root
+        self.plan = plan or (lambda inputs: scored_frame(inputs, SETTINGS))
+        self.name: str | None = None
         self.raw, self.params = root / "raw", root / "params"
         self.raw.mkdir()
         self.params.mkdir()
@@ -85,15 +93,17 @@ class Steps:
             "key STRING, value STRING, timestamp TIMESTAMP, partition INT, offset LONG"
         ).json(str(self.raw))
         par = self.spark.readStream.schema("key STRING, value STRING").json(str(self.params))
-        frame = scored_frame(scorer_input(raw, par, "1 minute"), SETTINGS)
+        frame = self.plan(scorer_input(raw, par, "1 minute"))
         got: list[dict[str, Any]] = []
 
         def collect(batch: Any, _: int) -> None:
             got.extend(r.asDict() for r in batch.collect())
 
+        writer = frame.writeStream.foreachBatch(collect)
+        if self.name is not None:
+            writer = writer.queryName(self.name)
         query = (
-            frame.writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(self.root / "checkpoint"))
+            writer.option("checkpointLocation", str(self.root / "checkpoint"))
             .trigger(availableNow=True)
             .start()
         )
@@ -193,3 +203,49 @@ def test_a_champion_on_model_params_reaches_devices_in_every_bucket(
     opened = [a for a in values(after, TOPICS.alerts) if a["detector"] == "pca"]
     assert {a["device_id"] for a in opened} == set(devices)
     assert {a["model"] for a in opened} == {f"fleetwatch-{SCOPE}/4"}
+
+
+def test_the_counts_reach_the_progress_report_on_a_checkpoint_of_the_plan_before_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A checkpoint written by the operator alone (the plan before the counts) resumes under
+    the counts' observe and filter: both are stateless. Each batch's counts are in its
+    progress report, and no count row goes on to a topic."""
+
+    def operator_only(inputs: Any) -> Any:
+        return inputs.groupBy("bucket").transformWithStateInPandas(
+            statefulProcessor=device_scorer(SETTINGS),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
+
+    t = T0 + 600_000
+    steps = Steps(spark, tmp_path, plan=operator_only)
+    steps.run([reading("c1", i, t + i * 1000, temperature=21.0) for i in range(3)])
+    steps.plan = lambda inputs: scored_frame(inputs, SETTINGS)
+    steps.name = QUERY_NAME
+    registry = CollectorRegistry()
+    value = registry.get_sample_value
+    with progress_exported(spark, "score", registry, ScorerMetrics(registry).record):
+        rows = steps.run(
+            [
+                reading("c1", 2, t + 2000, temperature=21.0),  # a repeat
+                reading("c1", 3, t + 3000, temperature=60.0),  # opens an alert
+                "{not json",
+            ]
+        )
+        wait_until(
+            lambda: value("fleetwatch_score_readings_scored_total") == 1,
+            30,
+            "the batch's progress report",
+        )
+    assert value("fleetwatch_score_duplicate_readings_total") == 1
+    assert value("fleetwatch_score_unreadable_records_total") == 1
+    assert value("fleetwatch_score_dead_letters_total") == 1
+    assert value("fleetwatch_score_quarantined_devices") == 0
+    labels = {"event": "open", "kind": "fixed-baseline", "severity": "critical"}
+    assert value("fleetwatch_score_alert_events_total", labels) == 1
+    assert (value("fleetwatch_streaming_batches_total", {"query": "score"}) or 0) >= 1
+    assert [a["status"] for a in values(rows, TOPICS.alerts)] == ["open"]
+    assert all(r["topic"] and r["role"] != COUNT_ROLE for r in rows)

@@ -88,6 +88,7 @@ def relay(broker: Broker, records: list[Record]) -> CommandRelay:
     out.consumer = FakeConsumer(records)  # type: ignore[assignment]
     out.relayed = out.invalid = 0
     out.retry_at = 0.0
+    out.metrics = None
     return out
 
 

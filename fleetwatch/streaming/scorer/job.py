@@ -10,7 +10,8 @@ The plan (PLAN_VERSION 11)::
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
         └─ groupBy(bucket = buckets.bucket_of(device_id, BUCKETS), 16 buckets)
               .transformWithStateInPandas(BucketScorer, EventTime)
-              └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
+              └─ observe(the count rows' sums) ─ count rows dropped (batch_counts)
+                   └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
 
 The union of the two streams into one stateful operator keyed by device is the stream-table
 join: a device's parameters live in its state (``ValueState`` on the RocksDB store) and a new
@@ -24,7 +25,8 @@ are the ones it emitted before. The per-device logic is pure Python in
 
 The event-time column carrying the watermark is dropped before the operator, so Spark does
 not drop late rows on its own: the operator sees them, writes them to ``telemetry.late`` with
-the watermark they missed, and counts them (the ``late`` observed metric of each batch).
+the watermark they missed, and counts them (``late`` among each batch's observed counts,
+:mod:`~fleetwatch.streaming.scorer.batch_counts`).
 
 """
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -65,6 +68,8 @@ fleet's state values to ~600 devices each."""
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING, headers STRING"
 """``headers``: a dead letter's Kafka headers as JSON ``[[key, value], ...]`` (null on the
 other records), made the Kafka sink's ``headers`` column by :func:`kafka_rows`."""
+JOB = "score"
+QUERY_NAME = f"fleetwatch-{JOB}"
 
 
 def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
@@ -128,14 +133,19 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
-    """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`)."""
+    """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`), the
+    micro-batch's counts summed into its progress report
+    (:func:`~fleetwatch.streaming.scorer.batch_counts.counted`)."""
+    from fleetwatch.streaming.scorer.batch_counts import counted
     from fleetwatch.streaming.scorer.processor import device_scorer
 
-    return inputs.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=device_scorer(settings),
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode="EventTime",
+    return counted(
+        inputs.groupBy("bucket").transformWithStateInPandas(
+            statefulProcessor=device_scorer(settings),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
     )
 
 
@@ -170,7 +180,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
     query = (
         kafka_rows(out)
         .writeStream.format("kafka")
-        .queryName("fleetwatch-score")
+        .queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", kafka)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=settings.score.trigger_interval)
@@ -190,18 +200,31 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
 
 def run(settings: Settings, stop: threading.Event) -> None:
-    """Run until ``stop`` is set, then stop the query cleanly (the current batch completes)."""
+    """Run until ``stop`` is set, then stop the query cleanly (the current batch completes).
+    Meanwhile its metrics are served on ``score.metrics_port`` (unless 0)."""
+    from prometheus_client import CollectorRegistry
+
+    from fleetwatch.runtime import serve_metrics
+    from fleetwatch.streaming.progress_metrics import progress_exported
+    from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics
     from fleetwatch.streaming.spark_session import build_session
 
-    spark = build_session(settings, "fleetwatch-score")
-    try:
-        query = start(spark, settings)
-        watch(query, stop)
-        if query.isActive:
-            logger.info("stopping the scoring query after its current micro-batch")
-            if not stop_after_batch(query):
-                logger.warning("micro-batch not done in 60 s; it runs again on the next start")
-        if query.exception() is not None:
-            raise ScoringError(f"scoring query failed: {query.exception()}")
-    finally:
-        spark.stop()
+    registry = CollectorRegistry()
+    port = settings.score.metrics_port
+    with serve_metrics(registry, port, "FLEETWATCH_SCORE__METRICS_PORT"):
+        spark = build_session(settings, QUERY_NAME)
+        try:
+            counts = ScorerMetrics(registry).record
+            with progress_exported(spark, JOB, registry, counts) if port else nullcontext():
+                query = start(spark, settings)
+                watch(query, stop)
+                if query.isActive:
+                    logger.info("stopping the scoring query after its current micro-batch")
+                    if not stop_after_batch(query):
+                        logger.warning(
+                            "micro-batch not done in 60 s; it runs again on the next start"
+                        )
+            if query.exception() is not None:
+                raise ScoringError(f"scoring query failed: {query.exception()}")
+        finally:
+            spark.stop()

@@ -34,7 +34,7 @@ import json
 import logging
 import pickle
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, quarantined
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
     BucketState,
@@ -90,8 +91,10 @@ def output_frame(
     topics: dict[Role, str],
     dead: Sequence[Refused] = (),
     source_topic: str = "",
+    counts: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
-    """(device id, role, value) records and dead letters → the operator's output rows. A dead
+    """(device id, role, value) records and dead letters → the operator's output rows, followed
+    by the micro-batch's count rows (:mod:`~fleetwatch.streaming.scorer.batch_counts`). A dead
     letter's value is the record as it was on ``source_topic``; its headers (JSON here, made
     Kafka headers by the job) say the stage, the reason and where the record was."""
     rows: dict[str, list[Any]] = {
@@ -107,6 +110,8 @@ def output_frame(
         rows["value"].append(refused.record.text)
         rows["role"].append(Role.DEADLETTER.value)
         rows["headers"].append(dead_letter_headers(refused, source_topic))
+    for name, values in count_rows(counts or {}).items():
+        rows[name].extend(values)
     return pd.DataFrame(rows)
 
 
@@ -235,8 +240,9 @@ def device_scorer(settings: Settings) -> Any:
             out = score_bucket(bucket, batch, watermark, now_ms, policy, self.store, saved)
             self._save(bucket)
             dead = [*found.refused, *out.dead]
-            if out.records or dead:
-                yield output_frame(out.records, topics, dead, raw_topic)
+            counts = bucket_counts(out, len(found.refused))
+            counts.update(quarantined(key[0], bucket, now_ms))
+            yield output_frame(out.records, topics, dead, raw_topic, counts)
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -246,8 +252,9 @@ def device_scorer(settings: Settings) -> Any:
             now_ms = time.time_ns() // 1_000_000
             out = expire_bucket(bucket, watermark, now_ms, policy, self.store)
             self._save(bucket)
-            if out.records:
-                yield output_frame(out.records, topics)
+            counts = bucket_counts(out)
+            counts.update(quarantined(key[0], bucket, now_ms))
+            yield output_frame(out.records, topics, counts=counts)
 
         def close(self) -> None:
             return None

@@ -54,6 +54,7 @@ import hashlib
 import logging
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -248,23 +249,45 @@ def run(
 ) -> None:
     """Live: run until ``stop`` is set. Backfill: run until the range is learned (or ``stop``).
     Either way the query stops cleanly: a batch being written completes and is committed, and
-    one that had not started writing is left for the next run."""
-    from fleetwatch.streaming.spark_session import build_session
+    one that had not started writing is left for the next run. A live trainer serves its
+    metrics on ``train.metrics_port`` (unless 0); a backfill, which may run beside it, none."""
+    from prometheus_client import CollectorRegistry
 
-    spark = build_session(settings, f"fleetwatch-{JOB}")
-    try:
-        training = start(spark, settings, observer, backfill)
+    from fleetwatch.runtime import serve_metrics
+    from fleetwatch.streaming.progress_metrics import progress_exported
+    from fleetwatch.streaming.spark_session import build_session
+    from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
+
+    registry = CollectorRegistry()
+    port = settings.train.metrics_port if backfill is None else 0
+    if port:
+        observer = MeteredObserver(observer, TrainerMetrics(registry))
+    with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT"):
+        spark = build_session(settings, f"fleetwatch-{JOB}")
         try:
-            watch(training.query, stop, logging.INFO)
-            if training.query.isActive:
-                logger.info("stopping the training query after its current batch")
-                training.stop()
-            if (failure := training.failure()) is not None:
-                raise TrainError(f"training query failed: {failure}")
+            with progress_exported(spark, JOB, registry) if port else nullcontext():
+                _train(spark, settings, stop, observer, backfill)
         finally:
-            try:
-                observer.on_stop()
-            except Exception:
-                logger.exception("the training observer failed to stop")
+            spark.stop()
+
+
+def _train(
+    spark: SparkSession,
+    settings: Settings,
+    stop: threading.Event,
+    observer: TrainingObserver,
+    backfill: Backfill | None,
+) -> None:
+    training = start(spark, settings, observer, backfill)
+    try:
+        watch(training.query, stop, logging.INFO)
+        if training.query.isActive:
+            logger.info("stopping the training query after its current batch")
+            training.stop()
+        if (failure := training.failure()) is not None:
+            raise TrainError(f"training query failed: {failure}")
     finally:
-        spark.stop()
+        try:
+            observer.on_stop()
+        except Exception:
+            logger.exception("the training observer failed to stop")

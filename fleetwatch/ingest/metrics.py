@@ -1,0 +1,198 @@
+"""Prometheus metrics of the gateway, served on ``gateway.metrics_port``.
+
+Every label has a bounded set of values: the kind of a rejection (:data:`DEAD_LETTER_REASONS`),
+librdkafka's error names; never a device id, a topic of a device or a reason's free text.
+
+With ``--workers N`` every worker process counts into files of its own
+(prometheus-client's multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR`` set by the supervisor)
+and the supervisor serves their sum (:func:`supervisor_registry`); the gauges add up the live
+workers' values. With one worker the process serves its own registry.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.ingest.accept import Outcome
+from fleetwatch.ingest.errors import RejectKind
+from fleetwatch.runtime import serve_metrics
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
+KAFKA_REFUSED = "kafka_refused"
+"""The dead-letter reason of a record Kafka refused for good (its error name is counted in
+``fleetwatch_gateway_kafka_delivery_errors_total``)."""
+DEAD_LETTER_REASONS: tuple[str, ...] = (*get_args(RejectKind), KAFKA_REFUSED)
+
+PRODUCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
+"""Seconds from a record handed to the producer to its delivery report (``linger.ms`` is 5 ms;
+while Kafka is away a record waits for as long as that lasts)."""
+OFFSET_BUCKETS = (0.01, 0.05, 0.25, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0, 6 * 3600.0, 86400.0)
+"""Seconds of clock offset: network delay only at the bottom, devices whose clock is minutes,
+hours or days off further up (the gateway accepts up to 7 days)."""
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.messages = Counter(
+            "fleetwatch_gateway_mqtt_messages",
+            "MQTT messages received (telemetry and command acks)",
+            registry=r,
+        )
+        self.accepted = Counter(
+            "fleetwatch_gateway_readings_accepted",
+            "Readings accepted and handed to Kafka for the raw telemetry topic",
+            registry=r,
+        )
+        self.acks_forwarded = Counter(
+            "fleetwatch_gateway_command_acks_forwarded",
+            "Device acknowledgements of commands handed to Kafka",
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "fleetwatch_gateway_dead_lettered",
+            "Readings and command acks sent to the dead-letter topic, by the kind of reason",
+            ["reason"],
+            registry=r,
+        )
+        self.clamped = Counter(
+            "fleetwatch_gateway_clamped_event_times",
+            "Accepted readings whose corrected event time was clamped to their arrival "
+            "(a device clock that jumped ahead)",
+            registry=r,
+        )
+        self.clock_offset = Histogram(
+            "fleetwatch_gateway_clock_offset_seconds",
+            "Absolute clock offset applied to each accepted reading's device time",
+            buckets=OFFSET_BUCKETS,
+            registry=r,
+        )
+        self.produce_latency = Histogram(
+            "fleetwatch_gateway_produce_latency_seconds",
+            "From a record handed to the Kafka producer to its delivery report (delivered)",
+            buckets=PRODUCE_BUCKETS,
+            registry=r,
+        )
+        self.delivery_errors = Counter(
+            "fleetwatch_gateway_kafka_delivery_errors",
+            "Delivery reports with an error, by librdkafka error name",
+            ["error"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "fleetwatch_gateway_in_flight_messages",
+            "MQTT messages whose records Kafka has not all confirmed yet (unacknowledged)",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.producer_queue = Gauge(
+            "fleetwatch_gateway_producer_queue_records",
+            "Records in the Kafka producer's queue, waiting to be sent or confirmed",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.mqtt_connected = Gauge(
+            "fleetwatch_gateway_mqtt_connected",
+            "Gateway processes connected to the MQTT broker",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.mqtt_reconnects = Counter(
+            "fleetwatch_gateway_mqtt_reconnects",
+            "Connections to the MQTT broker after a process's first",
+            registry=r,
+        )
+        self.commands_relayed = Counter(
+            "fleetwatch_gateway_commands_relayed",
+            "Commands published to devices over MQTT and acknowledged by the broker",
+            registry=r,
+        )
+        self.commands_invalid = Counter(
+            "fleetwatch_gateway_commands_invalid",
+            "Records of the commands topic that are not a valid command (skipped)",
+            registry=r,
+        )
+        self._dead = {reason: self.dead_lettered.labels(reason) for reason in DEAD_LETTER_REASONS}
+
+    def handled(self, outcome: Outcome, telemetry: bool) -> None:
+        """One MQTT message's outcome: what was accepted, clamped, dead-lettered and why."""
+        self.messages.inc()
+        if outcome.accepted:
+            if telemetry:
+                self.accepted.inc(len(outcome.accepted))
+                clamped = 0
+                for ok in outcome.accepted:
+                    self.clock_offset.observe(abs(ok.clock_offset_ms) / 1000)
+                    clamped += ok.clamped
+                if clamped:
+                    self.clamped.inc(clamped)
+            else:
+                self.acks_forwarded.inc(len(outcome.accepted))
+        for dl in outcome.rejected:
+            for kind, readings in dl.kinds.items():
+                self._dead[kind].inc(readings)
+
+    def delivered(self, err: KafkaError | None, record: Message) -> None:
+        """A delivery report: its latency, or its error."""
+        if err is not None:
+            self.delivery_errors.labels(err.name()).inc()
+            return
+        latency = record.latency()
+        if latency is not None:
+            self.produce_latency.observe(latency)
+
+    def refused(self) -> None:
+        """A record Kafka refused for good goes to the dead-letter topic instead."""
+        self._dead[KAFKA_REFUSED].inc()
+
+
+@contextmanager
+def exported(settings: Settings, registry: CollectorRegistry) -> Iterator[None]:
+    """Serve ``registry`` and the MQTT broker's own figures (:mod:`broker_stats`) on
+    ``gateway.metrics_port`` while the block runs (nothing when it is 0)."""
+    from fleetwatch.ingest.broker_stats import SysBridge
+
+    port = settings.gateway.metrics_port
+    with serve_metrics(registry, port, "FLEETWATCH_GATEWAY__METRICS_PORT"):
+        if port == 0:
+            yield
+            return
+        bridge = SysBridge(settings, registry)
+        bridge.start()
+        try:
+            yield
+        finally:
+            bridge.stop()
+
+
+def metrics_dir(settings: Settings) -> Path:
+    """Where supervised workers keep their figures (emptied when a supervisor starts)."""
+    return settings.run_path / "gateway" / "metrics"
+
+
+def supervisor_registry(path: Path) -> CollectorRegistry:
+    """A registry of the sum of every worker's figures kept under ``path`` (emptied now: a
+    previous run's files would be added to this one's)."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(path))  # type: ignore[no-untyped-call]
+    return registry
+
+
+def worker_gone(pid: int, path: Path) -> None:
+    """A worker exited: its gauges no longer count (its counters still do)."""
+    mark_process_dead(pid, str(path))  # type: ignore[no-untyped-call]

@@ -1,0 +1,136 @@
+"""The trainer's metrics: parameters published and how fresh the newest are, counted where the
+publisher tells its observer, which is still told everything."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from fleetwatch.contracts.settings import Settings, TrainSettings
+from fleetwatch.streaming import spark_session
+from fleetwatch.streaming.trainer import job
+from fleetwatch.streaming.trainer.job import Backfill, Training
+from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
+from fleetwatch.streaming.trainer.observer import TrainingObserver
+from tests.unit.test_metrics_endpoint import free_port, scrape
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def on_start(self, config: Mapping[str, Any]) -> None:
+        self.calls.append(("start", dict(config)))
+
+    def on_batch(
+        self,
+        batch_id: int,
+        devices_updated: int,
+        trained_from_ms: int | None,
+        trained_to_ms: int | None,
+    ) -> None:
+        self.calls.append(("batch", batch_id, devices_updated, trained_from_ms, trained_to_ms))
+
+    def on_stop(self) -> None:
+        self.calls.append(("stop",))
+
+
+def test_published_parameters_and_their_freshness() -> None:
+    now = [1000.0]
+    registry = CollectorRegistry()
+    inner = Recorder()
+    observer: TrainingObserver = MeteredObserver(inner, TrainerMetrics(registry, lambda: now[0]))
+    value = registry.get_sample_value
+    assert math.isnan(value("fleetwatch_train_params_freshness_seconds") or 0.0)
+    assert math.isnan(value("fleetwatch_train_learned_event_time_lag_seconds") or 0.0)
+    observer.on_start({"mode": "live"})
+    observer.on_batch(3, 40, 900_000, 990_000)
+    now[0] = 1012.5
+    assert value("fleetwatch_train_params_published_total") == 40
+    assert value("fleetwatch_train_publishing_batches_total") == 1
+    assert value("fleetwatch_train_params_freshness_seconds") == 12.5
+    assert value("fleetwatch_train_learned_event_time_lag_seconds") == 1012.5 - 990
+    observer.on_batch(4, 2, 980_000, 985_000)  # older readings learned: the newest stays
+    assert value("fleetwatch_train_params_published_total") == 42
+    assert value("fleetwatch_train_params_freshness_seconds") == 0
+    assert value("fleetwatch_train_learned_event_time_lag_seconds") == 1012.5 - 990
+    observer.on_stop()
+    assert inner.calls == [
+        ("start", {"mode": "live"}),
+        ("batch", 3, 40, 900_000, 990_000),
+        ("batch", 4, 2, 980_000, 985_000),
+        ("stop",),
+    ]
+
+
+class FakeQuery:
+    isActive = False
+
+    def exception(self) -> None:
+        return None
+
+
+class FakeStreams:
+    def __init__(self) -> None:
+        self.listeners: list[object] = []
+
+    def addListener(self, listener: object) -> None:
+        self.listeners.append(listener)
+
+    def removeListener(self, listener: object) -> None:
+        self.listeners.remove(listener)
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.streams = FakeStreams()
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("backfill", [None, Backfill(from_ms=0, to_ms=1)])
+def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
+    monkeypatch: pytest.MonkeyPatch, backfill: Backfill | None
+) -> None:
+    port = free_port()
+    settings = Settings(train=TrainSettings(metrics_port=port))
+    spark = FakeSpark()
+    during: dict[str, Any] = {}
+
+    def start(spark_: Any, settings_: Settings, observer: Any, backfill_: Any) -> Training:
+        during["observer"] = observer
+        during["listeners"] = list(spark.streams.listeners)
+        try:
+            during["served"] = scrape(port)
+        except OSError:
+            during["served"] = None
+        return Training(FakeQuery(), None, Path("/nowhere"))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spark_session, "build_session", lambda *args: spark)
+    monkeypatch.setattr(job, "start", start)
+    stop = threading.Event()
+    stop.set()
+    inner = Recorder()
+    job.run(settings, stop, inner, backfill)
+    assert spark.stopped
+    assert spark.streams.listeners == [], "the listener goes with the run"
+    assert inner.calls == [("stop",)]
+    if backfill is None:
+        assert isinstance(during["observer"], MeteredObserver)
+        assert during["observer"].inner is inner
+        assert len(during["listeners"]) == 1
+        assert "fleetwatch_train_params_published_total 0.0" in during["served"]
+    else:
+        assert during["observer"] is inner
+        assert during["listeners"] == []
+        assert during["served"] is None
+    with pytest.raises(OSError, match="refused"):
+        scrape(port)
