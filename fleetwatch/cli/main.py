@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import api, demo, detect, devices, models, replay, sim, stack, stages
+from fleetwatch.cli import api, demo, detect, devices, models, replay, sim, stack, stages, topics
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -17,6 +17,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(replay.app, name="replay")
 app.add_typer(api.app, name="api")
 app.add_typer(devices.app, name="devices")
+app.add_typer(topics.app, name="topics")
 app.command()(stages.gateway)
 app.command()(stages.score)
 app.command()(stages.train)

@@ -1,13 +1,30 @@
-"""Create the topics of DESIGN.md (or any list of specs) idempotently."""
+"""Create the topics of DESIGN.md (or any list of specs) idempotently.
+
+:func:`create_topics` is the one procedure, over anything with the admin client's calls (an
+in-memory fake in the unit tests); :func:`create_on_cluster` runs it against a cluster, for
+``fleetwatch topics create`` and, through :func:`ensure_topics`, for the local stack and
+replays. The topics themselves, with their configs, are defined once in
+:mod:`fleetwatch.contracts.topics`.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+    TopicMetadata,
+)
 
 from fleetwatch.contracts.topics import TopicSpec
 from fleetwatch.stack.errors import StackError
@@ -15,32 +32,155 @@ from fleetwatch.stack.errors import StackError
 logger = logging.getLogger(__name__)
 
 
+class TopicAdmin(Protocol):
+    """The calls of Kafka's admin client that creating topics makes."""
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> ClusterMetadata: ...
+
+    def create_topics(
+        self, new_topics: list[NewTopic], **kwargs: Any
+    ) -> dict[str, Future[Any]]: ...
+
+    def describe_configs(
+        self, resources: list[ConfigResource], **kwargs: Any
+    ) -> dict[ConfigResource, Future[Any]]: ...
+
+
+@dataclass(frozen=True)
+class ExistingTopic:
+    """A topic that was there already: left as it is, with how it differs from its spec."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TopicsReport:
+    created: list[str]
+    existing: list[ExistingTopic]
+
+
+def create_topics(
+    admin: TopicAdmin,
+    specs: Iterable[TopicSpec],
+    partitions: int,
+    replication: int,
+    wait: Callable[[list[str]], None],
+    inspect: bool = False,
+) -> TopicsReport:
+    """Create each missing topic with its spec's config, ``partitions`` partitions and
+    ``replication`` replicas, then ``wait`` until the created ones serve requests. Existing
+    topics are never changed; with ``inspect`` each is compared with its spec (partitions,
+    replicas, every config key the spec sets) and the differences reported."""
+    wanted = {s.name: s for s in specs}
+    metadata = _topics(admin)
+    missing = [
+        NewTopic(s.name, num_partitions=partitions, replication_factor=replication, config=s.config)
+        for name, s in wanted.items()
+        if name not in metadata
+    ]
+    existing = [
+        _existing(admin, metadata[name], wanted[name], partitions, replication, inspect)
+        for name in wanted
+        if name in metadata
+    ]
+    created: list[str] = []
+    raced: list[str] = []  # created by someone else since the listing
+    if missing:
+        for name, future in admin.create_topics(missing, operation_timeout=30).items():
+            try:
+                future.result()
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise StackError(f"cannot create topic {name}: {exc.args[0].str()}") from exc
+                raced.append(name)
+    if raced:
+        metadata = _topics(admin)
+        existing.extend(
+            _existing(admin, metadata[name], wanted[name], partitions, replication, inspect)
+            for name in raced
+            if name in metadata
+        )
+    if created:
+        wait(created)
+        logger.info("created topics %s", ", ".join(created))
+    order = list(wanted)
+    created.sort(key=order.index)
+    existing.sort(key=lambda t: order.index(t.name))
+    return TopicsReport(created, existing)
+
+
+def create_on_cluster(
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    partitions: int,
+    replication: int,
+    inspect: bool = False,
+) -> TopicsReport:
+    """:func:`create_topics` on the cluster at ``bootstrap``, waiting for what it creates."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return create_topics(
+        admin,
+        specs,
+        partitions,
+        replication,
+        wait=lambda names: _wait_until_usable(bootstrap, admin, names),
+        inspect=inspect,
+    )
+
+
 def ensure_topics(
     bootstrap: str, specs: Iterable[TopicSpec], partitions: int, replication: int = 1
 ) -> list[str]:
     """Create each missing topic; returns the names created. Existing topics are left alone."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = {
-        s.name: NewTopic(
-            s.name, num_partitions=partitions, replication_factor=replication, config=s.config
-        )
-        for s in specs
-    }
-    existing = set(admin.list_topics(timeout=10).topics)
-    missing = [t for name, t in wanted.items() if name not in existing]
-    if not missing:
+    return create_on_cluster(bootstrap, specs, partitions, replication).created
+
+
+def _topics(admin: TopicAdmin) -> dict[str, TopicMetadata]:
+    try:
+        return dict(admin.list_topics(timeout=10).topics)
+    except KafkaException as exc:
+        raise StackError(f"Kafka did not answer with its topics: {exc.args[0].str()}") from exc
+
+
+def _existing(
+    admin: TopicAdmin,
+    topic: TopicMetadata,
+    spec: TopicSpec,
+    partitions: int,
+    replication: int,
+    inspect: bool,
+) -> ExistingTopic:
+    count = len(topic.partitions)
+    replicas = min((len(p.replicas) for p in topic.partitions.values()), default=0)
+    differences: list[str] = []
+    if inspect:
+        if count != partitions:
+            differences.append(f"{count} partitions, not {partitions}")
+        if replicas != replication:
+            differences.append(f"replication factor {replicas}, not {replication}")
+        differences.extend(_config_differences(admin, spec))
+    return ExistingTopic(spec.name, count, replicas, differences)
+
+
+def _config_differences(admin: TopicAdmin, spec: TopicSpec) -> list[str]:
+    if not spec.config:
         return []
-    created = []
-    for name, future in admin.create_topics(missing, operation_timeout=30).items():
-        try:
-            future.result()
-            created.append(name)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise StackError(f"cannot create topic {name}: {exc.args[0].str()}") from exc
-    _wait_until_usable(bootstrap, admin, created)
-    logger.info("created topics %s", ", ".join(created))
-    return created
+    resource = ConfigResource(ResourceType.TOPIC, spec.name)
+    try:
+        entries = next(iter(admin.describe_configs([resource]).values())).result()
+    except KafkaException as exc:
+        return [f"config not readable: {exc.args[0].str()}"]
+    out = []
+    for key, value in spec.config.items():
+        entry = entries.get(key)
+        actual = None if entry is None else entry.value
+        if actual != value:
+            out.append(f"{key}={actual}, not {value}")
+    return out
 
 
 def _wait_until_usable(

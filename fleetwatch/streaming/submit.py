@@ -9,6 +9,14 @@ The master given to spark-submit wins over ``FLEETWATCH_SPARK__MASTER``. The exe
 fleetwatch installed (``pip install`` it into the same environment on every node, or ship it
 with ``--py-files``) and ``PYSPARK_PYTHON`` pointing at that environment's python. The trainer
 tracks its runs in ``FLEETWATCH_MLFLOW__TRACKING_URI`` (a server, on a cluster).
+
+On Kubernetes (``--master k8s://…``, cluster mode) the driver and the executors are pods of the
+fleetwatch image, which holds fleetwatch, its Python environment and the connector jars: the
+entry file is given as ``local:///opt/fleetwatch/venv/lib/python3.11/site-packages/fleetwatch/
+streaming/submit.py``, the jars go on ``spark.driver.extraClassPath`` and
+``spark.executor.extraClassPath`` (``/opt/fleetwatch/jars/spark-kafka/*``), and the pods need
+the image's Spark entrypoint as their command. The whole command, the driver's RBAC and the
+pod templates are in ``deploy/k8s/``.
 """
 
 from __future__ import annotations

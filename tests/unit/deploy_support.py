@@ -1,0 +1,259 @@
+"""What the deployment tests share: the repository's deploy files read as data (the
+Dockerfile's instructions by stage, the compose file with Compose's interpolation, the
+Kubernetes documents and their pod specs), and the Settings a process builds from the
+environment those files give it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from fleetwatch.contracts.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+K8S = DEPLOY / "k8s"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"fleetwatch:{VERSION}"
+
+STAGES = {"gateway": "gateway", "scorer": "score", "trainer": "train", "api": "api"}
+"""Compose service → the fleetwatch command it runs, for every long-running stage."""
+
+
+PENDING_FIELDS = {("gateway", "metrics_port"), ("score", "metrics_port"), ("train", "metrics_port")}
+"""Settings the stages' metrics exporters bring (the deploy files set them already). Until
+they are fields of Settings, the settings checks leave them out; from then on they are checked
+like every other."""
+
+
+# --- the Dockerfile -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instruction:
+    stage: str
+    """The stage's name (``FROM … AS name``); "" before the first FROM."""
+    keyword: str
+    args: str
+
+
+def dockerfile() -> list[Instruction]:
+    lines: list[str] = []
+    pending = ""
+    for raw in (REPO / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    out, stage = [], ""
+    for line in lines:
+        keyword, _, args = line.partition(" ")
+        if keyword.upper() == "FROM":
+            named = re.search(r"\s+AS\s+(\S+)$", args, re.IGNORECASE)
+            assert named, f"every stage is named: {line}"
+            stage = named.group(1)
+        out.append(Instruction(stage, keyword.upper(), args.strip()))
+    return out
+
+
+def stage_of(name: str) -> list[Instruction]:
+    found = [i for i in dockerfile() if i.stage == name]
+    assert found, f"no stage {name!r}"
+    return found
+
+
+def build_args() -> dict[str, str]:
+    return dict(i.args.split("=", 1) for i in dockerfile() if i.stage == "" and i.keyword == "ARG")
+
+
+def image_env() -> dict[str, str]:
+    """The runtime stage's ENV, in order, ``$PATH``-style references left as they are."""
+    env: dict[str, str] = {}
+    for i in stage_of("runtime"):
+        if i.keyword == "ENV":
+            env |= dict(pair.split("=", 1) for pair in shlex.split(i.args))
+    return env
+
+
+def copies(stage: str) -> list[tuple[str | None, str, str]]:
+    """(``--from`` stage or None, source, destination) of each COPY of a stage."""
+    out: list[tuple[str | None, str, str]] = []
+    for i in stage_of(stage):
+        if i.keyword != "COPY":
+            continue
+        words = shlex.split(i.args)
+        source_stage = next((w.split("=", 1)[1] for w in words if w.startswith("--from=")), None)
+        paths = [w for w in words if not w.startswith("--")]
+        out.extend((source_stage, src, paths[-1]) for src in paths[:-1])
+    return out
+
+
+def runs(stage: str) -> str:
+    return "\n".join(i.args for i in stage_of(stage) if i.keyword == "RUN")
+
+
+# --- compose --------------------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return loaded
+
+
+def env_example() -> dict[str, str]:
+    out = {}
+    for line in (DEPLOY / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            out[name.strip()] = value.strip()
+    return out
+
+
+_VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?:(:?[-?])([^}]*))?\}|\$(\w+)")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's interpolation: ``$$``, ``${X}``, ``${X:-default}``, ``${X:?error}``, ``$X``."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1) or match.group(4)
+        operator, argument = match.group(2), match.group(3)
+        if name in env and (env[name] or operator not in {":-", ":?"}):
+            return env[name]
+        if operator in {":-", "-"}:
+            return argument
+        if operator in {":?", "?"}:
+            raise AssertionError(f"${{{name}}} is required and not in .env.example: {argument}")
+        return ""
+
+    return _VARIABLE.sub(one, value)
+
+
+def fleetwatch_services() -> dict[str, dict[str, Any]]:
+    """Every compose service that is a fleetwatch process: it builds the image or sets a
+    fleetwatch setting."""
+    return {
+        name: service
+        for name, service in compose()["services"].items()
+        if "build" in service
+        or any(k.startswith("FLEETWATCH_") for k in service.get("environment", {}))
+    }
+
+
+def compose_env(service: str) -> dict[str, str]:
+    raw = compose()["services"][service].get("environment", {})
+    return {k: interpolate(str(v), env_example()) for k, v in raw.items()}
+
+
+# --- the settings a process gets -------------------------------------------------------------
+
+
+def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str]) -> None:
+    """Only ``env`` as fleetwatch's environment, no .env file."""
+    for name in list(os.environ):
+        if name.startswith("FLEETWATCH_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+
+
+def _field(path: tuple[str, ...]) -> bool:
+    model: type[BaseModel] = Settings
+    for depth, part in enumerate(path):
+        info = model.model_fields.get(part)
+        if info is None:
+            return False
+        if depth < len(path) - 1:
+            nested = info.annotation
+            if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+                return False
+            model = nested
+    return True
+
+
+def settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    """The Settings a process gets from ``env``, after checking that each FLEETWATCH_ variable
+    names a field (Settings ignores unknown top-level names, so a typo would pass silently)."""
+    ours = {k: v for k, v in env.items() if k.startswith("FLEETWATCH_")}
+    kept = {}
+    for name, value in ours.items():
+        path = tuple(name.removeprefix("FLEETWATCH_").lower().split("__"))
+        if _field(path):
+            kept[name] = value
+        else:
+            assert path in PENDING_FIELDS, f"{name} is no setting of fleetwatch"
+    isolate(monkeypatch, tmp_path, kept)
+    return Settings()
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+def k8s_files() -> list[Path]:
+    return sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def k8s_documents() -> Iterator[dict[str, Any]]:
+    for path in k8s_files():
+        yield from (d for d in yaml.safe_load_all(path.read_text()) if d)
+
+
+def k8s_workload(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in k8s_documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def pod_specs(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(pod spec, its containers and init containers) of a workload or pod template."""
+    if doc["kind"] == "Pod":
+        spec = doc["spec"]
+    elif doc["kind"] in {"Deployment", "StatefulSet", "Job"}:
+        spec = doc["spec"]["template"]["spec"]
+    else:
+        return
+    yield spec, spec.get("initContainers", []) + spec["containers"]
+
+
+def container_env(container: dict[str, Any], config: dict[str, str]) -> dict[str, str]:
+    """A container's environment as Kubernetes makes it: ConfigMaps, then its env, with
+    ``$(NAME)`` references to earlier variables expanded (secrets and fields as stand-ins)."""
+    env = dict(config) if container.get("envFrom") else {}
+    for variable in container.get("env", []):
+        if "value" in variable:
+            env[variable["name"]] = re.sub(
+                r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), variable["value"]
+            )
+        else:
+            env[variable["name"]] = f"from-{variable['name'].lower().replace('_', '-')}"
+    return env
+
+
+def k8s_config() -> dict[str, str]:
+    data: dict[str, str] = k8s_workload("ConfigMap", "fleetwatch-config")["data"]
+    return data
+
+
+def fleetwatch_containers() -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in k8s_documents():
+        for _, containers in pod_specs(doc):
+            for container in containers:
+                if container.get("envFrom") or container.get("image") == IMAGE:
+                    yield f"{doc['kind']}/{doc['metadata'].get('name', doc['kind'])}", container

@@ -1,0 +1,542 @@
+"""The deployment files against their specifications and against the code: the compose file
+(the Compose specification's JSON schema, as check-jsonschema ships it), the Kubernetes
+manifests (Kubernetes 1.33's API schemas, kubernetes-validate), the spark-submit command of
+deploy/k8s/README.md, and the facts they share with the code and with each other that could
+drift apart: the image, the settings they set, the ports Prometheus scrapes, the broker
+configuration the local stack also writes. The image itself: test_deploy_image.py. None of it
+builds or starts anything."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from fleetwatch.cli.main import app as cli
+from fleetwatch.contracts.settings import Settings, SparkSettings
+from fleetwatch.stack.kafka import KafkaBroker
+from fleetwatch.stack.mosquitto import MosquittoBroker
+from tests.unit.deploy_support import (
+    DEPLOY,
+    IMAGE,
+    K8S,
+    REPO,
+    STAGES,
+    compose,
+    compose_env,
+    container_env,
+    env_example,
+    fleetwatch_containers,
+    fleetwatch_services,
+    image_env,
+    interpolate,
+    k8s_config,
+    k8s_documents,
+    k8s_files,
+    k8s_workload,
+    pod_specs,
+    settings_from,
+)
+
+KUBERNETES_VERSION = "1.33.0"
+"""The API the manifests are checked against (kubernetes-validate ships 1.25 to 1.37)."""
+
+
+def test_the_compose_file_follows_the_compose_specification() -> None:
+    schema_file = files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
+    schema = json.loads(schema_file.read_text())
+    assert schema["title"] == "Compose Specification"
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(compose())]
+    assert errors == []
+    # …and the check can fail: an unknown condition, an unknown key
+    broken = copy.deepcopy(compose())
+    broken["services"]["api"]["depends_on"]["kafka"]["condition"] = "service_ready"
+    broken["services"]["gateway"]["healthchek"] = broken["services"]["gateway"].pop("healthcheck")
+    found = list(validator.iter_errors(broken))
+    said = " ".join(m for e in found for m in (e.message, *(c.message for c in e.context)))
+    assert "'healthchek' was unexpected" in said
+    assert "'service_ready' is not one of" in said
+
+
+def test_every_fleetwatch_service_runs_the_one_image_built_from_the_repository() -> None:
+    services = fleetwatch_services()
+    assert set(STAGES) <= set(services)
+    images = {name: interpolate(s["image"], {}) for name, s in services.items()}
+    assert set(images.values()) == {IMAGE}, images
+    for name, service in services.items():
+        build = service["build"]
+        assert (DEPLOY / build["context"]).resolve() == REPO, name
+        assert build["dockerfile"] == "Dockerfile", name
+    subcommands = {c.name or c.callback.__name__ for c in cli.registered_commands if c.callback}
+    groups = {g.name for g in cli.registered_groups}
+    for name, command in STAGES.items():
+        assert compose()["services"][name]["command"] == [command], name
+        assert command in subcommands | groups
+    assert compose()["services"]["topics"]["command"] == ["topics", "create"]
+    assert "topics" in groups
+
+
+@pytest.mark.parametrize("service", sorted(fleetwatch_services()))
+def test_every_setting_compose_gives_a_fleetwatch_service_is_a_real_setting(
+    service: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
+    settings = settings_from(env | compose_env(service), monkeypatch, tmp_path)
+    assert settings.run_path == Path("/var/lib/fleetwatch")
+    if service in STAGES or service == "topics":
+        assert settings.kafka.bootstrap_servers == "kafka:9092"
+    if service.startswith("api"):
+        assert settings.database_url.startswith("postgresql+psycopg://fleetwatch:")
+        assert settings.database_url.endswith("@postgres:5432/fleetwatch")
+        assert settings.api.host == "0.0.0.0"  # in a container
+
+
+def test_every_variable_compose_requires_is_in_the_example_env_file() -> None:
+    required = set(re.findall(r"\$\{(\w+):\?", (DEPLOY / "compose.yaml").read_text()))
+    assert required == {"POSTGRES_PASSWORD", "GATEWAY_MQTT_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}
+    assert required <= set(env_example())
+    assert all(v.startswith("replace-with-") for k, v in env_example().items() if k in required)
+
+
+def test_every_service_restarts_is_checked_and_waits_for_what_it_needs() -> None:
+    services = compose()["services"]
+    one_shot = {n for n, s in services.items() if s.get("restart") == "no"}
+    assert one_shot == {"kafka-jmx-agent", "topics"}
+    for name, service in services.items():
+        if name in one_shot:
+            assert "healthcheck" not in service, name
+            continue
+        assert service["restart"] == "unless-stopped", name
+        assert service["healthcheck"]["test"][0] in {"CMD", "CMD-SHELL"}, name
+        for needed, condition in service.get("depends_on", {}).items():
+            assert needed in services, (name, needed)
+            if needed in one_shot:
+                assert condition == {"condition": "service_completed_successfully"}, name
+            else:
+                assert condition == {"condition": "service_healthy"}, name
+                assert "healthcheck" in services[needed], needed
+    for stage in ("gateway", "scorer", "trainer", "api"):
+        assert "topics" in services[stage]["depends_on"], stage
+    assert "mlflow" in services["trainer"]["depends_on"]
+    assert "kafka-jmx-agent" in services["kafka"]["depends_on"]
+
+
+def test_every_file_compose_mounts_is_in_the_repository_or_kept_out_of_it() -> None:
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    for name, service in compose()["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
+            if not source.startswith("."):
+                assert source in compose()["volumes"], (name, source)
+                continue
+            path = (DEPLOY / source).resolve()
+            if path.exists():
+                continue
+            # a secret the operator makes on the host: never committed, never made up by Docker
+            assert path.relative_to(REPO).as_posix() in ignored, (name, source)
+            assert volume["bind"]["create_host_path"] is False, (name, source)
+
+
+def _port(url_or_target: str) -> tuple[str, int]:
+    host, _, port = re.sub(r"^https?://", "", url_or_target).split("/")[0].rpartition(":")
+    return host, int(port)
+
+
+def metrics_ports() -> dict[str, int]:
+    """Where each scraped compose service serves its metrics, from its own configuration."""
+    kafka_opts = compose()["services"]["kafka"]["environment"]["KAFKA_OPTS"]
+    agent = re.search(r"jmx_prometheus_javaagent\.jar=(\d+):", kafka_opts)
+    assert agent
+    return {
+        "api": int(compose_env("api")["FLEETWATCH_API__PORT"]),
+        "api-replicas": int(compose_env("api-replicas")["FLEETWATCH_API__PORT"]),
+        "gateway": int(compose_env("gateway")["FLEETWATCH_GATEWAY__METRICS_PORT"]),
+        "scorer": int(compose_env("scorer")["FLEETWATCH_SCORE__METRICS_PORT"]),
+        "trainer": int(compose_env("trainer")["FLEETWATCH_TRAIN__METRICS_PORT"]),
+        "kafka": int(agent.group(1)),
+    }
+
+
+def scrape_targets() -> list[tuple[str, str, int]]:
+    """(job, host, port) of every target of deploy/prometheus/prometheus.yml."""
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    out: list[tuple[str, str, int]] = []
+    for job in config["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            out.extend((job["job_name"], *_port(t)) for t in static["targets"])
+        for dns in job.get("dns_sd_configs", []):
+            out.extend((job["job_name"], name, dns["port"]) for name in dns["names"])
+    return out
+
+
+def test_prometheus_scrapes_services_that_exist_on_the_ports_they_serve_metrics_on() -> None:
+    services = compose()["services"]
+    ports = metrics_ports()
+    scraped = set()
+    for job, host, port in scrape_targets():
+        if host == "localhost":
+            assert job == "prometheus"
+            continue
+        assert host in services, f"job {job} scrapes {host}, which compose does not run"
+        assert port == ports[host], (job, host)
+        scraped.add(host)
+    assert scraped == set(ports)  # every stage with metrics, and the broker
+    # the health checks probe the same ports
+    for service, port in ports.items():
+        test = " ".join(services[service]["healthcheck"]["test"])
+        if service != "kafka":
+            assert f"127.0.0.1:{port}/" in test, service
+
+
+def test_grafana_reads_prometheus_and_the_dashboards_directory() -> None:
+    grafana = compose()["services"]["grafana"]
+    mounts = dict(v.split(":")[:2] for v in grafana["volumes"])
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())[
+        "datasources"
+    ]
+    host, port = _port(source["url"])
+    assert host in compose()["services"]
+    assert f"{port}:{port}" in compose()["services"][host]["ports"][0]
+    assert source["type"] == "prometheus"
+    assert source["uid"] == "prometheus"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "fleetwatch.yaml").read_text())[
+        "providers"
+    ]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"] == mounts["./grafana/dashboards"]
+    assert (DEPLOY / "grafana" / "dashboards").is_dir()
+
+
+def _mosquitto_settings(text: str) -> dict[str, str]:
+    keep = (
+        "persistence ",
+        "autosave_interval",
+        "max_queued_messages",
+        "max_queued_bytes",
+        "max_inflight_messages",
+        "persistent_client_expiration",
+    )
+    lines = [line for line in text.splitlines() if line.startswith(keep)]
+    return dict(line.split(" ", 1) for line in lines)
+
+
+def test_the_deployed_mosquitto_queues_and_keeps_sessions_as_the_local_stack_s(
+    tmp_path: Path,
+) -> None:
+    deployed = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+    local = MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
+    assert _mosquitto_settings(deployed) == _mosquitto_settings(local)
+    assert len(_mosquitto_settings(deployed)) == 6
+    assert "allow_anonymous false" in deployed
+    # the files the configuration names are where compose mounts them
+    mounts = {
+        (v["target"] if isinstance(v, dict) else v.split(":")[1])
+        for v in compose()["services"]["mosquitto"]["volumes"]
+    }
+    for setting in ("password_file", "acl_file"):
+        for path in re.findall(rf"^{setting} (\S+)$", deployed, re.MULTILINE):
+            assert path in mounts, path
+
+
+def test_the_deployed_kafka_cleans_and_creates_topics_as_the_local_stack_s(
+    tmp_path: Path,
+) -> None:
+    local = dict(
+        line.split("=", 1)
+        for line in KafkaBroker(Settings(run_dir=tmp_path)).render_config().splitlines()
+        if "=" in line
+    )
+    wanted = ("auto.create.topics.enable", "log.cleaner.min.compaction.lag.ms")
+    compose_env_ = compose()["services"]["kafka"]["environment"]
+    k8s_env = {
+        e["name"]: e.get("value")
+        for e in k8s_workload("StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    for prop in wanted:
+        variable = "KAFKA_" + prop.upper().replace(".", "_")
+        assert compose_env_[variable] == local[prop], prop
+        assert k8s_env[variable] == local[prop], prop
+
+
+def test_exactly_one_api_process_delivers_webhooks_in_compose() -> None:
+    delivering = []
+    for name, service in compose()["services"].items():
+        if service.get("command") != ["api"]:
+            continue
+        enabled = compose_env(name).get("FLEETWATCH_API__WEBHOOKS__ENABLED", "true")
+        replicas = int(interpolate(str(service.get("deploy", {}).get("replicas", 1)), {}))
+        if enabled == "true":
+            delivering.append((name, replicas))
+    assert delivering == [("api", 1)]
+
+
+@pytest.mark.parametrize("path", k8s_files(), ids=lambda p: p.relative_to(K8S).as_posix())
+def test_every_manifest_is_valid_kubernetes(path: Path) -> None:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert documents
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_manifest_check_can_fail() -> None:
+    deployment = copy.deepcopy(k8s_workload("Deployment", "api"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSecond"] = 5
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_kustomization_applies_every_manifest_but_the_spark_pod_templates() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    assert listed == {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert kustomization["namespace"] == "fleetwatch"
+    (image,) = kustomization["images"]
+    assert f"{image['name']}:{image['newTag']}" == IMAGE
+
+
+def test_every_container_has_resources_and_every_server_its_probes() -> None:
+    checked = 0
+    for doc in k8s_documents():
+        if doc["kind"] not in {"Deployment", "StatefulSet", "Job"}:
+            continue
+        for spec, containers in pod_specs(doc):
+            for container in containers:
+                resources = container["resources"]
+                for bound in ("requests", "limits"):
+                    assert set(resources[bound]) == {"cpu", "memory"}, container["name"]
+                checked += 1
+            if doc["kind"] != "Job":
+                for container in spec["containers"]:
+                    assert "readinessProbe" in container, container["name"]
+                    assert "livenessProbe" in container, container["name"]
+    assert checked >= 9
+
+
+def test_every_service_selects_pods_and_the_ports_they_name() -> None:
+    workloads = [d for d in k8s_documents() if d["kind"] in {"Deployment", "StatefulSet"}]
+    for service in (d for d in k8s_documents() if d["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        pods = [
+            w["spec"]["template"]
+            for w in workloads
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert pods, service["metadata"]["name"]
+        for port in service["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            for pod in pods:
+                ports = [p for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+                assert any(target in (p.get("name"), p["containerPort"]) for p in ports), (
+                    service["metadata"]["name"],
+                    target,
+                )
+
+
+def test_secrets_hold_placeholders_only() -> None:
+    secrets = [d for d in k8s_documents() if d["kind"] == "Secret"]
+    assert {s["metadata"]["name"] for s in secrets} == {"fleetwatch-secrets", "mosquitto-passwd"}
+    for secret in secrets:
+        assert "data" not in secret
+        for key, value in secret["stringData"].items():
+            assert "REPLACE_WITH_" in value, key
+
+
+def test_every_fleetwatch_container_runs_the_one_image() -> None:
+    images = set()
+    for doc in k8s_documents():
+        for _, containers in pod_specs(doc):
+            images |= {c["image"] for c in containers if "fleetwatch" in c.get("image", "")}
+    assert images == {IMAGE}
+    assert interpolate(compose()["services"]["api"]["image"], {}) == IMAGE
+
+
+@pytest.mark.parametrize(
+    "container",
+    [c for _, c in fleetwatch_containers()],
+    ids=[n for n, _ in fleetwatch_containers()],
+)
+def test_every_setting_kubernetes_gives_a_fleetwatch_container_is_a_real_setting(
+    container: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = container_env(container, k8s_config())
+    settings = settings_from(env, monkeypatch, tmp_path)
+    if container.get("envFrom"):
+        assert settings.kafka.bootstrap_servers == "kafka:9092"
+        assert settings.mlflow.tracking_uri == "http://mlflow:5000"
+    if "FLEETWATCH_API__DATABASE_URL" in env:
+        assert "$(" not in env["FLEETWATCH_API__DATABASE_URL"]
+        assert settings.database_url.endswith("@postgres:5432/fleetwatch")
+
+
+def test_gateway_pods_keep_their_mqtt_client_id_across_restarts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    gateway = k8s_workload("StatefulSet", "gateway")
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_NAME") < names.index("FLEETWATCH_GATEWAY__CLIENT_ID")
+    assert env["FLEETWATCH_GATEWAY__CLIENT_ID"]["value"] == "fleetwatch-$(POD_NAME)"
+    assert env["FLEETWATCH_GATEWAY__WORKERS"]["value"] == "1"
+    assert not [
+        d
+        for d in k8s_documents()
+        if d["kind"] == "Deployment"
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "gateway"
+    ]
+    settings = settings_from(
+        {"FLEETWATCH_GATEWAY__CLIENT_ID": "fleetwatch-gateway-1"}, monkeypatch, tmp_path
+    )
+    assert settings.gateway.client_id == "fleetwatch-gateway-1"
+
+
+def test_exactly_one_api_pod_delivers_webhooks_and_rollouts_never_run_two() -> None:
+    delivering = []
+    for doc in k8s_documents():
+        if doc["kind"] != "Deployment":
+            continue
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        if container.get("args") != ["api"]:
+            continue
+        enabled = container_env(container, k8s_config()).get(
+            "FLEETWATCH_API__WEBHOOKS__ENABLED", "true"
+        )
+        if enabled == "true":
+            delivering.append(doc)
+    (deliverer,) = delivering
+    assert deliverer["spec"]["replicas"] == 1
+    assert deliverer["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_the_broker_files_of_the_config_maps_are_the_deploy_files() -> None:
+    mosquitto = k8s_workload("ConfigMap", "mosquitto-config")["data"]
+    assert mosquitto["mosquitto.conf"] == (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+    assert mosquitto["acl"] == (DEPLOY / "mosquitto" / "acl.example").read_text()
+    assert mosquitto["health.acl"] == (DEPLOY / "mosquitto" / "health.acl").read_text()
+    kafka = k8s_workload("ConfigMap", "kafka-config")["data"]
+    assert kafka["jmx-exporter.yml"] == (DEPLOY / "kafka" / "jmx-exporter.yml").read_text()
+    cluster_id = compose()["services"]["kafka"]["environment"]["CLUSTER_ID"]
+    assert kafka["cluster-id"] == interpolate(cluster_id, {})
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", kafka["cluster-id"])
+    postgres = k8s_workload("ConfigMap", "postgres-init")["data"]
+    assert postgres["10-mlflow.sql"] == (DEPLOY / "postgres" / "init" / "10-mlflow.sql").read_text()
+
+
+@dataclass(frozen=True)
+class Submission:
+    words: list[str]
+    confs: dict[str, str]
+
+
+def _expand(text: str, variables: dict[str, str]) -> str:
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m.group(1), m.group(0)), text)
+
+
+def submissions() -> dict[str, Submission]:
+    """The README's spark-submit, per ``submit JOB PORT`` call, variables expanded."""
+    text = (K8S / "README.md").read_text()
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "spark-submit" in b
+    )
+    variables = dict(re.findall(r"^([A-Z_]+)=(\S+)", block, re.MULTILINE))
+    command = block[block.index(".venv/bin/spark-submit") : block.index("\n}")]
+    command = command.replace("\\\n", " ")
+    out = {}
+    for job, port in re.findall(r"^submit (\w+) (\d+)$", block, re.MULTILINE):
+        local = variables | {"job": job, "port": port}
+        expanded = _expand(command.replace("${job^^}", job.upper()), local)
+        words = shlex.split(expanded)
+        confs = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--conf")
+        out[job] = Submission(words, confs)
+    return out
+
+
+def test_the_scorer_and_the_trainer_are_submitted_in_cluster_mode_as_the_image_needs() -> None:
+    jobs = submissions()
+    assert set(jobs) == {"score", "train"}
+    env = image_env()
+    site_packages = env["SPARK_HOME"].removesuffix("/pyspark")
+    assert (REPO / "fleetwatch" / "streaming" / "submit.py").exists()
+    account = k8s_workload("ServiceAccount", "fleetwatch-spark")["metadata"]["name"]
+    for job, submission in jobs.items():
+        words, confs = submission.words, submission.confs
+        assert words[words.index("--master") + 1].startswith("k8s://")
+        assert words[words.index("--deploy-mode") + 1] == "cluster"
+        assert words[-2:] == [f"local://{site_packages}/fleetwatch/streaming/submit.py", job]
+        assert confs["spark.kubernetes.namespace"] == "fleetwatch"
+        assert confs["spark.kubernetes.authenticate.driver.serviceAccountName"] == account
+        for role in ("driver", "executor"):
+            assert (REPO / confs[f"spark.kubernetes.{role}.podTemplateFile"]).is_file()
+            assert confs[f"spark.{role}.extraClassPath"] == env["FLEETWATCH_SPARK__JARS_DIR"] + "/*"
+        assert confs["spark.pyspark.python"] == env["PYSPARK_PYTHON"]
+        assert confs["spark.hadoop.fs.file.impl"] == SparkSettings().local_file_system
+
+
+def test_the_spark_drivers_settings_are_real_settings_and_their_metrics_ports_the_compose_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    compose_service = {"score": "scorer", "train": "trainer"}
+    prefix = "spark.kubernetes.driverEnv."
+    for job, submission in submissions().items():
+        driver_env = {
+            k.removeprefix(prefix): v for k, v in submission.confs.items() if k.startswith(prefix)
+        }
+        metrics = f"FLEETWATCH_{job.upper()}__METRICS_PORT"
+        assert driver_env[metrics] == str(metrics_ports()[compose_service[job]])
+        assert (
+            submission.confs["spark.kubernetes.driver.annotation.prometheus.io/port"]
+            == (driver_env[metrics])
+        )
+        template = yaml.safe_load((K8S / "spark" / "driver-pod.yaml").read_text())
+        (container,) = template["spec"]["containers"]
+        env = container_env(container, k8s_config()) | driver_env
+        settings = settings_from(env, monkeypatch, tmp_path)
+        assert settings.spark.shuffle_partitions >= 1
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert settings.checkpoint_root == Path(mounts["checkpoints"])
+
+
+def test_the_spark_driver_may_start_its_executors_and_every_pod_shares_the_checkpoints() -> None:
+    role = k8s_workload("Role", "fleetwatch-spark-driver")
+    binding = k8s_workload("RoleBinding", "fleetwatch-spark-driver")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fleetwatch-spark"}]
+    granted = {
+        (resource, verb)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    for resource in ("pods", "services", "configmaps"):
+        for verb in ("create", "get", "list", "watch", "delete", "deletecollection"):
+            assert (resource, verb) in granted, (resource, verb)
+    claim = k8s_workload("PersistentVolumeClaim", "spark-checkpoints")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    paths = set()
+    for template in ("driver-pod.yaml", "executor-pod.yaml"):
+        pod = yaml.safe_load((K8S / "spark" / template).read_text())
+        (volume,) = pod["spec"]["volumes"]
+        assert volume["persistentVolumeClaim"]["claimName"] == "spark-checkpoints"
+        (mount,) = pod["spec"]["containers"][0]["volumeMounts"]
+        paths.add(mount["mountPath"])
+    assert len(paths) == 1
