@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ def demo(
         "demo-gateway": _stage_argv("gateway"),
         "demo-score": _stage_argv("score"),
         "demo-api": _stage_argv("api", "--anonymous-read"),
+        "demo-train": _stage_argv("train"),
         "demo-sim": _stage_argv(
             "sim",
             "run",
@@ -85,6 +87,15 @@ def demo(
             f"API on http://{settings.api.host}:{settings.api.port}/alerts — "
             "alerts appear once Spark is up (about 20 s). Ctrl-C to stop."
         )
+        console.print(
+            "models: the trainer publishes each device's parameters on model.params; a fleet "
+            f"model is registered and promoted once {min(devices, 3)} devices have learned. "
+            f"MLflow UI: mlflow ui --backend-store-uri {settings.mlflow_tracking_uri}",
+            highlight=False,
+        )
+        threading.Thread(
+            target=_fleet_model, args=(settings, min(devices, 3), stop), daemon=True
+        ).start()
         died = _print_alerts(settings, procs, stop)
     finally:
         console.print("stopping…")
@@ -96,6 +107,16 @@ def demo(
     if died is not None:
         console.print(f"[red]demo failed:[/] {died}", highlight=False)
         raise typer.Exit(1)
+
+
+def _fleet_model(settings: Settings, min_devices: int, stop: threading.Event) -> None:
+    from fleetwatch.models.fleet_bootstrap import first_fleet_models
+
+    try:
+        for line in first_fleet_models(settings, min_devices, stop):
+            console.print(f"[bold]model[/] {line}", highlight=False)
+    except Exception as exc:  # noqa: BLE001 - the demo goes on without a fleet model
+        console.print(f"[yellow]no fleet model:[/] {exc}", highlight=False)
 
 
 def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object) -> str | None:
