@@ -25,10 +25,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from fleetwatch.models import budget
 from fleetwatch.models.base import Detector
-from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import ALERT_Z, normal_two_sided_surprise
+from fleetwatch.models.batch import Batch, per_metric_runs
+from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
 
@@ -65,8 +67,14 @@ class SeasonalBaseline(Detector):
         warmup: int = 30,
         bucket_warmup: int = 20,
         min_std: float = 1e-3,
+        false_alerts_per_day: float | None = 1.0,
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        if false_alerts_per_day is not None and not false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
+            )
+        self.false_alerts_per_day = false_alerts_per_day
         self.halflife_hours = halflife_hours
         self.buckets = buckets
         self.period_hours = period_hours
@@ -74,9 +82,19 @@ class SeasonalBaseline(Detector):
         self.bucket_warmup = bucket_warmup
         self.min_std = min_std
         self.profile = new_profile(halflife_hours, buckets, period_hours)
+        self.spend = np.zeros((0, budget.WIDTH))
+        """Per metric, its openings against the budget (:mod:`~fleetwatch.models.budget`)."""
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        if self.false_alerts_per_day is not None and self.profile.metrics:
+            surprise = self._deviation(batch)[3]
+            codes = batch.lookup(self.profile.metrics)
+            limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
+            for m, rows in per_metric_runs(codes, self.spend.shape[0]):
+                on = surprise[rows] >= S_ALERT
+                budget.record(self.spend, m, batch.event_ms[rows], on, limit)
         self.profile.learn(batch, keep)
+        self.spend = budget.grow(self.spend, len(self.profile.metrics))
 
     def _deviation(self, batch: Batch) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray]:
         """Per row: expected value, standard deviation, warm or not, and the surprise."""
@@ -86,6 +104,12 @@ class SeasonalBaseline(Detector):
         )
         z = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
         surprise = np.maximum(np.where(ok, normal_two_sided_surprise(z), 0.0), 0.0)
+        if self.false_alerts_per_day is not None and len(batch) and self.spend.shape[0]:
+            limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
+            for m, rows in per_metric_runs(codes, self.spend.shape[0]):
+                cut = budget.penalty(self.spend, m, int(batch.event_ms[rows[0]]), limit)
+                if cut > 0:
+                    surprise[rows] = np.maximum(surprise[rows] - cut, 0.0)
         return mean, std, ok, surprise
 
     def _surprise(self, batch: Batch) -> FloatArray:
@@ -101,7 +125,15 @@ class SeasonalBaseline(Detector):
         return list(self.profile.metrics)
 
     def _state(self) -> dict[str, Any]:
-        return self.profile.state()
+        return {**self.profile.state(), "spend": floats(self.spend)}
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.profile.load(state)
+        k = len(self.profile.metrics)
+        # parameters from before the budget have no spend: nothing opened yet
+        spent = state.get("spend")
+        self.spend = (
+            np.zeros((k, budget.WIDTH))
+            if spent is None
+            else array(state, "spend", (k, budget.WIDTH))
+        )
