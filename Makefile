@@ -9,22 +9,27 @@ CACHE  := .cache
 JARS   := $(CACHE)/jvm
 MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(abspath $(CACHE))/m2
 
-.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean java-check mosquitto-check postgres-check
+.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
 
 help:
-	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, PostgreSQL"
+	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, Prometheus, PostgreSQL"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff + mypy"
 	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures)"
 
-setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check postgres-check
+setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check prometheus-check postgres-check
 
 java-check:
 	@deploy/check-java.sh
 
 mosquitto-check:
 	@deploy/install-mosquitto.sh
+
+# Prometheus for `fleetwatch stack up --with-prometheus` (the demo, the dashboards' test): the
+# binary of Debian's package, run by fleetwatch with a config and data dir of its own.
+prometheus-check:
+	@deploy/install-prometheus.sh
 
 # PostgreSQL for the API store's tests: installed here; the tests start a private cluster
 # (deploy/install-postgres.sh start) unless FLEETWATCH_TEST_POSTGRES_URL names a server.

@@ -14,16 +14,27 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import tail
 
-app = typer.Typer(help="The local Kafka (KRaft) and Mosquitto brokers.", no_args_is_help=True)
+app = typer.Typer(
+    help="The local Kafka (KRaft) and Mosquitto brokers, and Prometheus when asked for.",
+    no_args_is_help=True,
+)
 console = Console()
 
 
 @app.command()
-def up() -> None:
+def up(
+    with_prometheus: Annotated[
+        bool,
+        typer.Option(
+            "--with-prometheus",
+            help="also run Prometheus (Debian's), scraping every stage and the broker",
+        ),
+    ] = False,
+) -> None:
     """Start both brokers in the background, wait until healthy, create the topics."""
     stack = Stack(load_settings())
     try:
-        seconds = stack.up()
+        seconds = stack.up(with_prometheus=with_prometheus)
     except FleetwatchError as exc:
         fail(str(exc))
     console.print(f"stack up in {seconds:.1f}s")
@@ -39,7 +50,7 @@ def down() -> None:
 
 @app.command()
 def status() -> None:
-    """Show whether each broker runs, where, and its log."""
+    """Show whether each broker (and Prometheus, once started) runs, where, and its log."""
     stack = Stack(load_settings())
     _print_status(stack)
     if not all(c.pid for c in stack.status()):
@@ -48,7 +59,7 @@ def status() -> None:
 
 @app.command()
 def logs(
-    component: Annotated[str, typer.Argument(help="kafka or mosquitto")] = "kafka",
+    component: Annotated[str, typer.Argument(help="kafka, mosquitto or prometheus")] = "kafka",
     lines: Annotated[int, typer.Option("-n", help="lines to show")] = 50,
     follow: Annotated[bool, typer.Option("-f", help="keep printing new lines")] = False,
 ) -> None:

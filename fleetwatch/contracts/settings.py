@@ -323,6 +323,25 @@ class MlflowSettings(_Part):
         return value
 
 
+class PrometheusSettings(_Part):
+    """The local Prometheus that ``fleetwatch stack up --with-prometheus`` runs (Debian's
+    ``prometheus`` binary, config and data under ``{run_dir}/prometheus``)."""
+
+    port: int = Field(9090, ge=1, le=65535)
+    """Its HTTP port on loopback (queries, ``/-/ready``, the web UI)."""
+    scrape_interval_s: int = Field(2, ge=1, le=300)
+    """How often every target is scraped: short, so a fresh run shows data within seconds."""
+    retention: str = "2d"
+    """How long samples are kept (``--storage.tsdb.retention.time``)."""
+
+    @field_validator("retention")
+    @classmethod
+    def _retention_is_a_duration(cls, value: str) -> str:
+        if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h|d|w|y)", value):
+            raise ValueError("prometheus.retention must be a duration such as 12h, 2d or 1w")
+        return value
+
+
 class Settings(BaseSettings):
     """Everything a fleetwatch process needs to know. Frozen after it is built."""
 
@@ -349,6 +368,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     gateway: GatewaySettings = GatewaySettings()
     mlflow: MlflowSettings = MlflowSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()
 
     @property
     def run_path(self) -> Path:

@@ -125,7 +125,7 @@ class ManagedProcess:
 
         if not wait_for(up_or_dead, timeout_s, interval_s) or not self.running():
             last = next((ln for ln in reversed(tail(self.log_file)) if ln.strip()), "")
-            raise self.fail(f"broker did not become ready: {last or 'no output'}")
+            raise self.fail(f"did not become ready: {last or 'no output'}")
 
     def fail(self, reason: str) -> StackError:
         return StackError(f"{self.name}: {reason} (log: {self.log_file})")
