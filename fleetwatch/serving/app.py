@@ -98,10 +98,12 @@ def create_app(
                 )
         for worker in running:
             worker.start()
+        metrics.watch_fleet(db)
         settle()
         try:
             yield
         finally:
+            metrics.unwatch_fleet()
             for worker in reversed(running):
                 worker.stop()
             sender.close()

@@ -1,5 +1,6 @@
 """Prometheus metrics of the API process, on ``/metrics``: request latency by route,
-materialiser lag, webhook deliveries by outcome, command outcomes. One registry per app."""
+materialiser lag, webhook deliveries by outcome, command outcomes, and the fleet's figures from
+the database (:mod:`fleetwatch.serving.fleet_metrics`). One registry per app."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fleetwatch.serving.fleet_metrics import FleetCollector
+from fleetwatch.serving.store import Store
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+COMMAND_OUTCOMES = ("issued", "sent", "acked", "failed", "timed_out", "late_ack")
+DELIVERY_OUTCOMES = ("delivered", "failed", "dead")
 
 
 class Metrics:
@@ -58,6 +64,24 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        # Every outcome exists from the start at 0: a counter that first appears at 1 shows no
+        # increase in rate() or increase(), so the first command or delivery would be lost.
+        for outcome in COMMAND_OUTCOMES:
+            self.commands.labels(outcome=outcome)
+        for outcome in DELIVERY_OUTCOMES:
+            self.deliveries.labels(outcome=outcome)
+        self._fleet: FleetCollector | None = None
+
+    def watch_fleet(self, store: Store) -> None:
+        """Serve the fleet's figures read from ``store`` (until :meth:`unwatch_fleet`)."""
+        self.unwatch_fleet()
+        self._fleet = FleetCollector(store)
+        self.registry.register(self._fleet)
+
+    def unwatch_fleet(self) -> None:
+        if self._fleet is not None:
+            self.registry.unregister(self._fleet)
+            self._fleet = None
 
 
 class LatencyMiddleware:
