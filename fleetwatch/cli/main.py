@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from fleetwatch.cli import api, demo, detect, devices, models, replay, sim, stack, stages, topics
+from fleetwatch.cli import (
+    api,
+    demo,
+    detect,
+    devices,
+    grafana,
+    models,
+    replay,
+    sim,
+    stack,
+    stages,
+    topics,
+)
 
 app = typer.Typer(
     help="fleetwatch: streaming anomaly detection for IoT device fleets.",
@@ -18,6 +30,7 @@ app.add_typer(replay.app, name="replay")
 app.add_typer(api.app, name="api")
 app.add_typer(devices.app, name="devices")
 app.add_typer(topics.app, name="topics")
+app.add_typer(grafana.app, name="grafana")
 app.command()(stages.gateway)
 app.command()(stages.score)
 app.command()(stages.train)

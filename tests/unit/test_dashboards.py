@@ -1,0 +1,65 @@
+"""The dashboards as code: the committed JSON is what the builders make, every panel names a
+datasource fleetwatch provisions and has a query, ids and refIds are unique, and no PromQL
+groups by a device."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetwatch.observability import dashboards
+from fleetwatch.observability.dashboards import _panels
+from fleetwatch.observability.panels import DATABASE_UID, PROMETHEUS_UID
+from fleetwatch.observability.queries import queries
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+COMMITTED = DEPLOY / "grafana" / "dashboards"
+
+
+def test_the_committed_json_is_what_the_code_builds() -> None:
+    assert dashboards.stale(COMMITTED) == [], "run `fleetwatch grafana build` and commit"
+
+
+@pytest.mark.parametrize("name", sorted(dashboards.BUILDERS))
+def test_every_panel_queries_a_provisioned_datasource(name: str) -> None:
+    built = dashboards.model(name)
+    assert built["uid"] == f"fleetwatch-{name}"
+    panels = list(_panels(built["panels"]))
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    for panel in panels:
+        if panel["type"] == "row":
+            continue
+        assert panel.get("targets"), f'panel "{panel["title"]}" has no query'
+        assert panel["datasource"]["uid"] in (PROMETHEUS_UID, DATABASE_UID)
+        refs = [t["refId"] for t in panel["targets"]]
+        assert refs == [chr(ord("A") + i) for i in range(len(refs))]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+        assert panel["gridPos"]["w"] <= 24
+
+
+def test_the_prometheus_datasource_is_the_one_compose_provisions() -> None:
+    source = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
+    (provisioned,) = yaml.safe_load(source.read_text())["datasources"]
+    assert provisioned["uid"] == PROMETHEUS_UID
+
+
+def test_no_query_groups_or_filters_by_a_device() -> None:
+    for built in dashboards.models().values():
+        for query in queries(built):
+            if query.language == "promql":
+                # a label named device or device_id, in a selector or a grouping
+                assert not re.search(r"[{(,]\s*device(_id)?\s*[=!,)]", query.text), query
+
+
+def test_every_query_is_found_panels_annotations_and_variables() -> None:
+    found = [q for built in dashboards.models().values() for q in queries(built)]
+    device = [q.where for q in found if q.dashboard == "fleetwatch-device"]
+    assert 'annotation "Alerts"' in device
+    assert "variable $device" in device
+    assert {q.language for q in found} == {"promql", "sql"}
+    assert all(q.text.strip() for q in found)
