@@ -43,13 +43,18 @@ def demo(
     stop = stop_event()
     stack = Stack(settings)
     stack_was_up = all(c.pid for c in stack.status())
+    prometheus_was_up = stack.prometheus.proc.running()
     try:
-        seconds = stack.up()
+        seconds = stack.up(with_prometheus=True)
     except FleetwatchError as exc:
         fail(str(exc))
     console.print(
         f"[bold]stack[/] up in {seconds:.1f}s (Kafka {settings.kafka.bootstrap_servers}, "
-        f"MQTT {settings.mqtt.host}:{settings.mqtt.port})"
+        f"MQTT {settings.mqtt.host}:{settings.mqtt.port}, Prometheus {stack.prometheus.url})"
+    )
+    console.print(
+        "dashboards: `fleetwatch grafana push --url GRAFANA_URL --token TOKEN` publishes them "
+        f"to your Grafana, with {stack.prometheus.url} as its Prometheus if it has none"
     )
     logins: tuple[str, ...] = ()
     if not settings.mqtt.allow_anonymous:  # the fleet logs in as real devices do
@@ -103,6 +108,8 @@ def demo(
             proc.stop()
         if not stack_was_up:
             stack.down()
+        elif not prometheus_was_up:
+            stack.prometheus.proc.stop()
         console.print("demo stopped; everything it started is down.")
     if died is not None:
         console.print(f"[red]demo failed:[/] {died}", highlight=False)

@@ -26,12 +26,15 @@ class QuietStack:
     reloads = 0
 
     def __init__(self, settings: Any) -> None:
-        pass
+        self.prometheus = SimpleNamespace(
+            proc=SimpleNamespace(running=lambda: False), url="http://127.0.0.1:9090"
+        )
 
     def status(self) -> list[Any]:
         return [SimpleNamespace(pid=None)]  # not up before the demo: the demo brings it down
 
-    def up(self) -> float:
+    def up(self, with_prometheus: bool = False) -> float:
+        assert with_prometheus, "the demo runs Prometheus too"
         return 0.0
 
     def down(self) -> None:
