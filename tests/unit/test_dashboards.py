@@ -63,3 +63,30 @@ def test_every_query_is_found_panels_annotations_and_variables() -> None:
     assert "variable $device" in device
     assert {q.language for q in found} == {"promql", "sql"}
     assert all(q.text.strip() for q in found)
+
+
+def test_the_grafana_reader_role_may_read_every_table_the_sql_names() -> None:
+    grants = (DEPLOY / "postgres" / "grafana-reader.sql").read_text()
+    match = re.search(r"GRANT SELECT ON ([\w,\s]+?)\s+TO", grants)
+    assert match is not None
+    granted = set(match.group(1).replace(",", " ").split())
+    named = {
+        table
+        for built in dashboards.models().values()
+        for query in queries(built)
+        if query.language == "sql"
+        for table in re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", query.text)
+        if table != "LATERAL"
+    }
+    assert named <= granted, named - granted
+    assert {"api_keys", "webhooks", "webhook_deliveries"}.isdisjoint(granted)
+
+
+def test_compose_provisions_the_database_datasource_the_sql_panels_use() -> None:
+    source = DEPLOY / "grafana" / "provisioning" / "datasources" / "fleetwatch-db.yaml"
+    (provisioned,) = yaml.safe_load(source.read_text())["datasources"]
+    assert provisioned["uid"] == DATABASE_UID
+    assert provisioned["type"] == "grafana-postgresql-datasource"
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    assert provisioned["url"].split(":")[0] in compose["services"]
+    assert "POSTGRES_PASSWORD" in compose["services"]["grafana"]["environment"]
