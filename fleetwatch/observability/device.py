@@ -14,7 +14,7 @@ from fleetwatch.observability.sql import SqlAnnotation
 
 UID = "fleetwatch-device"
 
-IN_RANGE = "BETWEEN $__unixEpochFrom() * 1000 AND $__unixEpochTo() * 1000"
+IN_RANGE = "BETWEEN $__unixEpochFrom()::bigint * 1000 AND $__unixEpochTo()::bigint * 1000"
 """An epoch-milliseconds column within the dashboard's time range."""
 
 DEVICES = "SELECT device_id FROM devices ORDER BY device_id"
@@ -40,8 +40,8 @@ CROSS JOIN LATERAL (VALUES
     (coalesce(a.end_ms, a.event_ms) + 1, 'low', NULL),
     (coalesce(a.end_ms, a.event_ms) + 1, 'high', NULL)
 ) AS p(ms, edge, value)
-WHERE a.device_id = '$device' AND a.start_ms <= $__unixEpochTo() * 1000
-  AND coalesce(a.end_ms, a.event_ms) >= $__unixEpochFrom() * 1000
+WHERE a.device_id = '$device' AND a.start_ms <= $__unixEpochTo()::bigint * 1000
+  AND coalesce(a.end_ms, a.event_ms) >= $__unixEpochFrom()::bigint * 1000
 ORDER BY 1
 """
 
@@ -61,8 +61,8 @@ SELECT to_timestamp(a.start_ms / 1000.0) AS started,
        a.state, a.severity, a.metric, a.detector,
        a.value, a.expected, a.band, a.score, a.reason, a.acknowledged_by
 FROM alerts a
-WHERE a.device_id = '$device' AND a.start_ms <= $__unixEpochTo() * 1000
-  AND coalesce(a.end_ms, a.event_ms) >= $__unixEpochFrom() * 1000
+WHERE a.device_id = '$device' AND a.start_ms <= $__unixEpochTo()::bigint * 1000
+  AND coalesce(a.end_ms, a.event_ms) >= $__unixEpochFrom()::bigint * 1000
 ORDER BY a.start_ms DESC
 LIMIT 200
 """

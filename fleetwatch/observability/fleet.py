@@ -24,7 +24,7 @@ SELECT a.device_id AS device,
        count(*) FILTER (WHERE a.severity = 'critical') AS critical,
        to_timestamp(max(a.start_ms) / 1000.0) AS latest
 FROM alerts a
-WHERE a.start_ms BETWEEN $__unixEpochFrom() * 1000 AND $__unixEpochTo() * 1000
+WHERE a.start_ms BETWEEN $__unixEpochFrom()::bigint * 1000 AND $__unixEpochTo()::bigint * 1000
 GROUP BY a.device_id
 ORDER BY alerts DESC, a.device_id
 LIMIT 15
@@ -167,7 +167,7 @@ def build() -> dashboard.Dashboard:
         )
         .with_panel(
             series(
-                "Anomaly rate",
+                "Anomaly rate over time",
                 "Alerts opened per reading scored.",
                 prom(f"{OPENED} / {SCORED}", "opened per reading"),
                 unit="percentunit",

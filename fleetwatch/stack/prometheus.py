@@ -132,9 +132,10 @@ class PrometheusServer:
             f"--web.listen-address=127.0.0.1:{p.port}",
         ]
 
-    def start(self) -> bool:
-        """Start it with a config and targets rendered from the settings; False when it runs
-        already (its targets are then left as they are)."""
+    def start(self, targets: Mapping[str, Sequence[str]] | None = None) -> bool:
+        """Start it with a config rendered from the settings and the stages' ``targets``
+        (default: from the settings); False when it runs already (its targets are then left as
+        they are)."""
         if self.proc.running():
             return False
         argv = self.command()
@@ -145,7 +146,7 @@ class PrometheusServer:
                 "stop it or set FLEETWATCH_PROMETHEUS__PORT"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.write_targets(default_targets(self.settings))
+        self.write_targets(default_targets(self.settings) | dict(targets or {}))
         self.config_file.write_text(self.render_config())
         self.proc.start(argv)
         return True

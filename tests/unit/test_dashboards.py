@@ -30,6 +30,8 @@ def test_every_panel_queries_a_provisioned_datasource(name: str) -> None:
     panels = list(_panels(built["panels"]))
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
+    titles = [p["title"] for p in panels]
+    assert len(titles) == len(set(titles)), "a title names one panel"
     for panel in panels:
         if panel["type"] == "row":
             continue
