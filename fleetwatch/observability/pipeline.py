@@ -166,8 +166,9 @@ def build() -> dashboard.Dashboard:
         .with_panel(
             series(
                 "Watermark and event-time lag",
-                "Now minus the event-time watermark (grows while a query makes no progress), "
-                "and the last batch's report time minus its newest event time.",
+                "Now minus the event-time watermark (grows while a query makes no progress; "
+                "the trainer's trails by score.dedup_window, 30 minutes by default), and the "
+                "last batch's report time minus its newest event time.",
                 prom(
                     "max by (query) (fleetwatch_streaming_watermark_lag_seconds)",
                     "{{query}} watermark",
