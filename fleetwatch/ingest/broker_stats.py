@@ -132,6 +132,15 @@ class BrokerStats(Collector):
         with self._lock:
             self._values.clear()
 
+    def zero_counters(self) -> None:
+        """Every bridged counter at 0 until the broker says otherwise: Mosquitto publishes a
+        ``$SYS`` counter only once it has moved (a broker that never dropped a message has no
+        ``publish/messages/dropped``), and a count that is 0 is a count, not a gap."""
+        with self._lock:
+            for topic, sys_topic in SYS_TOPICS.items():
+                if sys_topic.kind == "counter":
+                    self._values.setdefault(topic, (sys_topic, 0.0))
+
     def describe(self) -> Iterable[Metric]:
         return []  # names are fixed and prefixed: nothing to check against other collectors
 
@@ -183,6 +192,7 @@ class SysBridge:
         if reason.is_failure:
             logger.warning("broker figures ($SYS): connection refused: %s", reason)
             return
+        self.stats.zero_counters()
         client.subscribe([(topic, 0) for topic in SYS_TOPICS])
 
     def _on_subscribe(

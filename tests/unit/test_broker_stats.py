@@ -86,6 +86,28 @@ def test_the_bridge_takes_its_messages_and_forgets_them_when_the_broker_goes() -
     assert registry.get_sample_value("fleetwatch_mosquitto_clients_connected") is None
 
 
+def test_counters_the_broker_has_not_published_yet_are_zero_once_connected() -> None:
+    registry = CollectorRegistry()
+    bridge = SysBridge(Settings(), registry)
+    assert registry.get_sample_value("fleetwatch_mosquitto_publish_messages_dropped_total") is None
+
+    class Reason:
+        is_failure = False
+
+    class Client:
+        def subscribe(self, topics: object) -> None:
+            pass
+
+    bridge._on_connect(Client(), None, None, Reason(), None)  # type: ignore[arg-type]
+    dropped = "fleetwatch_mosquitto_publish_messages_dropped_total"
+    assert registry.get_sample_value(dropped) == 0  # never moved: never published
+    assert registry.get_sample_value("fleetwatch_mosquitto_clients_connected") is None
+    msg = mqtt.MQTTMessage(0, b"$SYS/broker/publish/messages/dropped")
+    msg.payload = b"3"
+    bridge._on_message(bridge.client, None, msg)
+    assert registry.get_sample_value(dropped) == 3
+
+
 def test_every_bridged_topic_is_under_sys_broker_and_named_in_base_units() -> None:
     assert all(topic.startswith("$SYS/broker/") for topic in SYS_TOPICS)
     names = [t.name for t in SYS_TOPICS.values()]
