@@ -23,7 +23,7 @@ import numpy as np
 from fleetwatch.simulator import misbehaviour as mb
 from fleetwatch.simulator.anomalies import RECENT, Anomaly, Planner, legacy_spike, resting
 from fleetwatch.simulator.kinds import KINDS, Kind
-from fleetwatch.simulator.noise import I64, Noise, benign_labels, lateness_ms, quantise
+from fleetwatch.simulator.noise import I64, Draws, Noise, lateness_ms, quantise
 from fleetwatch.simulator.randomness import uniform
 from fleetwatch.simulator.scenario import Scenario
 
@@ -153,7 +153,8 @@ class Fleet:
     ) -> None:
         gidx = self.gidx[pos]
         noise = self.noises[code]
-        values = kind.generate(self.seed, gidx, seq, ts, noise)
+        draws = Draws(noise, self.seed, gidx, seq, ts)
+        values = kind.generate(draws)
         keep = np.ones(len(pos), dtype=bool)
         spike_every = self.scenario.anomalies.spike_every
         if spike_every:
@@ -169,7 +170,7 @@ class Fleet:
                 reading = (int(seq[i]), int(ts[i]), int(before[i]))
                 keep[i] = self._anomaly(int(pos[i]), kind, noise, reading, values[i], tick)
         quantise(values, self.steps[code])
-        for i, label in benign_labels(noise, self.seed, gidx, before, ts):
+        for i, label in draws.benign_labels(before):
             head = {"class": label.pop("class"), "device_id": self.ids[pos[i]]}
             head |= {"kind": label.pop("kind"), "metric": None, "metrics": list(kind.metrics)}
             tick.truth.append(head | label)
@@ -264,8 +265,9 @@ class Fleet:
             interval = int(self.interval[p])
             last = before if before >= 0 else ts - interval
             back = np.arange(RECENT - 1, 0, -1)
+            times = last - (back - 1) * interval
             earlier = kind.generate(
-                self.seed, np.full(back.size, g), seq - back, last - (back - 1) * interval, noise
+                Draws(noise, self.seed, np.full(back.size, g), seq - back, times)
             )
             still = resting(kind, noise, np.vstack([earlier, row]))
             n = int(self.anomaly_n[p])

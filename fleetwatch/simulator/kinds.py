@@ -1,7 +1,8 @@
 """Device kinds: what each kind of sensor measures and how its normal behaviour looks.
 
 Generation is vectorised: one call computes a whole tick's readings for every due device of a
-kind, as a ``(readings, metrics)`` array. Values are pure functions of (seed, device, seq, ts)
+kind, as a ``(readings, metrics)`` array, from the call's
+:class:`~fleetwatch.simulator.noise.Draws`. Values are pure functions of (seed, device, seq, ts)
 and the kind's :class:`~fleetwatch.simulator.noise.Noise`. Each kind has a realistic default
 noise (:attr:`Kind.noise`); a scenario may change it, or ask for plain Gaussian noise.
 """
@@ -27,7 +28,7 @@ _WALK_A, _WALK_B = 41, 43
 
 
 class Generator(Protocol):
-    def __call__(self, seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64: ...
+    def __call__(self, d: Draws) -> F64: ...
 
 
 @dataclass(frozen=True)
@@ -59,24 +60,24 @@ def _phase(seed: int, device: I64) -> F64:
     return TAU * uniform(seed, _PHASE, device, 0)
 
 
-def temperature(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
+def temperature(d: Draws) -> F64:
     """21 °C with a ±2 °C daily cycle and 0.3 °C noise; humidity falls as it warms.
 
     The room's temperature and the air's humidity each wander; a benign level change is the
     thermostat's setpoint moving (humidity follows the temperature)."""
-    d = Draws(noise, seed, device, seq, ts)
+    seed, device, ts = d.seed, d.device, d.ts
     daily = 2.0 * np.sin(TAU * (ts % DAY_MS) / DAY_MS + _phase(seed, device))
     temp = 21.0 + daily + 0.3 * d.error(_NOISE_A) + 2.0 * d.offset(_WALK_A)
     humidity = 55.0 - 2.0 * (temp - 21.0) + 1.0 * d.error(_NOISE_B) + 4.0 * d.walk(_WALK_B)
     return np.column_stack([temp, humidity])
 
 
-def vibration(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
+def vibration(d: Draws) -> F64:
     """A machine that runs 60% of a 20-60 minute cycle: vibration and speed follow the regime.
 
     While it runs, its vibration and speed wander (wear, load) and a benign level change is a
     new speed setpoint, which vibrates more or less with it."""
-    d = Draws(noise, seed, device, seq, ts)
+    seed, device, ts = d.seed, d.device, d.ts
     period = (20 + 40 * uniform(seed, _PERIOD, device, 0)) * 60_000
     on = ((ts + uniform(seed, _PHASE, device, 0) * period) % period) < 0.6 * period
     n1, n2 = d.error(_NOISE_A), d.error(_NOISE_B)
@@ -85,12 +86,12 @@ def vibration(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
     return np.column_stack([rms, rpm])
 
 
-def power(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
+def power(d: Draws) -> F64:
     """A load cycle of 10-30 minutes; voltage sags under load, current is power over voltage.
 
     The load wanders and switches (a benign level change: an appliance on or off); the grid's
     voltage wanders on its own."""
-    d = Draws(noise, seed, device, seq, ts)
+    seed, device, ts = d.seed, d.device, d.ts
     period = (10 + 20 * uniform(seed, _PERIOD, device, 0)) * 60_000
     load = 0.5 + 0.4 * np.sin(TAU * ts / period + _phase(seed, device))
     load = load + 0.03 * d.error(_NOISE_A) + (400.0 / 1500.0) * d.offset(_WALK_A)
@@ -99,12 +100,12 @@ def power(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
     return np.column_stack([watts, volts, watts / volts])
 
 
-def battery(seed: int, device: I64, seq: I64, ts: I64, noise: Noise) -> F64:
+def battery(d: Draws) -> F64:
     """Charge decays 0.5-2 %/hour from 100 % to 15 %, then the battery is recharged.
 
     Its voltage wanders with temperature; a benign level change is a new steady load (its
     voltage sags or recovers)."""
-    d = Draws(noise, seed, device, seq, ts)
+    seed, device, ts = d.seed, d.device, d.ts
     rate = 0.5 + 1.5 * uniform(seed, _PERIOD, device, 0)
     used = (ts / HOUR_MS * rate + 85.0 * uniform(seed, _LEVEL, device, 0)) % 85.0
     soc = 100.0 - used

@@ -22,9 +22,9 @@ Real sensors add, all of it normal:
 
 Sizes are in multiples of each metric's ``scale`` (:class:`~fleetwatch.simulator.kinds.Kind`),
 as anomaly magnitudes are. Level changes and bursts are normal: the truth records them with
-``"class": "normal"`` (:func:`benign_labels`), which evaluation does not count as anomalies, so
-an alert on one is a false alert. A :class:`Noise` with every knob at its default is the
-Gaussian noise the simulator drew first, draw for draw.
+``"class": "normal"`` (:meth:`Draws.benign_labels`), which evaluation does not count as
+anomalies, so an alert on one is a false alert. A :class:`Noise` with every knob at its
+default is the Gaussian noise the simulator drew first, draw for draw.
 """
 
 from __future__ import annotations
@@ -182,9 +182,15 @@ def levels(seed: int, device: I64, ts: I64, per_hour: float) -> Levels:
     segment = np.where(reached, slot, slot - 1)
     before = (slot - 1 + shared_uniform(seed, _LEVEL_AT, device, slot - 1)) * period
     since = np.where(reached, at, before).astype(np.int64)
+    return Levels(level_value(seed, device, segment), segment, since)
+
+
+def level_value(seed: int, device: I64, segment: I64) -> F64:
+    """The level after a period's change: the base (0) after an even period's, 0.5 to 1 away
+    from it, either way, after an odd one's."""
     away = 2.0 * shared_uniform(seed, _LEVEL_VALUE, device, segment) - 1.0
-    value = np.where(segment % 2 == 1, np.sign(away) * (0.5 + 0.5 * np.abs(away)), 0.0)
-    return Levels(value, segment, since)
+    out: F64 = np.where(segment % 2 == 1, np.sign(away) * (0.5 + 0.5 * np.abs(away)), 0.0)
+    return out
 
 
 @dataclass(frozen=True)
@@ -261,7 +267,8 @@ def decimals(step: float, default: int) -> int:
 
 @dataclass(frozen=True)
 class Draws:
-    """What a kind's generator adds to its clean signal for one call's readings."""
+    """One call's readings (of one kind's devices) and what its noise adds to their clean
+    signal; a kind's generator turns them into values."""
 
     noise: Noise
     seed: int
@@ -270,13 +277,25 @@ class Draws:
     ts: I64
 
     @functools.cached_property
+    def _levels(self) -> Levels | None:
+        n = self.noise
+        if n.level_changes_per_hour <= 0 or n.level_change == 0:
+            return None
+        return levels(self.seed, self.device, self.ts, n.level_changes_per_hour)
+
+    @functools.cached_property
+    def _bursts(self) -> Bursts | None:
+        n = self.noise
+        if n.bursts_per_hour <= 0:
+            return None
+        return bursts(self.seed, self.device, self.ts, n.bursts_per_hour, n.burst_s)
+
+    @functools.cached_property
     def gain(self) -> F64 | float:
         """The per-reading noise's multiplier: ``burst_gain`` within a burst, else 1."""
-        n = self.noise
-        if n.bursts_per_hour <= 0 or n.burst_gain == 1:
+        if self._bursts is None or self.noise.burst_gain == 1:
             return 1.0
-        inside = bursts(self.seed, self.device, self.ts, n.bursts_per_hour, n.burst_s).burst
-        return np.where(inside != NO_BURST, n.burst_gain, 1.0)
+        return np.where(self._bursts.burst != NO_BURST, self.noise.burst_gain, 1.0)
 
     def error(self, stream: int) -> F64:
         """Per-reading measurement error of unit variance (Student-t; larger within a burst)."""
@@ -285,12 +304,7 @@ class Draws:
     @functools.cached_property
     def level(self) -> F64 | float:
         """The benign level, in scales (0 without level changes)."""
-        n = self.noise
-        if n.level_changes_per_hour <= 0 or n.level_change == 0:
-            return 0.0
-        return (
-            n.level_change * levels(self.seed, self.device, self.ts, n.level_changes_per_hour).value
-        )
+        return 0.0 if self._levels is None else self.noise.level_change * self._levels.value
 
     def walk(self, stream: int) -> F64 | float:
         """The wandering offset, in scales (0 without one); uses ``stream`` and ``stream + 1``."""
@@ -303,34 +317,27 @@ class Draws:
         """The wander plus the benign level, in scales."""
         return self.walk(stream) + self.level
 
+    # ---- the truth --------------------------------------------------------------------------
 
-# ---- the truth ------------------------------------------------------------------------------
-
-
-def benign_labels(
-    noise: Noise, seed: int, device: I64, before: I64, ts: I64
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, label) of each reading that is the first after a level change or the first in a
-    burst; ``before`` is each device's previous reading's time (negative: none). A label is a
-    truth record without its device: ``class`` normal, ``kind`` ``level_change`` or ``burst``,
-    event times and ``params``."""
-    known = np.asarray(before) >= 0
-    if not known.any():
-        return
-    if noise.level_changes_per_hour > 0 and noise.level_change > 0:
-        now = levels(seed, device, ts, noise.level_changes_per_hour)
-        then = levels(seed, device, before, noise.level_changes_per_hour)
-        for i in np.flatnonzero(known & (now.segment != then.segment)).tolist():
-            change = noise.level_change * (float(now.value[i]) - float(then.value[i]))
-            at = int(now.since_ms[i])
-            yield i, _label("level_change", at, at, change=round(change, 4))
-    if noise.bursts_per_hour > 0:
-        now_b = bursts(seed, device, ts, noise.bursts_per_hour, noise.burst_s)
-        then_b = bursts(seed, device, before, noise.bursts_per_hour, noise.burst_s)
-        new = known & (now_b.burst != NO_BURST) & (now_b.burst != then_b.burst)
-        for i in np.flatnonzero(new).tolist():
-            start, end = int(now_b.start_ms[i]), int(now_b.end_ms[i])
-            yield i, _label("burst", start, end, gain=noise.burst_gain)
+    def benign_labels(self, before: I64) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(index, label) of each reading that is the first after a level change or the first
+        in a burst; ``before`` is each device's previous reading's time (negative: none). A
+        label is a truth record without its device: ``class`` normal, ``kind`` ``level_change``
+        or ``burst``, event times and ``params``."""
+        known = np.asarray(before) >= 0
+        if self._levels is not None:
+            now = self._levels
+            for i in np.flatnonzero(known & (before < now.since_ms)).tolist():
+                segment = now.segment[i : i + 1]
+                was = level_value(self.seed, self.device[i : i + 1], segment - 1)
+                change = self.noise.level_change * (float(now.value[i]) - float(was[0]))
+                at = int(now.since_ms[i])
+                yield i, _label("level_change", at, at, change=round(change, 4))
+        if self._bursts is not None:
+            b = self._bursts
+            for i in np.flatnonzero(known & (b.burst != NO_BURST) & (before < b.start_ms)).tolist():
+                start, end = int(b.start_ms[i]), int(b.end_ms[i])
+                yield i, _label("burst", start, end, gain=self.noise.burst_gain)
 
 
 def _label(kind: str, start_ms: int, end_ms: int, **params: Any) -> dict[str, Any]:

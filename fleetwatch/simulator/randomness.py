@@ -73,18 +73,22 @@ def shared_uniform(seed: int, stream: int, device: npt.ArrayLike, index: npt.Arr
     """:func:`uniform` for draws that many readings share (a period's level, a burst's time):
     the same values, remembered, since the simulator draws for one or two readings at a time
     and a numpy call costs more than a dictionary's look-up."""
-    devices, indices = np.broadcast_arrays(np.asarray(device), np.asarray(index))
-    keys = list(zip(devices.ravel().tolist(), indices.ravel().tolist(), strict=True))
-    out = np.array([_REMEMBERED.get((seed, stream, d, i), np.nan) for d, i in keys])
-    missing = np.flatnonzero(np.isnan(out))
-    if missing.size:
-        drawn = uniform(seed, stream, devices.ravel()[missing], indices.ravel()[missing])
-        out[missing] = drawn
+    devices, indices = np.asarray(device), np.asarray(index)
+    if devices.shape != indices.shape:
+        devices, indices = np.broadcast_arrays(devices, indices)
+    keys = [
+        (seed, stream, d, i)
+        for d, i in zip(devices.ravel().tolist(), indices.ravel().tolist(), strict=True)
+    ]
+    values = [_REMEMBERED.get(key) for key in keys]
+    missing = [j for j, value in enumerate(values) if value is None]
+    if missing:
+        drawn = uniform(seed, stream, devices.ravel()[missing], indices.ravel()[missing]).tolist()
         if len(_REMEMBERED) > _REMEMBER_AT_MOST:
             _REMEMBERED.clear()
-        for j, value in zip(missing.tolist(), drawn.tolist(), strict=True):
-            _REMEMBERED[(seed, stream, *keys[j])] = value
-    return out.reshape(devices.shape)
+        for j, value in zip(missing, drawn, strict=True):
+            _REMEMBERED[keys[j]] = values[j] = value
+    return np.array(values, dtype=np.float64).reshape(devices.shape)
 
 
 def device_uniform(seed: int, stream: int, device: int) -> float:

@@ -16,7 +16,15 @@ from fleetwatch.simulator.anomalies import MAGNITUDE_SCALES, smallest
 from fleetwatch.simulator.engine import Fleet
 from fleetwatch.simulator.errors import ScenarioError
 from fleetwatch.simulator.kinds import KINDS
-from fleetwatch.simulator.noise import NO_BURST, WANDER_TERMS, Noise, bursts, extreme, wander
+from fleetwatch.simulator.noise import (
+    NO_BURST,
+    WANDER_TERMS,
+    Draws,
+    Noise,
+    bursts,
+    extreme,
+    wander,
+)
 from fleetwatch.simulator.randomness import normal, shared_uniform, student_t, uniform
 from fleetwatch.simulator.recording import read_header, record
 from fleetwatch.simulator.scenario import (
@@ -43,7 +51,8 @@ def excess_kurtosis(x: F64) -> float:
 def generated(kind: str, noise: Noise, n: int = 100_000, interval_ms: int = 1000) -> F64:
     """One device's readings of ``kind`` straight from its generator (no engine)."""
     seq = np.arange(n, dtype=np.int64)
-    return KINDS[kind].generate(7, np.zeros(n, dtype=np.int64), seq, T0 + seq * interval_ms, noise)
+    draws = Draws(noise, 7, np.zeros(n, dtype=np.int64), seq, T0 + seq * interval_ms)
+    return KINDS[kind].generate(draws)
 
 
 def series(run: Run, metric: str) -> dict[str, list[tuple[int, int, float]]]:
