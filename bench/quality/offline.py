@@ -19,17 +19,25 @@ Spark: what differs from a live run (``bench/quality/live.py``) is mainly timing
 batches' lengths and the parameters' publication delay.
 
 Without ``--recording``, the scenario (default ``deploy/scenarios/eval-500.toml``, cut to 100
-devices and 12 minutes) is recorded first into a temporary directory, starting now, as
-``fleetwatch sim record`` does; the seasonal detectors see the hour of day, so pass the kept
-recording back with ``--recording`` to compare runs on the same input.
+devices and 12 minutes) is recorded first into a temporary directory, starting now (or at
+``--start``), as ``fleetwatch sim record`` does; the seasonal detectors see the hour of day, so
+pass the kept recording back with ``--recording``, or give the same ``--start``, to compare
+runs on the same input. ``--noise gaussian`` records the scenario with the simulator's plain
+Gaussian noise instead of its realistic noise (``--noise realistic``; default: the scenario's).
 
-    python bench/quality/offline.py [--recording FILE | --scenario FILE --devices N --minutes M]
-        [--train-s S] [--batch-ms MS] [--fleet-s S] [--tolerance S] [--alerts FILE]
+    python bench/quality/offline.py [--recording FILE | --scenario FILE --devices N --minutes M
+        --noise gaussian|realistic --start ISO] [--train-s S] [--batch-ms MS] [--fleet-s S]
+        [--tolerance S] [--alerts FILE]
 
-Prints progress and a per-kind table on stderr, then a last line: {"f1", "precision",
-"recall", "anomalies", "alerts", "false_alerts", "devices", "minutes", "readings", "seconds"
-(the replay's wall time), "by_kind": {kind: {"recall", "precision", "delay_p50_s",
-"delay_p95_s", "anomalies"}}, "false_by_detector": {"detector/metric": false alerts, top 15}}
+Prints progress and tables per anomaly kind and per device kind on stderr, then a last line:
+{"f1", "precision", "recall", "anomalies", "alerts", "false_alerts",
+"false_alerts_per_device_day", "devices", "minutes", "readings", "seconds" (the replay's wall
+time), "by_kind": {anomaly kind: {"f1", "recall", "precision", "delay_p50_s", "delay_p95_s",
+"anomalies"}}, "by_device_kind": {device kind: {"devices", "f1", "precision", "recall",
+"anomalies", "alerts", "false_alerts", "false_alerts_per_device_day", "delay_p50_s",
+"delay_p95_s"}}, "false_by_detector": {"detector/metric": false alerts, top 15},
+"false_near_benign": {benign kind: false alerts on a device during one of its labelled normal
+events (``"class": "normal"``: a level change or a burst) or within the tolerance after it}}
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +64,9 @@ from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
+from fleetwatch.simulator.kinds import KINDS
 from fleetwatch.simulator.recording import read_header, record, recorded
-from fleetwatch.simulator.scenario import Scenario, load_scenario
+from fleetwatch.simulator.scenario import NOISE_MODELS, Scenario, load_scenario
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
     BucketOutput,
@@ -108,13 +118,28 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
     """The scenario file with this bench's overrides (``fleetwatch sim record``'s way)."""
     devices = DEFAULT_DEVICES if args.devices is None else args.devices
     minutes = DEFAULT_MINUTES if args.minutes is None else args.minutes
-    return load_scenario(args.scenario).with_overrides(devices=devices, duration_s=minutes * 60)
+    return load_scenario(args.scenario).with_overrides(
+        devices=devices, duration_s=minutes * 60, noise=args.noise
+    )
 
 
-def make_recording(scenario: Scenario) -> Path:
+def start_ms_of(text: str | None) -> int:
+    """``--start`` (ISO-8601; UTC when it names no zone) in epoch ms, or now."""
+    if text is None:
+        return time.time_ns() // 1_000_000
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise SystemExit(f"bench: --start {text!r} is not an ISO-8601 time") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return round(when.timestamp() * 1000)
+
+
+def make_recording(scenario: Scenario, start_ms: int) -> Path:
     path = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-quality-offline-")) / "recording.jsonl"
     started = time.monotonic()
-    messages, truths = record(scenario, path, time.time_ns() // 1_000_000)
+    messages, truths = record(scenario, path, start_ms)
     print(
         f"quality_offline: recorded {messages:,} messages and {truths} truth records "
         f"in {time.monotonic() - started:.0f} s to {path}",
@@ -252,6 +277,11 @@ class Replay:
     span_ms: int
     """From the recording's start to its last message."""
     seconds: float
+    device_kinds: dict[str, str] = field(default_factory=dict)
+    """Each device's kind, known by the metrics it sent."""
+
+
+KIND_OF_METRIC = {m: kind.name for kind in KINDS.values() for m in kind.metrics}
 
 
 def replay(
@@ -265,6 +295,7 @@ def replay(
     trainer = Trainer(interval_ms(settings.score.dedup_window))
     scorer = Scorer(settings, interval_ms(settings.score.allowed_lateness))
     truth: list[dict[str, Any]] = []
+    kinds: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
     readings, received_ms = 0, start_ms
     batch_end: int | None = None
@@ -290,13 +321,16 @@ def replay(
         outcome = handle(topic, item.payload, received_ms, settings.mqtt.root, limit, clocks)
         for accepted in outcome.accepted:
             reading = json.loads(accepted.value)
+            if item.device_id not in kinds:
+                names = [KIND_OF_METRIC[m] for m in reading["metrics"] if m in KIND_OF_METRIC]
+                kinds[item.device_id] = names[0] if names else "unknown"
             rows.extend(long_rows(item.device_id, reading))
             trainer.add(item.device_id, reading)
             readings += 1
     if batch_end is not None:
         scorer.batch(rows, batch_end)
     seconds = time.monotonic() - started
-    return Replay(scorer.alerts, truth, readings, received_ms - start_ms, seconds)
+    return Replay(scorer.alerts, truth, readings, received_ms - start_ms, seconds, kinds)
 
 
 # ---- the figures ---------------------------------------------------------------------------
@@ -328,6 +362,56 @@ def false_by_detector(
     return dict(false.most_common(TOP_FALSE))
 
 
+def false_near_benign(
+    alerts: list[dict[str, Any]], run: Replay, tolerance_ms: int
+) -> dict[str, int]:
+    """False alerts opened on a device during one of its labelled normal events (a benign
+    level change or burst) or within ``tolerance_ms`` after it, by the event's kind."""
+    truth = ev.truth_events(run.truth)
+    benign = [
+        ev.TruthEvent(r["device_id"], r["kind"], (), r["start_ms"], r["end_ms"])
+        for r in run.truth
+        if r.get("class") == "normal"
+    ]
+    by_device: dict[str, list[ev.TruthEvent]] = defaultdict(list)
+    for event in truth:
+        by_device[event.device_id].append(event)
+    near: dict[str, list[ev.TruthEvent]] = defaultdict(list)
+    for event in benign:
+        near[event.device_id].append(event)
+    counts: Counter[str] = Counter({e.kind: 0 for e in benign})
+    for alert in ev.alert_events(alerts):
+        if any(ev.matches(alert, e, tolerance_ms) for e in by_device[alert.device_id]):
+            continue
+        kinds = {e.kind for e in near[alert.device_id] if ev.matches(alert, e, tolerance_ms)}
+        counts.update(kinds)
+    return dict(counts)
+
+
+def by_device_kind(
+    run: Replay, alerts: list[dict[str, Any]], minutes: float, tolerance_ms: int
+) -> dict[str, dict[str, Any]]:
+    """The figures of each device kind's devices on their own."""
+    out = {}
+    truth = ev.truth_events(run.truth)
+    events = ev.alert_events(alerts)
+    for kind in sorted(set(run.device_kinds.values())):
+        mine = {d for d, k in run.device_kinds.items() if k == kind}
+        device_days = len(mine) * minutes * 60_000 / ev.DAY_MS
+        report = ev.evaluate(
+            [e for e in truth if e.device_id in mine],
+            [a for a in events if a.device_id in mine],
+            tolerance_ms,
+            device_days,
+        )
+        keep = ("f1", "precision", "recall", "anomalies", "alerts", "false_alerts")
+        out[kind] = {"devices": len(mine), **{k: report[k] for k in keep}}
+        out[kind] |= {
+            k: report[k] for k in ("false_alerts_per_device_day", "delay_p50_s", "delay_p95_s")
+        }
+    return out
+
+
 def summary(run: Replay, scenario: Scenario, tolerance_s: float) -> dict[str, Any]:
     tolerance_ms = round(tolerance_s * 1000)
     truth = ev.truth_events(run.truth)
@@ -338,15 +422,22 @@ def summary(run: Replay, scenario: Scenario, tolerance_s: float) -> dict[str, An
     out = {k: report[k] for k in ("f1", "precision", "recall", "anomalies", "alerts")}
     out |= {
         "false_alerts": report["false_alerts"],
+        "false_alerts_per_device_day": report["false_alerts_per_device_day"],
         "devices": scenario.devices,
         "minutes": round(minutes, 2),
         "readings": run.readings,
         "seconds": round(run.seconds, 1),
     }
-    keep = ("recall", "precision", "delay_p50_s", "delay_p95_s", "anomalies")
+    keep = ("f1", "recall", "precision", "delay_p50_s", "delay_p95_s", "anomalies")
     out["by_kind"] = {kind: {k: r[k] for k in keep} for kind, r in report["by_kind"].items()}
+    out["by_device_kind"] = by_device_kind(run, alerts, minutes, tolerance_ms)
     out["false_by_detector"] = false_by_detector(alerts, truth, tolerance_ms)
+    out["false_near_benign"] = false_near_benign(alerts, run, tolerance_ms)
     return out
+
+
+def _delay(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
 
 
 def show(report: dict[str, Any]) -> None:
@@ -354,19 +445,32 @@ def show(report: dict[str, Any]) -> None:
         f"quality_offline: {report['readings']:,} readings from {report['devices']} devices "
         f"over {report['minutes']} min replayed in {report['seconds']:.0f} s\n"
         f"anomalies {report['anomalies']}, alerts {report['alerts']}, "
-        f"false alerts {report['false_alerts']}; precision {report['precision']:.3f}, "
-        f"recall {report['recall']:.3f}, f1 {report['f1']:.3f}",
+        f"false alerts {report['false_alerts']} "
+        f"({report['false_alerts_per_device_day']:.1f} per device-day); "
+        f"precision {report['precision']:.3f}, recall {report['recall']:.3f}, "
+        f"f1 {report['f1']:.3f}",
         file=sys.stderr,
     )
-    print(f"{'kind':<14}{'precision':>10}{'recall':>8}{'n':>5}{'p50 delay':>11}", file=sys.stderr)
+    head = f"{'precision':>10}{'recall':>8}{'f1':>7}{'n':>5}{'p50 delay':>11}{'p95':>8}"
+    print(f"{'anomaly kind':<14}{head}", file=sys.stderr)
     for kind, r in report["by_kind"].items():
-        p50 = "-" if r["delay_p50_s"] is None else f"{r['delay_p50_s']:.1f}s"
         print(
-            f"{kind:<14}{r['precision']:>10.3f}{r['recall']:>8.3f}{r['anomalies']:>5}{p50:>11}",
+            f"{kind:<14}{r['precision']:>10.3f}{r['recall']:>8.3f}{r['f1']:>7.3f}"
+            f"{r['anomalies']:>5}{_delay(r['delay_p50_s']):>11}{_delay(r['delay_p95_s']):>8}",
+            file=sys.stderr,
+        )
+    print(f"{'device kind':<14}{head}{'false':>7}{'/dev-day':>10}", file=sys.stderr)
+    for kind, r in report["by_device_kind"].items():
+        print(
+            f"{kind:<14}{r['precision']:>10.3f}{r['recall']:>8.3f}{r['f1']:>7.3f}"
+            f"{r['anomalies']:>5}{_delay(r['delay_p50_s']):>11}{_delay(r['delay_p95_s']):>8}"
+            f"{r['false_alerts']:>7}{r['false_alerts_per_device_day']:>10.1f}",
             file=sys.stderr,
         )
     top = ", ".join(f"{k} {n}" for k, n in report["false_by_detector"].items())
-    print(f"false alerts by detector/metric: {top or 'none'}", file=sys.stderr, flush=True)
+    print(f"false alerts by detector/metric: {top or 'none'}", file=sys.stderr)
+    near = ", ".join(f"{k} {n}" for k, n in report["false_near_benign"].items())
+    print(f"false alerts at benign events: {near or 'none labelled'}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -375,6 +479,10 @@ def main() -> None:
     parser.add_argument("--scenario", type=Path, default=ROOT / "deploy/scenarios/eval-500.toml")
     parser.add_argument("--devices", type=int, help=f"default {DEFAULT_DEVICES}")
     parser.add_argument("--minutes", type=float, help=f"default {DEFAULT_MINUTES:g}")
+    parser.add_argument(
+        "--noise", choices=NOISE_MODELS, help="the simulator's noise (default: the scenario's)"
+    )
+    parser.add_argument("--start", help="a new recording's start, ISO-8601 (default: now)")
     parser.add_argument("--train-s", type=float, default=10.0, help="trainer step (arrival time)")
     parser.add_argument("--batch-ms", type=int, default=1000, help="scorer batch (arrival time)")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE_S, help="sim eval's")
@@ -386,10 +494,13 @@ def main() -> None:
     )
     parser.add_argument("--alerts", type=Path, help="also write the alert events here (JSONL)")
     args = parser.parse_args()
-    if args.recording and (args.devices is not None or args.minutes is not None):
-        parser.error("--devices and --minutes apply to a new recording, not to --recording")
+    fresh = (args.devices, args.minutes, args.noise, args.start)
+    if args.recording and any(option is not None for option in fresh):
+        parser.error(
+            "--devices, --minutes, --noise and --start apply to a new recording, not to --recording"
+        )
     try:
-        path = args.recording or make_recording(scenario_of(args))
+        path = args.recording or make_recording(scenario_of(args), start_ms_of(args.start))
         scenario, _ = read_header(path)
     except (SimulatorError, OSError, ValueError) as exc:
         raise SystemExit(f"bench: {exc}") from exc

@@ -9,12 +9,14 @@ event times of the first and last reading it affected (true clock, before any de
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fleetwatch.simulator.kinds import Kind
+from fleetwatch.simulator.noise import Noise, extreme, quantise
 from fleetwatch.simulator.randomness import F64, device_uniform, normal
 from fleetwatch.simulator.scenario import AnomalySpec
 
@@ -42,6 +44,11 @@ MAGNITUDE_SCALES: dict[str, tuple[float, float]] = {
     "correlated": (3.0, 5.0),
 }
 ALL_METRICS = ("dropout", "correlated")
+ONE_READING = ("spike", "dip")
+VISIBLE, RARE = 2.0, 1e-4
+"""A one-reading anomaly is at least ``VISIBLE`` times the deviation its metric's normal
+readings pass once in ``1 / RARE`` (its per-reading error's tail, outside bursts): heavy-tailed
+noise would otherwise hide some spikes among its own shocks (:func:`smallest`)."""
 
 
 @dataclass
@@ -122,16 +129,32 @@ class Planner:
         gap = math.ceil(math.log(self._u(_GAP, device, n)) / math.log1p(-self.p))
         return max(after_seq, self.warmup_readings) + max(gap, 1)
 
-    def plan(self, device: int, device_id: str, n: int, start_seq: int, kind: Kind) -> Anomaly:
+    def plan(
+        self,
+        device: int,
+        device_id: str,
+        n: int,
+        start_seq: int,
+        kind: Kind,
+        noise: Noise,
+        still: Sequence[int] = (),
+    ) -> Anomaly:
+        """Device's ``n``-th anomaly, from ``start_seq``; a stuck value is put on one of the
+        metrics that ``still`` does not list, unless it lists them all (:func:`resting`)."""
         name = self.kinds[int(np.searchsorted(self.cumulative, self._u(_KIND, device, n)))]
         low, high = DURATION_READINGS[name]
         length = low + int(self._u(_LEN, device, n) * (high - low + 1))
         if name in ALL_METRICS:
             columns = tuple(range(len(kind.metrics)))
         else:
-            columns = (int(self._u(_METRIC, device, n) * len(kind.metrics)),)
+            among: Sequence[int] = range(len(kind.metrics))
+            if name == "stuck":
+                among = [c for c in among if c not in still] or among
+            columns = (among[int(self._u(_METRIC, device, n) * len(among))],)
         mlow, mhigh = MAGNITUDE_SCALES[name]
         size = mlow + (mhigh - mlow) * self._u(_MAG, device, n)
+        if name in ONE_READING:
+            size += max(0.0, smallest(kind, noise, columns[0]) - mlow)
         sign = -1.0 if name == "dip" else 1.0
         if name in ("level_shift", "drift") and self._u(_SIGN, device, n) < 0.5:
             sign = -1.0
@@ -151,6 +174,39 @@ class Planner:
 
     def burst(self, device: int, seq: int) -> float:
         return float(normal(self.seed, _BURST, np.array([device]), np.array([seq]))[0])
+
+
+def smallest(kind: Kind, noise: Noise, column: int) -> float:
+    """The smallest spike or dip, in scales, that stands out of ``column``'s normal readings:
+    ``VISIBLE`` times the deviation they pass once in ``1 / RARE``. Under the Gaussian noise
+    (and most realistic noises) below the smallest size drawn, so sizes are as they were; a
+    running machine's vibration, heavy-tailed, has its spikes and dips moved up by the
+    difference."""
+    spread = kind.errors[column] / kind.scales[column]
+    return VISIBLE * spread * extreme(noise.df, RARE)
+
+
+RECENT = 8
+"""Readings a metric must repeat one value over (the anomaly's first and the ones before it)
+to count as resting, not moving, when a stuck value is planned."""
+
+
+def resting(kind: Kind, noise: Noise, recent: F64) -> list[int]:
+    """The metrics a stuck value would not visibly stop, given a device's latest readings
+    (``RECENT`` rows, the anomaly's first last): those whose resolution is not finer than their
+    reading-to-reading error (a whole-per-cent charge level repeats for half an hour of normal
+    readings), and, unless it leaves none, those that repeated one value over ``recent`` (a
+    stopped machine's 0 rpm). Under the Gaussian noise none, as the simulator planned before it
+    had realistic noise, so that runs with it compare with earlier ones (blind spots included)."""
+    if noise == Noise():
+        return []
+    steps = noise.steps(kind.metrics)
+    rows = np.array(recent, dtype=np.float64)
+    quantise(rows, steps)
+    coarse = [c for c, error in enumerate(kind.errors) if steps[c] >= error]
+    flat = (rows == rows[0]).all(axis=0)
+    still = [c for c in range(len(kind.metrics)) if c in coarse or flat[c]]
+    return coarse if len(still) == len(kind.metrics) else still
 
 
 def legacy_spike(device_id: str, metric: str, seq: int, ts: int, size: float) -> dict[str, Any]:

@@ -4,6 +4,12 @@
 truth records that became final. Readings are generated per tick with numpy for all due devices
 of a kind and formatted with one bytes template per kind; only readings touched by an anomaly
 or misbehaviour take a slower per-reading path.
+
+Each kind's noise (:mod:`fleetwatch.simulator.noise`) is resolved once from the scenario: the
+kind's generator draws it, the engine rounds readings to the kind's resolution (after any
+anomaly: the sensor quantises what it measures), times each reading up to ``jitter`` of its
+interval after its nominal time (a device's nominal times stay on its grid, so the mean rate is
+kept), and labels the benign level changes and bursts in the truth as ``"class": "normal"``.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from fleetwatch.simulator import misbehaviour as mb
-from fleetwatch.simulator.anomalies import Anomaly, Planner, legacy_spike
-from fleetwatch.simulator.kinds import I64, KINDS, Kind
+from fleetwatch.simulator.anomalies import RECENT, Anomaly, Planner, legacy_spike, resting
+from fleetwatch.simulator.kinds import KINDS, Kind
+from fleetwatch.simulator.noise import I64, Draws, Noise, lateness_ms, quantise
 from fleetwatch.simulator.randomness import uniform
 from fleetwatch.simulator.scenario import Scenario
 
@@ -53,12 +60,25 @@ class Fleet:
         picks = np.searchsorted(weights, uniform(self.seed, _KIND_PICK, self.gidx, 0))
         self.kind_code: I64 = np.minimum(picks, len(names) - 1).astype(np.int64)
         self.kinds: list[Kind] = [KINDS[k] for k in names]
-        self.templates = [k.payload_template for k in self.kinds]
+        self.noises: list[Noise] = [sc.noise.of(k) for k in names]
+        self.templates = [
+            k.payload_template(noise.resolution)
+            for k, noise in zip(self.kinds, self.noises, strict=True)
+        ]
+        self.steps = [
+            noise.steps(k.metrics) for k, noise in zip(self.kinds, self.noises, strict=True)
+        ]
+        self.jitter = np.array([noise.jitter for noise in self.noises])[self.kind_code]
         base = sc.interval_ms
         self.interval: I64 = np.full(n, base, dtype=np.int64)
         stagger = (uniform(self.seed, _STAGGER, self.gidx, 0) * base).astype(np.int64)
-        self.next_due: I64 = start_ms + stagger
         self.seq: I64 = np.zeros(n, dtype=np.int64)
+        self.grid: I64 = start_ms + stagger
+        """Each device's nominal time of its next reading."""
+        self.next_due: I64 = self.grid + self._late(np.arange(n), self.seq)
+        """When it is taken: its nominal time plus its sampling jitter."""
+        self.last_ts: I64 = np.full(n, -1, dtype=np.int64)
+        """The time of each device's previous reading (-1: none yet)."""
         self.end_ms = NEVER if sc.duration_s is None else start_ms + round(sc.duration_s * 1000)
         self.count = NEVER if sc.count is None else sc.count
         self.planner = Planner(sc.anomalies, self.seed, base)
@@ -94,30 +114,47 @@ class Fleet:
             return tick
         seq = self.seq[due].copy()
         ts = self.next_due[due].copy()
+        before = self.last_ts[due].copy()
+        self.last_ts[due] = ts
         self.seq[due] += 1
-        self.next_due[due] += self.interval[due]
+        self.grid[due] += self.interval[due]
+        self.next_due[due] = self.grid[due] + self._late(due, self.seq[due])
         over = (self.seq[due] >= self.count) | (self.next_due[due] >= self.end_ms)
-        self.next_due[due[over]] = NEVER
+        self.next_due[due[over]] = self.grid[due[over]] = NEVER
         tick.readings = int(due.size)
         if len(self.kinds) == 1:
-            self._emit(0, self.kinds[0], due, seq, ts, now_ms, tick)
+            self._emit(0, self.kinds[0], due, seq, ts, before, now_ms, tick)
         else:
             codes = self.kind_code[due]
             for code, kind in enumerate(self.kinds):
                 sel = np.flatnonzero(codes == code)
                 if len(sel):
-                    self._emit(code, kind, due[sel], seq[sel], ts[sel], now_ms, tick)
+                    self._emit(code, kind, due[sel], seq[sel], ts[sel], before[sel], now_ms, tick)
         for p in due[over].tolist():
             self._flush_offline(p, now_ms, tick)
         return tick
 
+    def _late(self, pos: I64, seq: I64) -> I64:
+        """The sampling jitter of reading ``seq`` of the devices at ``pos``."""
+        return lateness_ms(self.seed, self.gidx[pos], seq, self.interval[pos], self.jitter[pos])
+
     # ---- one kind's readings of a tick --------------------------------------------------
 
     def _emit(
-        self, code: int, kind: Kind, pos: I64, seq: I64, ts: I64, now_ms: int, tick: Tick
+        self,
+        code: int,
+        kind: Kind,
+        pos: I64,
+        seq: I64,
+        ts: I64,
+        before: I64,
+        now_ms: int,
+        tick: Tick,
     ) -> None:
         gidx = self.gidx[pos]
-        values = kind.generate(self.seed, gidx, seq, ts)
+        noise = self.noises[code]
+        draws = Draws(noise, self.seed, gidx, seq, ts)
+        values = kind.generate(draws)
         keep = np.ones(len(pos), dtype=bool)
         spike_every = self.scenario.anomalies.spike_every
         if spike_every:
@@ -130,7 +167,13 @@ class Fleet:
         if self.planner.enabled:
             touched = np.flatnonzero(seq >= self.next_anomaly[pos])
             for i in touched.tolist():
-                keep[i] = self._anomaly(int(pos[i]), kind, int(seq[i]), int(ts[i]), values[i], tick)
+                reading = (int(seq[i]), int(ts[i]), int(before[i]))
+                keep[i] = self._anomaly(int(pos[i]), kind, noise, reading, values[i], tick)
+        quantise(values, self.steps[code])
+        for i, label in draws.benign_labels(before):
+            head = {"class": label.pop("class"), "device_id": self.ids[pos[i]]}
+            head |= {"kind": label.pop("kind"), "metric": None, "metrics": list(kind.metrics)}
+            tick.truth.append(head | label)
         skew = self.skew[pos]
         sent = now_ms + skew
         rows = list(
@@ -204,17 +247,34 @@ class Fleet:
 
     # ---- anomalies ----------------------------------------------------------------------
 
-    def _anomaly(self, p: int, kind: Kind, seq: int, ts: int, row: np.ndarray, tick: Tick) -> bool:
+    def _anomaly(
+        self,
+        p: int,
+        kind: Kind,
+        noise: Noise,
+        reading: tuple[int, int, int],
+        row: np.ndarray,
+        tick: Tick,
+    ) -> bool:
+        """``reading``: its seq, its time and the time of the device's reading before it."""
+        seq, ts, before = reading
         g = int(self.gidx[p])
         anomaly = self.active.get(p)
         if anomaly is None:
-            anomaly = self.planner.plan(g, self.ids[p], int(self.anomaly_n[p]), seq, kind)
+            # the readings before this one (times before the last one's taken as nominal)
+            interval = int(self.interval[p])
+            last = before if before >= 0 else ts - interval
+            back = np.arange(RECENT - 1, 0, -1)
+            times = last - (back - 1) * interval
+            earlier = kind.generate(
+                Draws(noise, self.seed, np.full(back.size, g), seq - back, times)
+            )
+            still = resting(kind, noise, np.vstack([earlier, row]))
+            n = int(self.anomaly_n[p])
+            anomaly = self.planner.plan(g, self.ids[p], n, seq, kind, noise, still)
             self.active[p] = anomaly
             if anomaly.kind == "stuck":  # flat-lines at the reading before
-                prev_ts = np.array([ts - int(self.interval[p])])
-                self.stuck[p] = kind.generate(
-                    self.seed, np.array([g]), np.array([seq - 1]), prev_ts
-                )[0]
+                self.stuck[p] = earlier[-1]
         burst = self.planner.burst(g, seq) if anomaly.kind == "noise_burst" else 0.0
         sent = anomaly.apply(row, seq, self.stuck.get(p), burst)
         anomaly.first_ts = ts if anomaly.first_ts is None else anomaly.first_ts
@@ -237,11 +297,17 @@ class Fleet:
     def set_interval(self, p: int, interval_ms: int, now_ms: int) -> None:
         self.interval[p] = interval_ms
         if self.next_due[p] < NEVER:
-            self.next_due[p] = min(int(self.next_due[p]), now_ms + interval_ms)
+            self.grid[p] = min(int(self.grid[p]), now_ms + interval_ms)
+            self._retime(p)
 
     def reboot(self, p: int, now_ms: int, silent_ms: int) -> None:
         if self.next_due[p] < NEVER:
-            self.next_due[p] = max(int(self.next_due[p]), now_ms + silent_ms)
+            self.grid[p] = max(int(self.grid[p]), now_ms + silent_ms)
+            self._retime(p)
+
+    def _retime(self, p: int) -> None:
+        at = np.array([p])
+        self.next_due[p] = self.grid[p] + int(self._late(at, self.seq[at])[0])
 
     def calibrate(self, p: int, tick: Tick) -> bool:
         """Clear an active drift (its truth ends at the last drifted reading)."""

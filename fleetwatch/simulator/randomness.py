@@ -8,6 +8,8 @@ Draws are vectorised over numpy arrays (splitmix64 finaliser).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -46,6 +48,47 @@ def normal(seed: int, stream: int, device: npt.ArrayLike, seq: npt.ArrayLike) ->
     u1 = uniform(seed, stream, device, seq)
     u2 = uniform(seed, stream + 7919, device, seq)
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+def student_t(seed: int, stream: int, device: npt.ArrayLike, seq: npt.ArrayLike, df: float) -> F64:
+    """Student-t draws with ``df`` degrees of freedom (> 2), scaled to unit variance.
+
+    Bailey's polar method over the two uniforms :func:`normal` uses: the radius
+    ``sqrt(df·(u1^(-2/df) - 1))`` in place of Box-Muller's ``sqrt(-2 ln u1)``, which is its
+    limit as ``df`` grows. So ``df = inf`` is :func:`normal` exactly, and a finite ``df``
+    stretches the same draws' tails (same sign, same rank)."""
+    if math.isinf(df):
+        return normal(seed, stream, device, seq)
+    u1 = uniform(seed, stream, device, seq)
+    u2 = uniform(seed, stream + 7919, device, seq)
+    radius = np.sqrt(df * np.expm1(-2.0 / df * np.log(u1)))
+    return radius * np.cos(2.0 * np.pi * u2) * math.sqrt((df - 2.0) / df)
+
+
+_REMEMBERED: dict[tuple[int, int, int, int], float] = {}
+_REMEMBER_AT_MOST = 1 << 20
+
+
+def shared_uniform(seed: int, stream: int, device: npt.ArrayLike, index: npt.ArrayLike) -> F64:
+    """:func:`uniform` for draws that many readings share (a period's level, a burst's time):
+    the same values, remembered, since the simulator draws for one or two readings at a time
+    and a numpy call costs more than a dictionary's look-up."""
+    devices, indices = np.asarray(device), np.asarray(index)
+    if devices.shape != indices.shape:
+        devices, indices = np.broadcast_arrays(devices, indices)
+    keys = [
+        (seed, stream, d, i)
+        for d, i in zip(devices.ravel().tolist(), indices.ravel().tolist(), strict=True)
+    ]
+    values = [_REMEMBERED.get(key) for key in keys]
+    missing = [j for j, value in enumerate(values) if value is None]
+    if missing:
+        drawn = uniform(seed, stream, devices.ravel()[missing], indices.ravel()[missing]).tolist()
+        if len(_REMEMBERED) > _REMEMBER_AT_MOST:
+            _REMEMBERED.clear()
+        for j, value in zip(missing, drawn, strict=True):
+            _REMEMBERED[keys[j]] = values[j] = value
+    return np.array(values, dtype=np.float64).reshape(devices.shape)
 
 
 def device_uniform(seed: int, stream: int, device: int) -> float:

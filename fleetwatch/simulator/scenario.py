@@ -1,6 +1,6 @@
 """A reproducible run: the fleet, its anomalies and its misbehaviour, loadable from TOML.
 
-A scenario file has top-level fleet keys and two optional tables::
+A scenario file has top-level fleet keys and three optional tables::
 
     devices = 200
     kinds = { temperature = 2, vibration = 1, power = 1, battery = 1 }
@@ -20,6 +20,16 @@ A scenario file has top-level fleet keys and two optional tables::
     duplicate_rate = 0.001
     malformed_rate = 0.001
 
+    [noise]                         # optional: each kind's realistic noise is the default
+    jitter = 0.05                   # a knob here applies to every kind …
+    [noise.power]                   # … and here to one kind (see fleetwatch/simulator/noise.py)
+    level_changes_per_hour = 4.0
+    resolution = { power_w = 10.0 }
+
+``noise = "gaussian"`` (or ``model = "gaussian"`` in the ``[noise]`` table, whose knobs then
+apply over plain Gaussian noise) draws the noise the simulator drew before the realistic one,
+reading for reading.
+
 Options given on the command line override the file.
 """
 
@@ -34,6 +44,7 @@ from typing import Any
 
 from fleetwatch.simulator.errors import ScenarioError
 from fleetwatch.simulator.kinds import KINDS
+from fleetwatch.simulator.noise import KNOBS, Noise, merged
 
 ANOMALY_KINDS = (
     "spike",
@@ -100,6 +111,75 @@ class MisbehaviourSpec:
         object.__setattr__(self, "offline_s", tuple(self.offline_s))
 
 
+NOISE_MODELS = ("realistic", "gaussian")
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """Which noise each kind draws: its realistic default (or plain Gaussian noise, ``model``),
+    with knobs changed for every kind (``common``) and per kind (``by_kind``)."""
+
+    model: str = "realistic"
+    common: dict[str, Any] = field(default_factory=dict)
+    by_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model not in NOISE_MODELS:
+            raise ScenarioError(
+                f"noise must be one of {', '.join(NOISE_MODELS)}, not {self.model!r}"
+            )
+        unknown = sorted(set(self.by_kind) - set(KINDS))
+        if unknown:
+            raise ScenarioError(f"noise for unknown device kind: {', '.join(unknown)}")
+        metrics = {m for k in KINDS.values() for m in k.metrics}
+        for given in (self.common, *self.by_kind.values()):
+            steps = given.get("resolution", {})
+            if not isinstance(steps, dict):
+                raise ScenarioError("noise resolution must be a table of metric = step")
+            strays = sorted(set(steps) - metrics)
+            if strays:
+                raise ScenarioError(f"noise resolution for unknown metric: {', '.join(strays)}")
+        for name in KINDS:
+            self.of(name)  # every knob checked once, at load
+
+    def of(self, kind: str) -> Noise:
+        """The noise of ``kind``'s devices."""
+        base = KINDS[kind].noise if self.model == "realistic" else Noise()
+        own = KINDS[kind].metrics
+        common = dict(self.common)
+        if "resolution" in common:
+            common["resolution"] = {m: v for m, v in common["resolution"].items() if m in own}
+        mine = self.by_kind.get(kind, {})
+        strays = sorted(set(mine.get("resolution", {})) - set(own))
+        if strays:
+            raise ScenarioError(f"noise.{kind}: {', '.join(strays)} is not a {kind} metric")
+        return merged(merged(base, common), mine)
+
+    @classmethod
+    def from_table(cls, value: Any) -> NoiseSpec:
+        """A scenario's ``noise``: a model's name, or a table of model, knobs and kind tables."""
+        if isinstance(value, NoiseSpec):
+            return value
+        if isinstance(value, str):
+            return cls(model=value)
+        if not isinstance(value, dict):
+            raise ScenarioError("noise must be a model's name or a table")
+        table = dict(value)
+        model = table.pop("model", "realistic")
+        by_kind = {k: table.pop(k) for k in list(table) if k in KINDS}
+        unknown = sorted(set(table) - set(KNOBS))
+        if unknown:
+            known = ", ".join(("model", *KNOBS, *KINDS))
+            raise ScenarioError(f"unknown noise setting: {', '.join(unknown)} (known: {known})")
+        if not all(isinstance(v, dict) for v in by_kind.values()):
+            raise ScenarioError("noise.<kind> must be a table of knobs")
+        return cls(model=model, common=table, by_kind=by_kind)
+
+    def to_table(self) -> dict[str, Any]:
+        """The scenario file's ``[noise]`` table that gives this spec."""
+        return {"model": self.model, **self.common, **self.by_kind}
+
+
 @dataclass(frozen=True)
 class Scenario:
     devices: int = 3
@@ -118,6 +198,8 @@ class Scenario:
     """How long a device stays silent after a reboot command."""
     anomalies: AnomalySpec = field(default_factory=AnomalySpec)
     misbehaviour: MisbehaviourSpec = field(default_factory=MisbehaviourSpec)
+    noise: NoiseSpec = field(default_factory=NoiseSpec)
+    """Each kind's realistic noise unless the scenario says otherwise."""
 
     def __post_init__(self) -> None:
         if self.devices < 1 or self.workers < 1:
@@ -131,6 +213,7 @@ class Scenario:
         ):
             raise ScenarioError("count and duration_s must be positive")
         object.__setattr__(self, "kinds", _weights(self.kinds, tuple(KINDS), "device kind"))
+        object.__setattr__(self, "noise", NoiseSpec.from_table(self.noise))
 
     @property
     def interval_ms(self) -> int:
@@ -140,7 +223,8 @@ class Scenario:
         return f"{self.prefix}-{index:04d}"
 
     def with_overrides(self, **overrides: Any) -> Scenario:
-        """A copy with every override that is not None applied (command-line options)."""
+        """A copy with every override that is not None applied (command-line options; ``noise``
+        as in a scenario file: a model's name or a table)."""
         given = {k: v for k, v in overrides.items() if v is not None}
         anomalies = {k: given.pop(k) for k in ("per_device_hour", "spike_every") if k in given}
         try:
@@ -164,10 +248,12 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
     try:
         anomalies = AnomalySpec(**data.pop("anomalies", {}))
         misbehaviour = MisbehaviourSpec(**data.pop("misbehaviour", {}))
-        return Scenario(**data, anomalies=anomalies, misbehaviour=misbehaviour)
+        noise = NoiseSpec.from_table(data.pop("noise", "realistic"))
+        return Scenario(**data, anomalies=anomalies, misbehaviour=misbehaviour, noise=noise)
     except TypeError as exc:
         raise ScenarioError(f"scenario: {exc}") from exc
 
 
 def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
-    return dataclasses.asdict(scenario)
+    """The scenario as a scenario file's tables (``scenario_from_dict`` reads it back)."""
+    return dataclasses.asdict(scenario) | {"noise": scenario.noise.to_table()}

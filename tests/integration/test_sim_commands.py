@@ -31,7 +31,8 @@ def test_devices_obey_commands_and_ack_them(
     isolated: Isolated, watcher: Watcher, tmp_path: Path
 ) -> None:
     scenario = tmp_path / "s.toml"
-    scenario.write_text("reboot_s = 1.5\n")
+    # Gaussian noise: no sampling jitter, so readings come exactly at the interval set
+    scenario.write_text('reboot_s = 1.5\nnoise = "gaussian"\n')
     device = f"c{isolated.tag}-0001"
     isolated.start(
         "sim",

@@ -30,11 +30,22 @@ def emitted_ts(f: Fleet, until: int, device: str = "sensor-0001") -> list[int]:
 
 
 def test_set_interval_changes_the_reporting_interval() -> None:
-    f = fleet()
+    f = fleet(noise="gaussian")
     ack = obey(f, cmd("set_interval", interval_ms=250), T0, Tick())
     assert (ack.status, ack.command_id) == ("ok", "c-set_interval")
     ts = emitted_ts(f, T0 + 3000)
     assert {b - a for a, b in itertools.pairwise(ts)} == {250}
+
+
+def test_set_interval_keeps_the_sampling_jitter_around_the_new_interval() -> None:
+    f = fleet(kinds={"battery": 1.0})
+    obey(f, cmd("set_interval", interval_ms=250), T0, Tick())
+    ts = emitted_ts(f, T0 + 20_000)
+    gaps = [b - a for a, b in itertools.pairwise(ts)]
+    jitter = f.noises[0].jitter
+    assert all(250 * (1 - jitter) - 1 < g < 250 * (1 + jitter) + 1 for g in gaps)
+    assert len(set(gaps)) > 1
+    assert abs((ts[-1] - ts[0]) / len(gaps) - 250) < 250 * jitter / len(gaps) + 1e-9
 
 
 def test_set_interval_without_a_valid_interval_fails() -> None:
