@@ -7,16 +7,12 @@ it started it)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import func, select, text
 
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.contracts.devices import DeviceSession
@@ -29,52 +25,23 @@ from fleetwatch.serving.store.ingest import AckRecord, Batch, ModelRecord, prune
 from fleetwatch.serving.tables import AlertEventRow, AlertRow, ReadingRow, SessionRow
 from fleetwatch.serving.webhooks.dispatch import fan_out
 from tests.integration.conftest import Isolated
+from tests.integration.postgres import fresh_database, postgres_server
 from tests.unit.api_support import add_keys, make_alert
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "install-postgres.sh"
-
-
-def _script(action: str, port: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SCRIPT), action],
-        env=dict(os.environ, PGPORT=port),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    given = os.environ.get("FLEETWATCH_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    port = os.environ.get("FLEETWATCH_TEST_POSTGRES_PORT", "25432")
-    was_running = _script("url", port).returncode == 0
-    started = _script("start", port)
-    assert started.returncode == 0, f"PostgreSQL did not start: {started.stderr}"
-    yield started.stdout.strip().splitlines()[-1]
-    if not was_running:
-        _script("stop", port)
+def postgres() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture
-def pg_url(postgres_server: str) -> Iterator[str]:
+def pg_url(postgres: str) -> Iterator[str]:
     """A fresh database of its own for each test."""
-    name = f"fw_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(postgres) as url:
+        yield url
 
 
 @pytest.fixture

@@ -289,7 +289,12 @@ def test_every_panel_of_every_dashboard_shows_data(
             "the scorer to have scored the whole run, scraped",
         )
         _ = api.get("/alerts")  # a request the latency panel sees, besides those above
-        time.sleep(3)  # two more scrapes after the last requests: no sleep is asserted on
+        asked = time.time()
+        wait_until(  # a scrape of the API after that request
+            lambda: instant_value(prometheus, 'max(timestamp(up{job="api"}))') > asked,
+            30,
+            "a scrape of the API after the last request",
+        )
 
         top = api.get("/alerts", params={"limit": 1000}).json()["data"]
         counts: dict[str, int] = {}
