@@ -24,12 +24,12 @@ java-check:
 	@deploy/check-java.sh
 
 mosquitto-check:
-	@deploy/install-mosquitto.sh
+	@deploy/install-debian.sh mosquitto /usr/sbin/mosquitto mosquitto mosquitto-clients
 
 # Prometheus for `fleetwatch stack up --with-prometheus` (the demo, the dashboards' test): the
 # binary of Debian's package, run by fleetwatch with a config and data dir of its own.
 prometheus-check:
-	@deploy/install-prometheus.sh
+	@deploy/install-debian.sh prometheus /usr/bin/prometheus prometheus
 
 # PostgreSQL for the API store's tests: installed here; the tests start a private cluster
 # (deploy/install-postgres.sh start) unless FLEETWATCH_TEST_POSTGRES_URL names a server.

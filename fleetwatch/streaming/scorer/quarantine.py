@@ -100,11 +100,3 @@ def snapshot(state: DeviceScoringState | None) -> dict[str, Any] | None:
 def restore(state: DeviceScoringState, saved: dict[str, Any] | None) -> None:
     if saved is not None:
         state.update(saved)  # type: ignore[typeddict-item]
-
-
-def fields(state: DeviceScoringState) -> dict[str, Any]:
-    """What ``device.state`` says of it."""
-    return {
-        "quarantined_until_ms": state["quarantined_until_ms"],
-        "quarantine_reason": state["quarantine_reason"],
-    }
