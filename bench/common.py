@@ -185,3 +185,47 @@ def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
     while not connected and time.monotonic() < deadline:
         client.loop(timeout=0.1)
     client.disconnect()
+
+
+def comm(pid: int) -> str:
+    """A process's command name ('' when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+class CpuShares:
+    """CPU seconds of named process trees between two samples, as cores: ``stages`` names a
+    tree each (a Spark job's tree is split into its driver, its JVM and its Python workers),
+    and ``rest`` is this process's own tree less those (the bench's publishers and
+    consumers)."""
+
+    def __init__(self, stages: dict[str, int], spark: Sequence[str] = ()) -> None:
+        self.stages, self.spark = stages, set(spark)
+        self._at: tuple[float, dict[str, float]] | None = None
+
+    def _sample(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        owned: set[int] = set()
+        for name, pid in self.stages.items():
+            pids = tree(pid)
+            owned.update(pids)
+            if name not in self.spark:
+                out[name] = sum(cpu_s(p) for p in pids)
+                continue
+            for p in pids:
+                part = "driver" if p == pid else ("jvm" if comm(p) == "java" else "workers")
+                out[f"{name}_{part}"] = out.get(f"{name}_{part}", 0.0) + cpu_s(p)
+        out["bench"] = sum(cpu_s(p) for p in tree(os.getpid()) if p not in owned)
+        return out
+
+    def start(self) -> None:
+        self._at = (time.monotonic(), self._sample())
+
+    def cores(self) -> dict[str, float]:
+        """Cores each used since :meth:`start`."""
+        assert self._at is not None, "start() first"
+        t0, before = self._at
+        elapsed, now = time.monotonic() - t0, self._sample()
+        return {k: round((v - before.get(k, 0.0)) / elapsed, 2) for k, v in now.items()}

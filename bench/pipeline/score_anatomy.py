@@ -210,7 +210,10 @@ def start(
     source: dict[str, str],
     sink: dict[str, str],
     checkpoint: Path,
+    no_counts: bool = False,
 ) -> Any:
+    from pyspark.sql import functions as F
+
     from fleetwatch.streaming.kafka_io import kafka_stream
     from fleetwatch.streaming.scorer.batch_counts import counted
     from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, kafka_rows, scorer_input
@@ -220,14 +223,14 @@ def start(
     raw = kafka_stream(spark, settings, topics.telemetry_raw, options=source)
     params = kafka_stream(spark, settings, topics.model_params)
     inputs = scorer_input(raw, params, settings.score.allowed_lateness)
-    out = counted(  # the scorer's plan: its count rows summed and dropped before the sink
-        inputs.groupBy("bucket").transformWithStateInPandas(
-            statefulProcessor=timed_processor(device_scorer(settings), log_path),
-            outputStructType=OUTPUT_SCHEMA,
-            outputMode="Append",
-            timeMode="EventTime",
-        )
+    out = inputs.groupBy("bucket").transformWithStateInPandas(
+        statefulProcessor=timed_processor(device_scorer(settings), log_path),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
     )
+    # the scorer's plan: its count rows summed and dropped before the sink (or only dropped)
+    out = out.where(F.col("role") != "count") if no_counts else counted(out)
     writer = (
         kafka_rows(out)
         .writeStream.format("kafka")
@@ -312,6 +315,9 @@ def main() -> None:
     parser.add_argument(
         "--buckets", type=int, default=None, help="state keys (default: score.BUCKETS)"
     )
+    parser.add_argument(
+        "--no-counts", action="store_true", help="drop the count rows without summing them"
+    )
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", default=None, help="write the full JSON here")
     args = parser.parse_args()
@@ -340,7 +346,9 @@ def main() -> None:
     alerts = Alerts(bootstrap, topics.alerts)
     load.start()
     alerts.start()
-    query = start(spark, settings, log_path, kv_source, kv_sink, run_dir / "checkpoint")
+    query = start(
+        spark, settings, log_path, kv_source, kv_sink, run_dir / "checkpoint", args.no_counts
+    )
     out: dict[str, Any] = {"label": args.label, "conf": args.conf, "source": kv_source}
     out["sink"] = kv_sink
     try:

@@ -29,6 +29,7 @@ from bench.common import isolated_env, now_ms, percentiles, stage, wait
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
+from fleetwatch.stack.credentials import login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import versioned
@@ -86,9 +87,8 @@ def main() -> None:
             "the scorer",
         )
         wait(lambda: _api_ok(), 60, "the API")
-        sim_settings = Settings(
-            _env_file=None, mqtt=settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})
-        )
+        sim = login(settings, "sim").model_copy(update={"root": f"b{tag}/devices"})
+        sim_settings = Settings(_env_file=None, mqtt=sim)
         scenario = Scenario(
             devices=DEVICES, rate=RATE, count=ROUNDS, seed=7, qos=1, prefix=f"b{tag}"
         ).with_overrides(spike_every=SPIKE_EVERY)

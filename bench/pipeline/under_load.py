@@ -44,18 +44,22 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import (
+    CpuShares,
     end_gateway_session,
     isolated_env,
+    load_avg_1m,
     now_ms,
     percentile,
     stage,
     tree_rss_mb,
     wait,
 )
+from bench.pipeline.latency_anatomy import batches, decompose, gc_pauses
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
+from fleetwatch.stack.credentials import login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
@@ -147,10 +151,17 @@ class Watch(threading.Thread):
         return [float(self.arrived[k] - t) for k, t in published.items() if k in self.arrived]
 
 
-def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict[str, Any]:
+def latency_phases(
+    settings: Settings, seconds: int, rates: list[float], noise: str
+) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
     topics, env = isolated_env(settings, tag, run_dir)
+    progress, gc_log = run_dir / "progress.jsonl", run_dir / "gc.log"
+    env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
+    env["FLEETWATCH_SPARK__CONF"] = json.dumps(
+        {"spark.driver.extraJavaOptions": f"-Xlog:gc:file={gc_log}:time"}
+    )
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
     bootstrap = settings.kafka.bootstrap_servers
@@ -167,6 +178,8 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
 
     sampler = threading.Thread(target=sample, daemon=True)
     out: dict[str, Any] = {}
+    brokers = {c.name: c.pid for c in Stack(settings).status() if c.pid}
+    shares = CpuShares({"scorer": scorer.pid, "gateway": gateway.pid, **brokers}, ["scorer"])
     try:
         checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
         wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
@@ -175,7 +188,7 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
         sampler.start()
         probes = Probes(settings, f"b{tag}/devices", tag)
         probes.start()
-        mqtt = settings.mqtt.model_copy(update={"root": f"b{tag}/devices"})
+        mqtt = login(settings, "sim").model_copy(update={"root": f"b{tag}/devices"})
         for label, rate, length in [("warmup", 1.0, 15), *((None, r, seconds) for r in rates)]:
             scenario = Scenario(
                 devices=DEVICES,
@@ -187,10 +200,12 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
                 # one publisher process keeps 5,000/s on time and costs the shared 2 cores
                 # 80 µs CPU a reading; two cost 135 (the hand-off between processes)
                 workers=1,
-            ).with_overrides(spike_every=SPIKE_EVERY)
+            ).with_overrides(spike_every=SPIKE_EVERY, noise=noise)
             lo = now_ms()
+            shares.start()
             truth = run_dir / f"truth-{label or rate}.jsonl"
             totals = run_fleet(scenario, mqtt, threading.Event(), truth)
+            cores = shares.cores()
             ends = None
 
             def caught_up() -> bool:
@@ -208,6 +223,9 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
             sent = {k: t for k, t in list(probes.sent.items()) if lo <= t <= hi - 20_000}
             lat = alerts.latencies(sent)
             missed = len(sent) - len(lat)
+            parts = decompose(
+                sent, ingest.arrived, alerts.arrived, batches(progress), gc_pauses(gc_log)
+            )
             out[label] = {
                 "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),
                 "readings": totals.sent,
@@ -218,8 +236,13 @@ def latency_phases(settings: Settings, seconds: int, rates: list[float]) -> dict
                 "p99_ms": percentile(lat, 99),
                 "ingest_p50_ms": percentile(base, 50),
                 "ingest_p99_ms": percentile(base, 99),
+                "load_avg_1m": load_avg_1m(),
+                "cores": cores,
             }
             print(f"{label}: {out[label]}", flush=True)
+            if label != "warmup":
+                out[label]["anatomy"] = parts
+                show_anatomy(parts)
     finally:
         sampling.set()
         if "probes" in locals():
@@ -305,9 +328,50 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
     }
 
 
+def show_anatomy(parts: dict[str, Any]) -> None:
+    """Print where the phase's latency went and its slowest probes and batches."""
+    if not parts.get("probes"):
+        print("   (no probe matched with a batch)")
+        return
+    for name in ("latency", "ingest", "wait", "batch", "deliver"):
+        print(f"   {name:8s} {parts[name]}")
+    b = parts["batches"]
+    print(
+        f"   batches: {b['n']}, p50 {b['p50']} ms, p99 {b['p99']} ms; "
+        f"GC pauses {b['gc_pauses']} (p99 {b['gc_ms_p99']} ms)"
+    )
+    for probe in parts["slowest_probes"]:
+        head = {k: probe[k] for k in ("latency", "ingest", "wait", "batch", "deliver")}
+        print(f"   slow probe {head}")
+        print(f"      waited on {probe['waited_on']}")
+        print(f"      own batch {probe['own_batch']}")
+    for batch in b["slowest"]:
+        print(f"   slow batch {batch}")
+
+
+def summary(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """A phase over the runs: each run's p50 / p99 and their ratio, and the worst p99."""
+    p50 = [r[label]["p50_ms"] for r in runs]
+    p99 = [r[label]["p99_ms"] for r in runs]
+    ratio = [round(b / a, 2) if a and b else None for a, b in zip(p50, p99, strict=True)]
+    return {
+        "p50_ms": p50,
+        "p95_ms": [r[label]["p95_ms"] for r in runs],
+        "p99_ms": p99,
+        "p99_over_p50": ratio,
+        "ingest_p99_ms": [r[label]["ingest_p99_ms"] for r in runs],
+        "load_avg_1m": [r[label]["load_avg_1m"] for r in runs],
+        "worst_p99_ms": max((x for x in p99 if x is not None), default=None),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=60, help="length of each latency phase")
+    parser.add_argument("--repeat", type=int, default=1, help="consecutive runs of the phases")
+    parser.add_argument(
+        "--noise", choices=("realistic", "gaussian"), default="realistic", help="the fleet's"
+    )
     parser.add_argument("--skip-max", action="store_true", help="latency phases only")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -315,25 +379,38 @@ def main() -> None:
     stack = Stack(settings)
     was_up = all(c.pid for c in stack.status())
     stack.up()
+    runs = []
     try:
-        phases = latency_phases(settings, args.seconds, [1.0, 5.0])
+        for i in range(args.repeat):
+            print(f"run {i + 1} of {args.repeat} (load {load_avg_1m()})", flush=True)
+            runs.append(latency_phases(settings, args.seconds, [1.0, 5.0], args.noise))
         top = {} if args.skip_max else max_throughput(settings)
     finally:
         if not was_up:
             stack.down()
-    print(json.dumps({"phases": phases, "max": top}))
+    phases = {label: summary(runs, label) for label in ("1k", "5k")}
+    for label, figures in phases.items():
+        print(f"{label} over {len(runs)} runs: {figures}")
+    print(json.dumps({"runs": runs, "max": top}))
     print(
         json.dumps(
             {
+                "noise": args.noise,
+                "runs": len(runs),
                 "p50_ms_1k": phases["1k"]["p50_ms"],
                 "p99_ms_1k": phases["1k"]["p99_ms"],
                 "p50_ms_5k": phases["5k"]["p50_ms"],
                 "p95_ms_5k": phases["5k"]["p95_ms"],
                 "p99_ms_5k": phases["5k"]["p99_ms"],
+                "p99_over_p50_1k": phases["1k"]["p99_over_p50"],
+                "p99_over_p50_5k": phases["5k"]["p99_over_p50"],
                 "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
+                "load_avg_1m": [phases["1k"]["load_avg_1m"], phases["5k"]["load_avg_1m"]],
                 "max_throughput_rps": top.get("max_throughput_rps"),
                 "cold_throughput_rps": top.get("cold_throughput_rps"),
-                "peak_rss_mb": max(phases["peak_rss_mb"], top.get("max_peak_rss_mb", 0.0)),
+                "peak_rss_mb": max(
+                    max(r["peak_rss_mb"] for r in runs), top.get("max_peak_rss_mb", 0.0)
+                ),
             }
         )
     )

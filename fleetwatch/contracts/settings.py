@@ -161,6 +161,14 @@ class SparkSettings(_Part):
     :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
     (``bench/pipeline/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit
     log write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
+    conf: dict[str, str] = {}
+    """Further Spark confs for every session, set last (so they win over the ones above), e.g.
+    ``{"spark.executor.memory": "4g"}`` on a cluster, or JVM options for the driver
+    (``spark.driver.extraJavaOptions``) in local mode."""
+    progress_log: Path | None = None
+    """If set, every progress report of a job's query (one per micro-batch: its duration and
+    parts, rows, state operators, sources, watermark) is appended to this file as one JSON
+    line — a record of every batch to find a slow one by (Spark keeps only the last 100)."""
 
 
 class ScoreSettings(_Part):

@@ -18,9 +18,11 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -312,17 +314,39 @@ def listening(
 def progress_exported(
     spark: SparkSession,
     job: str,
-    registry: CollectorRegistry,
-    also: Callable[[dict[str, Any]], None] | None = None,
+    registry: CollectorRegistry | None,
+    also: Sequence[Callable[[dict[str, Any]], None] | None] = (),
 ) -> Iterator[None]:
     """While the block runs, the progress of the job's query (``fleetwatch-{job}``) goes to
-    :class:`ProgressMetrics` on ``registry``, labelled ``query={job}``, and to ``also``."""
-    metrics = ProgressMetrics(registry)
+    :class:`ProgressMetrics` on ``registry`` (if any), labelled ``query={job}``, and to each
+    handler of ``also`` that is not None. Nothing listens when there is nothing to hand to."""
+    handlers = [h for h in also if h is not None]
+    if registry is not None:
+        handlers.insert(0, partial(ProgressMetrics(registry).record, job))
+    if not handlers:
+        yield
+        return
 
     def handle(report: dict[str, Any]) -> None:
-        metrics.record(job, report)
-        if also is not None:
-            also(report)
+        for handler in handlers:
+            handler(report)
 
     with listening(spark, f"fleetwatch-{job}", handle):
         yield
+
+
+class ProgressLog:
+    """Appends each progress report it is handed to ``path`` as one JSON line
+    (:attr:`~fleetwatch.contracts.settings.SparkSettings.progress_log`)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def __call__(self, report: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(report, separators=(",", ":")) + "\n")
+
+
+def progress_log(path: Path | None) -> ProgressLog | None:
+    return None if path is None else ProgressLog(path)

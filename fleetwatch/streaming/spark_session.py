@@ -47,6 +47,7 @@ def session_conf(settings: Settings) -> dict[str, str]:
     if settings.spark.checkpoint_file_manager:
         # see SparkSettings.checkpoint_file_manager: the logs' and state's writes, every batch
         conf[CHECKPOINT_FILE_MANAGER] = settings.spark.checkpoint_file_manager
+    conf.update(settings.spark.conf)
     return conf
 
 

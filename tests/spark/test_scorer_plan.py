@@ -227,7 +227,7 @@ def test_the_counts_reach_the_progress_report_on_a_checkpoint_of_the_plan_before
     steps.name = QUERY_NAME
     registry = CollectorRegistry()
     value = registry.get_sample_value
-    with progress_exported(spark, "score", registry, ScorerMetrics(registry).record):
+    with progress_exported(spark, "score", registry, (ScorerMetrics(registry).record,)):
         rows = steps.run(
             [
                 reading("c1", 2, t + 2000, temperature=21.0),  # a repeat

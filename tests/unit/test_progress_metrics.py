@@ -11,8 +11,10 @@ against in ``tests/integration/test_metrics.py``.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from fleetwatch.streaming.progress_metrics import (
     BATCH_PARTS,
     ProgressMetrics,
     offsets_behind,
+    progress_log,
     source_label,
 )
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics
@@ -105,19 +108,21 @@ REPORT: dict[str, Any] = {
     "sink": {"description": "org.apache.spark.sql.kafka010.KafkaSourceProvider$KafkaTable@5d1f"},
     "observedMetrics": {
         "score_counts": {
-            "scored": 5,
-            "late": None,
-            "duplicates": 2,
-            "unreadable": 1,
-            "dead_letters": 1,
-            "failed": None,
-            "alert:open:level:warning": None,
-            "alert:open:level:critical": 1,
-            "alert:open:seasonal:critical": 1,
-            "alert:open:dropout:critical": 1,
-            "quarantined:0": 0,
-            "quarantined:1": 2,
-            "quarantined:2": None,
+            "counts": [
+                {"name": "scored", "n": 3},
+                {"name": "duplicates", "n": 2},
+                {"name": "scored", "n": 2},
+                {"name": "unreadable", "n": 1},
+                {"name": "dead_letters", "n": 1},
+                {"name": "alert:open:level:critical", "n": 1},
+                {"name": "alert:open:seasonal:critical", "n": 1},
+                {"name": "alert:open:dropout:critical", "n": 1},
+                {"name": "alert:open:made-up:critical", "n": 4},
+                {"name": "quarantined:0", "n": 0},
+                {"name": "quarantined:1", "n": 2},
+                {"name": "quarantined:1", "n": 1},
+                {"name": "scored", "n": None},
+            ]
         }
     },
 }
@@ -249,13 +254,15 @@ def test_the_scorers_counts_come_from_the_reports_observed_sums(
     assert value("fleetwatch_score_failed_device_batches_total") == 0
     assert value("fleetwatch_score_quarantined_devices") == 2
     # bucket 1's quarantine ends; a bucket not in a batch keeps its last count
-    counts.record({"observedMetrics": {"score_counts": {"quarantined:0": 1, "quarantined:1": 0}}})
+    later = [{"name": "quarantined:0", "n": 1}, {"name": "quarantined:1", "n": 0}]
+    counts.record({"observedMetrics": {"score_counts": {"counts": later}}})
     assert value("fleetwatch_score_quarantined_devices") == 1
     alerts = "fleetwatch_score_alert_events_total"
     for kind in ("level", "seasonal", "dropout"):
         labels = {"event": "open", "kind": kind, "severity": "critical"}
         assert value(alerts, labels) == 1
     assert value(alerts, {"event": "open", "kind": "level", "severity": "warning"}) is None
+    assert value(alerts, {"event": "open", "kind": "made-up", "severity": "critical"}) is None
 
 
 @pytest.mark.parametrize(
@@ -277,3 +284,14 @@ def test_offsets_behind_from_json_text_and_from_sources_without_partitions() -> 
     assert offsets_behind(end, latest) == 7
     assert offsets_behind({"logOffset": 1}, None) is None
     assert offsets_behind("not json", latest) is None
+
+
+def test_the_progress_log_keeps_every_report_as_one_json_line(tmp_path: Path) -> None:
+    log = progress_log(tmp_path / "logs" / "progress.jsonl")
+    assert log is not None
+    assert progress_log(None) is None
+    reports = [{"batchId": i, "durationMs": {"triggerExecution": 100 + i}} for i in range(3)]
+    for report in reports:
+        log(report)
+    lines = (tmp_path / "logs" / "progress.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == reports

@@ -67,3 +67,13 @@ def test_none_in_the_environment_unsets_an_optional_setting(
 ) -> None:
     monkeypatch.setenv("FLEETWATCH_SPARK__LOCAL_FILE_SYSTEM", "none")
     assert Settings().spark.local_file_system is None
+
+
+def test_confs_of_the_settings_come_last_and_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "FLEETWATCH_SPARK__CONF",
+        '{"spark.sql.shuffle.partitions": "5", "spark.driver.extraJavaOptions": "-Xlog:gc"}',
+    )
+    conf = session_conf(Settings())
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+    assert conf["spark.driver.extraJavaOptions"] == "-Xlog:gc"

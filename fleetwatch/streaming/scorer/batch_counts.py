@@ -8,13 +8,14 @@ travel in the query itself:
 1. worker: the processor adds *count rows* to a bucket's output (:func:`count_rows`: role
    :data:`COUNT_ROLE`, key = the count's name, value = the number), one per count that is not
    zero, and one with the bucket's quarantined devices (:func:`quarantined`, zero included);
-2. JVM: :func:`counted` sums them with ``DataFrame.observe`` — one aggregate per name of
-   :data:`COUNT_NAMES` (the most for each bucket's quarantined devices), a fixed list, so the
-   label sets stay bounded — and drops them before the sink. The sums are in the micro-batch's
+2. JVM: :func:`counted` collects them with ``DataFrame.observe`` (one aggregate: the list of
+   the batch's count rows) and drops them before the sink. The list is in the micro-batch's
    progress report (``observedMetrics``);
-3. driver: :meth:`ScorerMetrics.record` adds a report's sums to the counters and keeps each
-   bucket's last quarantined count (a bucket reports it when it runs: a quarantine that
-   times out shows when its bucket next has readings).
+3. driver: :func:`batch_sums` sums it per name of :data:`COUNT_NAMES` (the most for each
+   bucket's quarantined devices), a fixed list, so the label sets stay bounded, and
+   :meth:`ScorerMetrics.record` adds the sums to the counters and keeps each bucket's last
+   quarantined count (a bucket reports it when it runs: a quarantine that times out shows
+   when its bucket next has readings).
 
 Both steps after the operator are stateless, so a checkpoint written before them resumes.
 """
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 COUNT_ROLE = "count"
 OBSERVATION = "score_counts"
 """The name of the observed metrics in a progress report's ``observedMetrics``."""
+COLLECTED = "counts"
+"""The observed metric: the list of the batch's count rows as ``{"name", "n"}``."""
 
 READING_COUNTS = (
     "scored",
@@ -138,19 +141,35 @@ def count_rows(counts: Mapping[str, int]) -> dict[str, list[Any]]:
 
 
 def counted(scored: DataFrame) -> DataFrame:
-    """The operator's output with its count rows summed into the progress report and
-    dropped: what goes on is only rows for a topic."""
+    """The operator's output with its count rows collected into the progress report and
+    dropped: what goes on is only rows for a topic.
+
+    One aggregate, the list of the batch's count rows (``name``, ``n``), which the driver
+    sums (:meth:`ScorerMetrics.record`): a ``sum`` per name (105 of them) made every output
+    row of every micro-batch evaluate 105 conditions in the JVM."""
     from pyspark.sql import functions as F
 
     is_count = F.col("role") == COUNT_ROLE
-    number = F.col("value").cast("long")
+    entry = F.struct(F.col("key").alias("name"), F.col("value").cast("long").alias("n"))
+    return scored.observe(
+        OBSERVATION, F.collect_list(F.when(is_count, entry)).alias(COLLECTED)
+    ).where(~is_count)
 
-    def of(name: str) -> Any:
-        return F.when(is_count & (F.col("key") == name), number)
 
-    sums = [F.sum(of(name)).alias(name) for name in SUMMED]
-    latest = [F.max(of(name)).alias(name) for name in LATEST]
-    return scored.observe(OBSERVATION, *sums, *latest).where(~is_count)
+def batch_sums(observed: Mapping[str, Any]) -> dict[str, int]:
+    """A progress report's collected count rows (``observedMetrics[OBSERVATION]``) → each
+    count of :data:`COUNT_NAMES` in the batch: summed, a bucket's quarantined devices the
+    most it reported. Names outside the list are left out (the label sets stay bounded)."""
+    sums: dict[str, int] = {}
+    for entry in observed.get(COLLECTED) or ():
+        name, n = entry.get("name"), _count(entry.get("n"))
+        if name not in _NAMES:
+            continue
+        if name.startswith(QUARANTINED):
+            sums[name] = max(sums.get(name, 0), n)
+        else:
+            sums[name] = sums.get(name, 0) + n
+    return sums
 
 
 class ScorerMetrics:
@@ -208,20 +227,20 @@ class ScorerMetrics:
 
     def record(self, progress: Mapping[str, Any]) -> None:
         """Add the counts of a progress report (its ``observedMetrics``), if it has them."""
-        sums = (progress.get("observedMetrics") or {}).get(OBSERVATION) or {}
+        sums = batch_sums((progress.get("observedMetrics") or {}).get(OBSERVATION) or {})
         for name, counter in self.readings.items():
-            if n := _count(sums.get(name)):
+            if n := sums.get(name):
                 counter.inc(n)
-        for name, value in sums.items():
-            if name.startswith("alert:") and (n := _count(value)):
+        for name, n in sums.items():
+            if name.startswith("alert:") and n:
                 _, event, kind, severity = name.split(":")
                 self.alerts.labels(event, kind, severity).inc(n)
-            elif name.startswith(QUARANTINED) and value is not None:
-                self._quarantined[name] = _count(value)
+            elif name.startswith(QUARANTINED):
+                self._quarantined[name] = n
 
 
 def _count(value: Any) -> int:
-    """A sum of the report (``None`` when no row of the batch had that count)."""
+    """A count of the report (a non-negative integer, else 0)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return max(0, int(value))

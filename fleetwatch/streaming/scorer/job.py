@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -205,7 +204,7 @@ def run(settings: Settings, stop: threading.Event) -> None:
     from prometheus_client import CollectorRegistry
 
     from fleetwatch.runtime import serve_metrics
-    from fleetwatch.streaming.progress_metrics import progress_exported
+    from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
     from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics
     from fleetwatch.streaming.spark_session import build_session
 
@@ -214,8 +213,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
     with serve_metrics(registry, port, "FLEETWATCH_SCORE__METRICS_PORT"):
         spark = build_session(settings, QUERY_NAME)
         try:
-            counts = ScorerMetrics(registry).record
-            with progress_exported(spark, JOB, registry, counts) if port else nullcontext():
+            counts = ScorerMetrics(registry).record if port else None
+            log = progress_log(settings.spark.progress_log)
+            with progress_exported(spark, JOB, registry if port else None, (counts, log)):
                 query = start(spark, settings)
                 watch(query, stop)
                 if query.isActive:

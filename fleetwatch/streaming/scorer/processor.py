@@ -35,6 +35,7 @@ import logging
 import pickle
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, 
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
     BucketState,
+    ParamsStore,
     arm_timer,
     expire_bucket,
     new_bucket,
@@ -137,6 +139,53 @@ def _key(device_id: str, role: Role, value: str) -> str:
     return device_id
 
 
+@dataclass(frozen=True)
+class Context:
+    """What every bucket's micro-batch is scored with."""
+
+    policy: Policy
+    store: ParamsStore
+    topics: dict[Role, str]
+    raw_topic: str
+
+
+def score_rows(
+    frame: pd.DataFrame,
+    bucket: BucketState,
+    saved: bytes | None,
+    bucket_id: int,
+    watermark: int,
+    now_ms: int,
+    context: Context,
+) -> pd.DataFrame:
+    """A bucket's micro-batch: the operator's input rows (``src``: ``r`` a reading, ``p`` a
+    ``model.params`` record) → its output rows; ``bucket`` (stored as ``saved``) moves on."""
+    is_params = (frame["src"] == "p").to_numpy()
+    params: list[tuple[str, str]] = []
+    if is_params.any():
+        keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
+        params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
+        frame = frame.loc[~is_params]
+    sources = zip(
+        frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),
+        frame["offset"].fillna(-1).to_numpy(np.int64).tolist(),
+        strict=True,
+    )
+    found = readings_by_device(frame["device_id"], frame["reading"], sources)
+    if found.refused:
+        logger.warning(
+            "%d records of the raw topic are not readings (dead-lettered), e.g. %s",
+            len(found.refused),
+            found.refused[0].reason,
+        )
+    batch = BucketBatch.of(found.by_device, params, found.records)
+    out = score_bucket(bucket, batch, watermark, now_ms, context.policy, context.store, saved)
+    dead = [*found.refused, *out.dead]
+    counts = bucket_counts(out, len(found.refused))
+    counts.update(quarantined(bucket_id, bucket, now_ms))
+    return output_frame(out.records, context.topics, dead, context.raw_topic, counts)
+
+
 def device_scorer(settings: Settings) -> Any:
     """The processor (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
@@ -194,6 +243,7 @@ def device_scorer(settings: Settings) -> Any:
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
             self.store = MapStateStore(handle)
+            self.context = Context(policy, self.store, topics, raw_topic)
             self.live = handle.getValueState("live", live_schema)
 
         def _load(self) -> tuple[BucketState, bytes | None]:
@@ -218,31 +268,9 @@ def device_scorer(settings: Settings) -> Any:
             bucket, saved = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
-            is_params = (frame["src"] == "p").to_numpy()
-            params: list[tuple[str, str]] = []
-            if is_params.any():
-                keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
-                params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
-                frame = frame.loc[~is_params]
-            sources = zip(
-                frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),
-                frame["offset"].fillna(-1).to_numpy(np.int64).tolist(),
-                strict=True,
-            )
-            found = readings_by_device(frame["device_id"], frame["reading"], sources)
-            if found.refused:
-                logger.warning(
-                    "%d records of the raw topic are not readings (dead-lettered), e.g. %s",
-                    len(found.refused),
-                    found.refused[0].reason,
-                )
-            batch = BucketBatch.of(found.by_device, params, found.records)
-            out = score_bucket(bucket, batch, watermark, now_ms, policy, self.store, saved)
+            scored = score_rows(frame, bucket, saved, key[0], watermark, now_ms, self.context)
             self._save(bucket)
-            dead = [*found.refused, *out.dead]
-            counts = bucket_counts(out, len(found.refused))
-            counts.update(quarantined(key[0], bucket, now_ms))
-            yield output_frame(out.records, topics, dead, raw_topic, counts)
+            yield scored
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo

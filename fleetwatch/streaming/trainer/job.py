@@ -54,7 +54,6 @@ import hashlib
 import logging
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,7 +253,7 @@ def run(
     from prometheus_client import CollectorRegistry
 
     from fleetwatch.runtime import serve_metrics
-    from fleetwatch.streaming.progress_metrics import progress_exported
+    from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
     from fleetwatch.streaming.spark_session import build_session
     from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
 
@@ -265,7 +264,8 @@ def run(
     with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT"):
         spark = build_session(settings, f"fleetwatch-{JOB}")
         try:
-            with progress_exported(spark, JOB, registry) if port else nullcontext():
+            log = progress_log(settings.spark.progress_log)
+            with progress_exported(spark, JOB, registry if port else None, (log,)):
                 _train(spark, settings, stop, observer, backfill)
         finally:
             spark.stop()
