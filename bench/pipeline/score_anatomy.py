@@ -46,7 +46,7 @@ from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import isolated_env, load_avg_1m, now_ms, percentile, percentiles
+from bench.common import CpuShares, isolated_env, load_avg_1m, now_ms, percentile, percentiles
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.topics import delete_topics
 
@@ -244,6 +244,16 @@ def start(
     return writer.start()
 
 
+def codegen(spark: Any) -> tuple[int, int]:
+    """Whole-JVM counts of generated classes compiled (Janino) and of sources generated so
+    far (Spark's ``CodegenMetrics``)."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return (
+        int(metrics.METRIC_COMPILATION_TIME().getCount()),
+        int(metrics.METRIC_SOURCE_CODE_SIZE().getCount()),
+    )
+
+
 def pcts(values: list[float]) -> dict[str, float | None]:
     return {**percentiles(values, 50, 90), "n": len(values)}
 
@@ -358,18 +368,26 @@ def main() -> None:
             load.rate = rate
             time.sleep(5)  # settle at the new rate
             seen = {p["batchId"] for p in query.recentProgress}
+            compiled = codegen(spark)
+            shares = CpuShares({"spark": os.getpid()}, ["spark"])
+            shares.start()
             lo = now_ms()
             load1 = load_avg_1m()
             time.sleep(args.seconds)
             hi = now_ms()
+            cores = shares.cores()
             load2 = load_avg_1m()
             time.sleep(3)
             progress = [json.loads(p.json) for p in query.recentProgress]
+            compiles = codegen(spark)[0] - compiled[0], codegen(spark)[1] - compiled[1]
             progress = [p for p in progress if p["batchId"] not in seen]
             summary = summarise(progress, python_calls(log_path))
             sent = {k: t for k, t in list(load.sent.items()) if lo <= t <= hi}
             lat = [float(alerts.opened[k] - t) for k, t in sent.items() if k in alerts.opened]
             phase = {
+                "cores": cores,
+                "codegen_compiles": compiles[0],
+                "codegen_compiled_sources": compiles[1],
                 "rate": rate,
                 "load_avg_1m": [load1, load2],
                 "spikes": len(sent),

@@ -151,6 +151,14 @@ class Watch(threading.Thread):
         return [float(self.arrived[k] - t) for k, t in published.items() if k in self.arrived]
 
 
+WORKER_START = b"Starting Streaming TransformWithStateInPandas Python worker"
+
+
+def worker_starts(log: Path) -> int:
+    """The scorer's Python workers started so far (each says so once in its log)."""
+    return log.read_bytes().count(WORKER_START) if log.exists() else 0
+
+
 def latency_phases(
     settings: Settings, seconds: int, rates: list[float], noise: str
 ) -> dict[str, Any]:
@@ -159,9 +167,8 @@ def latency_phases(
     topics, env = isolated_env(settings, tag, run_dir)
     progress, gc_log = run_dir / "progress.jsonl", run_dir / "gc.log"
     env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
-    env["FLEETWATCH_SPARK__CONF"] = json.dumps(
-        {"spark.driver.extraJavaOptions": f"-Xlog:gc:file={gc_log}:time"}
-    )
+    java = settings.spark.java_options
+    env["FLEETWATCH_SPARK__JAVA_OPTIONS"] = f"{java} -Xlog:gc:file={gc_log}:time".strip()
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
     bootstrap = settings.kafka.bootstrap_servers
@@ -203,6 +210,7 @@ def latency_phases(
             ).with_overrides(spike_every=SPIKE_EVERY, noise=noise)
             lo = now_ms()
             shares.start()
+            workers_before = worker_starts(run_dir / "score.log")
             truth = run_dir / f"truth-{label or rate}.jsonl"
             totals = run_fleet(scenario, mqtt, threading.Event(), truth)
             cores = shares.cores()
@@ -238,6 +246,7 @@ def latency_phases(
                 "ingest_p99_ms": percentile(base, 99),
                 "load_avg_1m": load_avg_1m(),
                 "cores": cores,
+                "python_worker_starts": worker_starts(run_dir / "score.log") - workers_before,
             }
             print(f"{label}: {out[label]}", flush=True)
             if label != "warmup":

@@ -161,6 +161,14 @@ class SparkSettings(_Part):
     :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
     (``bench/pipeline/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit
     log write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
+    java_options: str = "-XX:G1HeapRegionSize=8m"
+    """JVM options of the driver and the executors (``spark.driver.extraJavaOptions``,
+    ``spark.executor.extraJavaOptions``). G1's regions are 1 MB on a heap of up to 2 GB, and
+    an object of half a region or more is *humongous*: allocated apart, and each allocation
+    may start a young pause and a concurrent marking cycle. The scorer allocates such buffers
+    every micro-batch (Kafka fetches, Arrow batches to and from its Python workers): in
+    ``bench/pipeline/under_load.py`` 70 of 91 young pauses (and 12 marking cycles) in 130 s were
+    started by them with 1 MB regions. 8 MB regions hold them."""
     conf: dict[str, str] = {}
     """Further Spark confs for every session, set last (so they win over the ones above), e.g.
     ``{"spark.executor.memory": "4g"}`` on a cluster, or JVM options for the driver

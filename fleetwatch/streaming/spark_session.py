@@ -47,6 +47,9 @@ def session_conf(settings: Settings) -> dict[str, str]:
     if settings.spark.checkpoint_file_manager:
         # see SparkSettings.checkpoint_file_manager: the logs' and state's writes, every batch
         conf[CHECKPOINT_FILE_MANAGER] = settings.spark.checkpoint_file_manager
+    if settings.spark.java_options:
+        conf["spark.driver.extraJavaOptions"] = settings.spark.java_options
+        conf["spark.executor.extraJavaOptions"] = settings.spark.java_options
     conf.update(settings.spark.conf)
     return conf
 

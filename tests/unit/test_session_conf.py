@@ -77,3 +77,11 @@ def test_confs_of_the_settings_come_last_and_win(monkeypatch: pytest.MonkeyPatch
     conf = session_conf(Settings())
     assert conf["spark.sql.shuffle.partitions"] == "5"
     assert conf["spark.driver.extraJavaOptions"] == "-Xlog:gc"
+
+
+def test_the_jvms_get_the_java_options_of_the_settings() -> None:
+    conf = session_conf(Settings(spark=SparkSettings(java_options="-XX:G1HeapRegionSize=4m")))
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:G1HeapRegionSize=4m"
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:G1HeapRegionSize=4m"
+    unset = session_conf(Settings(spark=SparkSettings(java_options="")))
+    assert "spark.driver.extraJavaOptions" not in unset
