@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from fleetwatch.models.baseline import FixedBaseline
@@ -29,3 +30,15 @@ def test_params_round_trip() -> None:
 def test_a_non_positive_band_is_refused() -> None:
     with pytest.raises(HyperParameterError, match="must be > 0"):
         FixedBaseline(bands={"t": (0.0, 0.0)})
+
+
+def test_a_few_pairs_score_as_many_do() -> None:
+    """The plain-float path for a few pairs gives the numpy path's figures exactly."""
+    baseline = FixedBaseline(bands={"temperature": (21.0, 8.0), "humidity": (40.0, 5.0)})
+    names = ["temperature", "humidity", "pressure", "temperature", "humidity", "temperature"]
+    values = [21.5, 52.0, 1000.0, float("nan"), 35.0, -3.25]
+    few = baseline.score(names, values)
+    many = baseline.score(names * 4, values * 4)  # beyond SMALL: numpy
+    for field in ("expected", "band", "score", "anomalous"):
+        np.testing.assert_array_equal(getattr(few, field), getattr(many, field)[: len(names)])
+    assert few.anomalous.tolist() == [False, True, False, False, False, True]

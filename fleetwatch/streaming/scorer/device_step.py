@@ -181,7 +181,7 @@ def process(
     st["late_readings"] = int(st["late_readings"]) + out.late
     st["duplicate_readings"] = int(st["duplicate_readings"]) + out.duplicates
     if keep_rows:
-        kept = frame.take(keep_rows)
+        kept = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
         add_to_windows(
             st["open_windows"],
             policy.windows,
@@ -205,7 +205,7 @@ def process(
     fresh = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
     last_ms = st["last_seen_ms"]
     if last_ms is None or int(fresh["event_ms"][0]) >= last_ms:
-        in_order, older = fresh, fresh.take(slice(0, 0))
+        in_order, older = fresh, None
     else:
         in_order = fresh.where(fresh["event_ms"] >= last_ms)
         older = fresh.where(fresh["event_ms"] < last_ms)
@@ -215,7 +215,7 @@ def process(
     champion = champion_of(st, fresh, policy.fleet_model, fleet)
     members = members_for(detector, policy.fleet_model, champion)
     prior = fleet_prior(champion)
-    if len(older):
+    if older is not None and len(older):
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
             lifecycle.late_reading(seq, ev, rx)
@@ -411,21 +411,25 @@ def wants_timer(state: DeviceScoringState, policy: Policy) -> int | None:
 
 
 def _advance(st: DeviceScoringState, in_order: Rows) -> None:
-    event_ms = in_order["event_ms"]
-    last = len(in_order) - 1
-    newest = np.flatnonzero(event_ms == event_ms[last])
-    st["last_seen_ms"] = int(event_ms[last])
-    st["last_seq"] = int(in_order["seq"][last])
+    event_ms = in_order["event_ms"].tolist()
+    seqs = in_order["seq"].tolist()
+    last = len(event_ms) - 1
+    st["last_seen_ms"] = newest = int(event_ms[last])
+    st["last_seq"] = int(seqs[last])
     st["last_device_ms"] = int(in_order["device_event_ms"][last])
     st["last_received_ms"] = int(in_order["received_ms"][last])
     st["clock_offset_ms"] = int(in_order["clock_offset_ms"][last])
     firmware = in_order["firmware"][last]
     st["firmware"] = None if firmware is None or firmware != firmware else str(firmware)
     vals = dict(st["last_values"])
-    metrics, values = in_order["metric"][newest], in_order["value"][newest]
-    vals.update((str(m), float(v)) for m, v in zip(metrics, values, strict=True))
+    metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
+    vals.update(
+        (str(m), float(v))
+        for m, v, e in zip(metrics, values, event_ms, strict=True)
+        if e == newest  # the metrics of the newest reading(s)
+    )
     st["last_values"] = vals
-    top = int(in_order["seq"].max())
+    top = int(max(seqs))
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)
 
 

@@ -134,6 +134,8 @@ def _baseline_observations(
 ) -> list[Observation]:
     metric, value = rows["metric"], rows["value"]
     result = baseline.score(metric, value)
+    if not active and not result.anomalous.any():
+        return []  # nothing out of band and no episode of the baseline's open
     wanted = result.anomalous.copy()
     if active or wanted.any():
         keys = [f"{m}\x1f{baseline.kind}" for m in metric]
