@@ -51,11 +51,23 @@ import numpy.typing as npt
 
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
+from fleetwatch.models.calibration import (
+    ALERT_UPPER_Z,
+    ALERT_Z,
+    S_ALERT,
+    normal_upper_surprise,
+)
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.tail import (
+    MIN_HISTORY,
+    STREAM_HALFLIFE,
+    StreamTail,
+    calibrated_surprise,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,6 +86,8 @@ class PcaModel:
     """Their (floored) eigenvalues."""
     precision: FloatArray
     """(metrics, metrics), the inverse of the correlation matrix with floored eigenvalues."""
+    step: FloatArray
+    """Per metric, the step of its readings' grid (0: none), :mod:`~fleetwatch.models.grid`."""
 
 
 def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
@@ -96,6 +110,7 @@ class PcaDetector(Detector):
         halflife_hours: float | None = 168.0,
         warmup: int = 50,
         min_residual_var: float = 0.02,
+        false_alerts_per_day: float = 1.0,
     ) -> None:
         if components < 1:
             raise HyperParameterError(f"components must be >= 1, got {components}")
@@ -103,6 +118,11 @@ class PcaDetector(Detector):
             raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
         if not min_residual_var > 0:
             raise HyperParameterError(f"min_residual_var must be > 0, got {min_residual_var}")
+        if not false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0, got {false_alerts_per_day}"
+            )
+        self.false_alerts_per_day = false_alerts_per_day
         self.components = components
         self.halflife_hours = halflife_hours
         self.warmup = warmup
@@ -114,6 +134,10 @@ class PcaDetector(Detector):
         self.scatter = np.zeros((0, 0))
         self.count = 0
         self.ref_ms: int | None = None
+        self.grid = Grid()
+        """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
+        self.tail = StreamTail(STREAM_HALFLIFE)
+        """The device's own history of its residual's deviate (:mod:`~fleetwatch.models.tail`)."""
         self.bounds: FloatArray | None = None
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
@@ -134,6 +158,7 @@ class PcaDetector(Detector):
             self.metrics = list(batch.names)
             d = len(self.metrics)
             self.sum, self.scatter = np.zeros(d), np.zeros((d, d))
+        self.grid.learn_rows(batch.lookup(self.metrics), batch.value, len(self.metrics))
         times, inverse, matrix = wide(batch, self.metrics)
         if not self.shift.size:
             first = np.flatnonzero(~np.isnan(matrix).any(axis=1))
@@ -141,7 +166,9 @@ class PcaDetector(Detector):
                 return
             self.shift = matrix[first[0]].copy()
         excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
-        use = ~np.isnan(matrix).any(axis=1) & ~excluded
+        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
+        use = complete & ~excluded
+        self._learn_tail(matrix, times, complete, use)
         end = int(times[-1])
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
@@ -155,6 +182,22 @@ class PcaDetector(Detector):
         self.count += int(use.sum())
         self._model = None
 
+    def _learn_tail(
+        self,
+        matrix: FloatArray,
+        times: npt.NDArray[np.int64],
+        complete: npt.NDArray[np.bool_],
+        use: npt.NDArray[np.bool_],
+    ) -> None:
+        """Judge the batch's normal readings (``use``) with the model before it: their
+        deviates go to the device's own tail."""
+        model = self.model()
+        if model is None or not complete.any():
+            return
+        wh = self._deviate(matrix, complete, model)[0]
+        self.tail.observe(times[complete])
+        self.tail.summary.add(np.maximum(wh[use], 0.0))
+
     def model(self) -> PcaModel | None:
         """The fitted PCA, or ``None`` while warming up."""
         if self._model is None and self.count >= self.warmup and self.weight > 0:
@@ -164,6 +207,13 @@ class PcaDetector(Detector):
     def _fit(self) -> PcaModel:
         mean_y = self.sum / self.weight
         cov = self.scatter / self.weight - np.outer(mean_y, mean_y)
+        # a metric on a grid varies at least as much as rounding to it does, independently
+        step = self.grid.steps()
+        if step.size == cov.shape[0] and step.any():
+            raise_to = (UNIFORM_SD * step) ** 2
+            cov = cov + np.diag(np.maximum(raise_to - np.diag(cov), 0.0))
+        else:
+            step = np.zeros(cov.shape[0])
         std = np.sqrt(np.maximum(np.diag(cov), 1e-18))
         corr = cov / np.outer(std, std)
         eigval, eigvec = np.linalg.eigh(corr)
@@ -171,18 +221,45 @@ class PcaDetector(Detector):
         axes = eigvec[:, -k:]
         floored = np.maximum(eigval, self.min_residual_var)
         precision = (eigvec / floored) @ eigvec.T
-        return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision)
+        return PcaModel(
+            mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision, step
+        )
+
+    def _deviate(
+        self, matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
+    ) -> tuple[FloatArray, FloatArray]:
+        """Per event time: the residual's Wilson-Hilferty deviate (about standard normal for
+        Gaussian readings) and its surprise — against the device's own history of deviates
+        once it has enough (:mod:`~fleetwatch.models.tail`), before that the normal tail."""
+        z = self._standardised(matrix, complete, model)
+        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        h = float(model.residual_var.size)
+        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
+        tail = self.tail
+        if tail.summary.weight >= MIN_HISTORY:
+            p = tail.p(self.false_alerts_per_day, 1.0, 1)
+            bar = tail.summary.threshold(p, ALERT_UPPER_Z)
+            surprise = calibrated_surprise(tail, np.maximum(wh, 0.0), bar, S_ALERT)
+        else:
+            surprise = normal_upper_surprise(wh)
+        out: FloatArray = np.where(complete, surprise, 0.0)
+        return wh, out
+
+    @staticmethod
+    def _standardised(
+        matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
+    ) -> FloatArray:
+        deviation = np.where(complete[:, None], matrix, model.mean) - model.mean
+        out: FloatArray = shrink(deviation, model.step) / model.std
+        return out
 
     def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
         """Per event time: each row's index into them, the value matrix, whether it is
         complete, its standardised vector, and the surprise of its residual."""
         _, inverse, matrix = wide(batch, self.metrics)
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
-        z = (np.where(complete[:, None], matrix, model.mean) - model.mean) / model.std
-        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
-        h = float(model.residual_var.size)
-        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
-        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
+        z = self._standardised(matrix, complete, model)
+        surprise = self._deviate(matrix, complete, model)[1]
         return inverse, matrix, complete, z, surprise
 
     def _surprise(self, batch: Batch) -> FloatArray:
@@ -248,6 +325,8 @@ class PcaDetector(Detector):
             "scatter": floats(self.scatter),
             "count": self.count,
             "ref_ms": self.ref_ms,
+            "grid": self.grid.state(),
+            "tails": [self.tail.state()],
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
@@ -261,4 +340,10 @@ class PcaDetector(Detector):
         self.count = int(state["count"])
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
+        self.grid = Grid.load(state.get("grid"), d)
+        # parameters from before the device's own tail: none learned yet
+        tails = state.get("tails")
+        self.tail = (
+            StreamTail.load(STREAM_HALFLIFE, tails[0]) if tails else StreamTail(STREAM_HALFLIFE)
+        )
         self._model = None

@@ -41,6 +41,8 @@ P_BODY = 0.1
 MIN_HISTORY = 200.0
 """Weight of history below which the history is not trusted (the floor is used)."""
 MIN_BETA = BIN_WIDTH
+STREAM_HALFLIFE = 2000.0
+"""Readings over which a stream's history halves, for the members without a knob for it."""
 _CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
 
 
