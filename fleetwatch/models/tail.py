@@ -44,20 +44,36 @@ MIN_BETA = BIN_WIDTH
 STREAM_HALFLIFE = 2000.0
 """Readings over which a stream's history halves, for the members without a knob for it."""
 _CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
+MAX_SHAPE = 0.5
+"""The heaviest tail taken (a Student-t of 2 degrees of freedom)."""
+
+
+def _quantile(share: FloatArray, s: float) -> float:
+    """The value above which a share ``s`` of the history lies (``share``: at or above each
+    bin's lower edge), interpolated within its bin."""
+    k = int(np.flatnonzero(share >= s)[-1])
+    nxt = float(share[k + 1]) if k + 1 < share.size else 0.0
+    inside = float(share[k]) - nxt
+    frac = (float(share[k]) - s) / inside if inside > 0 else 0.0
+    return (k + frac) * BIN_WIDTH
 
 
 class TailSummary:
     """The decayed histogram of one stream's statistic."""
 
-    def __init__(self, halflife: float, counts: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, halflife: float, counts: Sequence[float] | None = None, shaped: bool = True
+    ) -> None:
         self.halflife = halflife
+        self.shaped = shaped
+        """Whether the tail's shape is measured (else it is taken as exponential)."""
         self.counts: FloatArray = (
             np.zeros(BINS) if counts is None else np.asarray(counts, dtype=np.float64)
         )
         if self.counts.shape != (BINS,):
             raise ValueError(f"a tail summary has {BINS} bins, got {self.counts.shape}")
-        self._memo: tuple[float, float, FloatArray] | None = None
-        """``(u, beta, share at or above each bin)``, until the next :meth:`add`."""
+        self._memo: tuple[float, float, float, FloatArray] | None = None
+        """``(u, beta, xi, share at or above each bin)``, until the next :meth:`add`."""
 
     @property
     def weight(self) -> float:
@@ -76,7 +92,11 @@ class TailSummary:
         """``(u, beta)``: the ``1 - P_BODY`` quantile and the mean excess above it."""
         return self._derived()[:2]
 
-    def _derived(self) -> tuple[float, float, FloatArray]:
+    def shape(self) -> float:
+        """The tail's shape ``xi`` (0: exponential; ``1/dof`` for a Student-t)."""
+        return self._derived()[2]
+
+    def _derived(self) -> tuple[float, float, float, FloatArray]:
         if self._memo is None:
             total = self.weight
             above = np.cumsum(self.counts[::-1])[::-1]  # weight at or above each bin
@@ -84,15 +104,23 @@ class TailSummary:
             u = float(k * BIN_WIDTH)
             w = self.counts[k:]
             beta = float(np.dot(w, _CENTRES[k:] - u) / w.sum()) if w.sum() > 0 else MIN_BETA
-            self._memo = (u, max(beta, MIN_BETA), above / total)
+            share = above / total
+            q1, q2, q3 = (_quantile(share, P_BODY / 4.0**j) for j in range(3))
+            xi = 0.0
+            if self.shaped and q2 > q1 and q3 > q2:
+                xi = min(max(math.log((q3 - q2) / (q2 - q1)) / math.log(4.0), 0.0), MAX_SHAPE)
+            self._memo = (u, max(beta, MIN_BETA), xi, share)
         return self._memo
 
     def threshold(self, p: float, floor: float) -> float:
         """The value exceeded with probability ``p`` per reading, not below ``floor``."""
         if self.weight < MIN_HISTORY:
             return floor
-        u, beta = self.body_and_scale()
-        return max(floor, u + beta * math.log(P_BODY / p))
+        u, beta, xi, _ = self._derived()
+        r = math.log(P_BODY / p)
+        if xi > 0:
+            r = (math.exp(xi * r) - 1.0) / xi * (1.0 - xi)
+        return max(floor, u + beta * r)
 
     def nats(self, values: FloatArray) -> FloatArray:
         """``-ln P(X >= x)``: the history's own share at or above ``x`` below ``u``, the
@@ -101,11 +129,14 @@ class TailSummary:
         x = np.abs(np.asarray(values, dtype=np.float64))
         if self.weight < MIN_HISTORY:
             return x
-        u, beta, above = self._derived()
+        u, beta, xi, above = self._derived()
         bins = np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)
         body = -np.log(np.maximum(above[bins], P_BODY))
         out: FloatArray = np.where(x < u, np.minimum(body, -math.log(P_BODY)), 0.0)
-        out = np.where(x >= u, -math.log(P_BODY) + (x - u) / beta, out)
+        excess = np.maximum(x - u, 0.0) / beta
+        if xi > 0:
+            excess = np.log1p(xi * excess / (1.0 - xi)) / xi
+        out = np.where(x >= u, -math.log(P_BODY) + excess, out)
         return out
 
 
@@ -119,8 +150,8 @@ class StreamTail:
     ``streams`` streams spends ``budget`` false alerts a day, when one excursion of the statistic
     lasts about ``span`` readings (1 for a statistic of one reading)."""
 
-    def __init__(self, halflife: float) -> None:
-        self.summary = TailSummary(halflife)
+    def __init__(self, halflife: float, shaped: bool = True) -> None:
+        self.summary = TailSummary(halflife, shaped=shaped)
         self.interval_ms = 0.0
         self.last_ms: int | None = None
 
@@ -152,9 +183,9 @@ class StreamTail:
         }
 
     @classmethod
-    def load(cls, halflife: float, state: dict[str, object]) -> StreamTail:
-        out = cls(halflife)
-        out.summary = TailSummary(halflife, state["counts"])  # type: ignore[arg-type]
+    def load(cls, halflife: float, state: dict[str, object], shaped: bool = True) -> StreamTail:
+        out = cls(halflife, shaped)
+        out.summary = TailSummary(halflife, state["counts"], shaped)  # type: ignore[arg-type]
         out.interval_ms = float(state["interval_ms"])  # type: ignore[arg-type]
         last = state["last_ms"]
         out.last_ms = None if last is None else int(last)  # type: ignore[call-overload]
