@@ -18,7 +18,17 @@ An exponential tail is heavier than a Gaussian one, so for a Gaussian statistic 
 is conservative; a statistic with heavier tails (drift, bursts) gets a larger ``beta`` and so a
 higher threshold. For a per-row false-alert probability ``p`` the threshold is
 ``u + beta · ln(P_BODY / p)``, never below the detector's floor; until ``MIN_HISTORY`` values
-were seen it is the floor. :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
+were seen it is the floor.
+
+A power-law tail (Student-t noise: a reading 30 spreads out once a day) is heavier than any
+exponential one, and extrapolating it exponentially sets the bar far too low. So the tail's
+*shape* ``xi`` is measured too, once the history holds ``MIN_SHAPE_HISTORY`` values: Pickands'
+estimate from the quantiles ``q1, q2, q3`` at shares ``P_BODY``, ``P_BODY/4``, ``P_BODY/16``
+above them, ``xi = ln((q3 - q2) / (q2 - q1)) / ln 4``, kept within ``[0, MAX_SHAPE]`` (0 for a
+Gaussian or exponential statistic, ``1/dof`` for a Student-t). Above ``u`` the tail is then the
+generalised Pareto one with the same mean excess, ``P(X >= x) = P_BODY · (1 + xi (x - u) /
+sigma)^(-1/xi)`` with ``sigma = beta (1 - xi)``. A detector may keep the exponential tail
+(``shaped=False``). :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
 share below ``u``, the exponential tail above. :class:`StreamTail` adds the stream's reading
 interval, from which a budget of false alerts a day becomes a per-reading ``p``.
 """
@@ -46,6 +56,9 @@ STREAM_HALFLIFE = 2000.0
 _CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
 MAX_SHAPE = 0.5
 """The heaviest tail taken (a Student-t of 2 degrees of freedom)."""
+MIN_SHAPE_HISTORY = 160.0 / P_BODY
+"""Weight of history below which the tail is taken as exponential: the shape rests on the
+``1 - P_BODY / 16`` quantile, which needs some 10 values above it."""
 
 
 def _quantile(share: FloatArray, s: float) -> float:
@@ -107,7 +120,7 @@ class TailSummary:
             share = above / total
             q1, q2, q3 = (_quantile(share, P_BODY / 4.0**j) for j in range(3))
             xi = 0.0
-            if self.shaped and q2 > q1 and q3 > q2:
+            if self.shaped and total >= MIN_SHAPE_HISTORY and q2 > q1 and q3 > q2:
                 xi = min(max(math.log((q3 - q2) / (q2 - q1)) / math.log(4.0), 0.0), MAX_SHAPE)
             self._memo = (u, max(beta, MIN_BETA), xi, share)
         return self._memo
