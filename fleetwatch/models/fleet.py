@@ -42,6 +42,7 @@ from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.grid import MIN_ON, UNIFORM_SD
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
+from fleetwatch.models.tail import TailSummary
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     fleet.grid.rows[:, 0] = step
     fleet.grid.rows[:, 1] = np.where(step > 0, MIN_ON, 0.0)
     # the devices' histories of their residual's deviate, together (histograms add)
-    fleet.tail.summary.counts = np.sum([d.tail.summary.counts for d in fitted.values()], axis=0)
+    counts = np.sum([d.tail.summary.counts for d in fitted.values()], axis=0)
+    fleet.tail.summary = TailSummary(fleet.tail.summary.halflife, counts)
     intervals = [d.tail.interval_ms for d in fitted.values() if d.tail.interval_ms > 0]
     fleet.tail.interval_ms = float(np.mean(intervals)) if intervals else 0.0
     fleet.bounds = np.stack([(m - ALERT_Z * s).min(axis=0), (m + ALERT_Z * s).max(axis=0)])

@@ -17,6 +17,7 @@ The step is learned from the successive differences of a metric's readings (all 
 sensor's grid does not change with the device's state): the first non-zero difference is the
 candidate; a difference that is a whole multiple of it counts for it; a smaller one that it
 is a multiple of, or a common divisor of both not below ``1 / MAX_REFINE`` of it, refines it
+once it has held at least twice
 (a count seen rising by 3, then 2, is on a grid of 1); any other counts against it, and once
 those outweigh the ones for it, that difference is the new candidate. Both counts decay by
 half every ``HALFLIFE`` non-zero differences. The step is *confirmed* — used — once at least
@@ -91,7 +92,7 @@ def _walk(row: list[float], diffs: list[float]) -> None:
         if k >= 1 and abs(d - k * step) <= TOL * step:
             on += 1.0
             continue
-        g = _divisor(step, d)
+        g = _divisor(step, d) if on >= 1.5 else 0.0  # a candidate that held at least once
         if g > 0:
             step, on = g, on + 1.0
             continue
@@ -101,11 +102,36 @@ def _walk(row: list[float], diffs: list[float]) -> None:
     row[0], row[1], row[2] = step, on, off
 
 
+MEMO_SIZE = 256
+_LEARNED: dict[bytes, tuple[float, float, float, float]] = {}
+"""A row learned from readings, by the row and the readings: the members of a combined
+detector learn the same readings into the same grid, and it is worked out once (a pure
+function of its key, so nothing depends on what the memo holds)."""
+
+
+def _learned(row: FloatArray, values: FloatArray) -> tuple[float, float, float, float]:
+    series = values if np.isnan(row[3]) else np.concatenate([[row[3]], values])
+    d = np.abs(np.diff(series))
+    d = d[d > 0]
+    state = [float(row[0]), float(row[1]), float(row[2])]
+    if d.size:
+        step = state[0]
+        k = np.rint(d / step) if step > 0 else None
+        if k is not None and bool(((k >= 1) & (np.abs(d - k * step) <= TOL * step)).all()):
+            fade = _KEEP**d.size
+            added = (1.0 - fade) / (1.0 - _KEEP)
+            state = [step, state[1] * fade + added, state[2] * fade]
+        else:
+            _walk(state, d.tolist())
+    return state[0], state[1], state[2], float(values[-1])
+
+
 class Grid:
     """The grid of each of a detector's metrics (rows in the detector's metric order)."""
 
     def __init__(self, state: FloatArray | None = None) -> None:
         self.rows: FloatArray = np.zeros((0, WIDTH)) if state is None else state
+        self._steps: tuple[bytes, FloatArray] | None = None
 
     def grow(self, metrics: int) -> None:
         extra = metrics - self.rows.shape[0]
@@ -119,21 +145,14 @@ class Grid:
         values = values[~np.isnan(values)]
         if values.size == 0:
             return
-        row = self.rows[metric]
-        series = values if np.isnan(row[3]) else np.concatenate([[row[3]], values])
-        d = np.abs(np.diff(series))
-        d = d[d > 0]
-        state = [float(row[0]), float(row[1]), float(row[2])]
-        if d.size:
-            step = state[0]
-            k = np.rint(d / step) if step > 0 else None
-            if k is not None and bool(((k >= 1) & (np.abs(d - k * step) <= TOL * step)).all()):
-                fade = _KEEP**d.size
-                added = (1.0 - fade) / (1.0 - _KEEP)
-                state = [step, state[1] * fade + added, state[2] * fade]
-            else:
-                _walk(state, d.tolist())
-        self.rows[metric] = (*state, float(values[-1]))
+        key = self.rows[metric].tobytes() + values.tobytes()
+        held = _LEARNED.get(key)
+        if held is None:
+            held = _learned(self.rows[metric], values)
+            if len(_LEARNED) >= MEMO_SIZE:
+                _LEARNED.clear()
+            _LEARNED[key] = held
+        self.rows[metric] = held
 
     def learn_rows(self, codes: npt.NDArray[np.intp], value: FloatArray, metrics: int) -> None:
         """A batch's readings (``codes`` into the detector's ``metrics``, rows in time order)."""
@@ -150,11 +169,15 @@ class Grid:
         return out
 
     def steps(self) -> FloatArray:
-        """Per metric, its confirmed step, 0 where none is."""
-        step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
-        sure = (on >= MIN_ON) & (off <= MAX_OFF * on)
-        out: FloatArray = np.where(sure, step, 0.0)
-        return out
+        """Per metric, its confirmed step, 0 where none is (read-only)."""
+        key = self.rows.tobytes()
+        if self._steps is None or self._steps[0] != key:
+            step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
+            sure = (on >= MIN_ON) & (off <= MAX_OFF * on)
+            out: FloatArray = np.where(sure, step, 0.0)
+            out.flags.writeable = False
+            self._steps = (key, out)
+        return self._steps[1]
 
     def state(self) -> list[list[float | None]]:
         return [[None if math.isnan(v) else float(v) for v in row] for row in self.rows.tolist()]

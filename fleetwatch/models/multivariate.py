@@ -66,7 +66,6 @@ from fleetwatch.models.tail import (
     MIN_HISTORY,
     STREAM_HALFLIFE,
     StreamTail,
-    calibrated_surprise,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -238,8 +237,8 @@ class PcaDetector(Detector):
         tail = self.tail
         if tail.summary.weight >= MIN_HISTORY:
             p = tail.p(self.false_alerts_per_day, 1.0, 1)
-            bar = tail.summary.threshold(p, ALERT_UPPER_Z)
-            surprise = calibrated_surprise(tail, np.maximum(wh, 0.0), bar, S_ALERT)
+            at_bar = max(tail.summary.bar(p, ALERT_UPPER_Z)[1], 1e-9)
+            surprise = tail.summary.nats(np.maximum(wh, 0.0)) * (S_ALERT / at_bar)
         else:
             surprise = normal_upper_surprise(wh)
         out: FloatArray = np.where(complete, surprise, 0.0)

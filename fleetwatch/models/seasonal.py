@@ -34,7 +34,7 @@ from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import MIN_HISTORY, STREAM_HALFLIFE, StreamTail, calibrated_surprise
+from fleetwatch.models.tail import MIN_HISTORY, STREAM_HALFLIFE, StreamTail
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -127,8 +127,9 @@ class SeasonalBaseline(Detector):
             for m, rows in per_metric_runs(codes, self.spend.shape[0]):
                 tail = self.tails[m]
                 if tail.summary.weight >= MIN_HISTORY:
-                    bar = tail.summary.threshold(tail.p(self.false_alerts_per_day, 1.0, k), ALERT_Z)
-                    own = calibrated_surprise(tail, np.abs(z[rows]), bar, S_ALERT)
+                    p = tail.p(self.false_alerts_per_day, 1.0, k)
+                    at_bar = max(tail.summary.bar(p, ALERT_Z)[1], 1e-9)
+                    own = tail.summary.nats(z[rows]) * (S_ALERT / at_bar)
                     surprise[rows] = np.where(ok[rows], own, 0.0)
                 cut = budget.penalty(self.spend, m, int(batch.event_ms[rows[0]]), limit)
                 if cut > 0:

@@ -51,6 +51,7 @@ P_BODY = 0.1
 MIN_HISTORY = 200.0
 """Weight of history below which the history is not trusted (the floor is used)."""
 MIN_BETA = BIN_WIDTH
+_BODY_NATS = -math.log(P_BODY)
 STREAM_HALFLIFE = 2000.0
 """Readings over which a stream's history halves, for the members without a knob for it."""
 _CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
@@ -86,17 +87,23 @@ class TailSummary:
         if self.counts.shape != (BINS,):
             raise ValueError(f"a tail summary has {BINS} bins, got {self.counts.shape}")
         self._memo: tuple[float, float, float, FloatArray] | None = None
-        """``(u, beta, xi, share at or above each bin)``, until the next :meth:`add`."""
+        """``(u, beta, xi, -ln of the share at or above each bin)``, until the next add."""
+        self._weight: float | None = None
+        self._bars: dict[tuple[float, float], tuple[float, float]] = {}
+        """``(p, floor) → (threshold, nats at it)``, until the next :meth:`add`."""
 
     @property
     def weight(self) -> float:
-        return float(self.counts.sum())
+        if self._weight is None:
+            self._weight = float(self.counts.sum())
+        return self._weight
 
     def add(self, values: FloatArray) -> None:
         """Take in ``values`` (the statistic on readings judged normal), decaying the past."""
         if values.size == 0:
             return
-        self._memo = None
+        self._memo, self._weight = None, None
+        self._bars.clear()
         self.counts *= 2.0 ** (-values.size / self.halflife)
         bins = np.minimum((np.abs(values) / BIN_WIDTH).astype(np.intp), BINS - 1)
         self.counts += np.bincount(bins, minlength=BINS)
@@ -122,7 +129,8 @@ class TailSummary:
             xi = 0.0
             if self.shaped and total >= MIN_SHAPE_HISTORY and q2 > q1 and q3 > q2:
                 xi = min(max(math.log((q3 - q2) / (q2 - q1)) / math.log(4.0), 0.0), MAX_SHAPE)
-            self._memo = (u, max(beta, MIN_BETA), xi, share)
+            body = np.minimum(-np.log(np.maximum(share, P_BODY)), _BODY_NATS)
+            self._memo = (u, max(beta, MIN_BETA), xi, body)
         return self._memo
 
     def threshold(self, p: float, floor: float) -> float:
@@ -135,6 +143,14 @@ class TailSummary:
             r = (math.exp(xi * r) - 1.0) / xi * (1.0 - xi)
         return max(floor, u + beta * r)
 
+    def bar(self, p: float, floor: float) -> tuple[float, float]:
+        """:meth:`threshold` and :meth:`nats` at it (worked out once until the next add)."""
+        held = self._bars.get((p, floor))
+        if held is None:
+            at = self.threshold(p, floor)
+            held = self._bars[(p, floor)] = (at, float(self.nats(np.array([at]))[0]))
+        return held
+
     def nats(self, values: FloatArray) -> FloatArray:
         """``-ln P(X >= x)``: the history's own share at or above ``x`` below ``u``, the
         exponential tail above it; without enough history, ``x`` itself (a placeholder that
@@ -142,14 +158,14 @@ class TailSummary:
         x = np.abs(np.asarray(values, dtype=np.float64))
         if self.weight < MIN_HISTORY:
             return x
-        u, beta, xi, above = self._derived()
-        bins = np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)
-        body = -np.log(np.maximum(above[bins], P_BODY))
-        out: FloatArray = np.where(x < u, np.minimum(body, -math.log(P_BODY)), 0.0)
-        excess = np.maximum(x - u, 0.0) / beta
-        if xi > 0:
-            excess = np.log1p(xi * excess / (1.0 - xi)) / xi
-        out = np.where(x >= u, -math.log(P_BODY) + excess, out)
+        u, beta, xi, body = self._derived()
+        out: FloatArray = body[np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)]
+        tail = x >= u
+        if tail.any():
+            excess = (x[tail] - u) / beta
+            if xi > 0:
+                excess = np.log1p(xi * excess / (1.0 - xi)) / xi
+            out[tail] = _BODY_NATS + excess
         return out
 
 
