@@ -13,6 +13,7 @@ import pytest
 
 from fleetwatch.models import grid
 from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.grid import Grid
 from fleetwatch.models.level import LevelShiftDetector
@@ -135,7 +136,9 @@ def opened(detector: CombinedDetector | SeasonalBaseline | PcaDetector, data: pd
     return count
 
 
-@pytest.mark.parametrize("make", [SeasonalBaseline, PcaDetector, CombinedDetector])
+@pytest.mark.parametrize(
+    "make", [SeasonalBaseline, PcaDetector, LevelShiftDetector, ChangeDetector, CombinedDetector]
+)
 def test_a_quantised_stationary_stream_opens_at_most_a_few_alerts_a_day(make: type) -> None:
     data = charge(3.0, seed=4)
     detector = make()
@@ -159,7 +162,9 @@ def test_without_the_grid_the_same_stream_alerts_all_day(monkeypatch: pytest.Mon
     assert opened(bare, rest) > 20
 
 
-@pytest.mark.parametrize("make", [SeasonalBaseline, LevelShiftDetector, CombinedDetector])
+@pytest.mark.parametrize(
+    "make", [SeasonalBaseline, LevelShiftDetector, ChangeDetector, CombinedDetector]
+)
 def test_a_real_step_of_a_few_grid_values_still_alerts(make: type) -> None:
     at = PER_DAY
     data = charge(1.2, seed=5, step_at=at, size=-3.0)
