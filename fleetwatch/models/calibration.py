@@ -87,18 +87,3 @@ def _solve_two_sided_z(surprise: float) -> float:
 
 ALERT_Z = _solve_two_sided_z(S_ALERT)
 """The |z| at which a normal deviation alerts (about 4.89)."""
-
-
-def _solve_upper_z(surprise: float) -> float:
-    lo, hi = 0.0, 40.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if float(normal_upper_surprise(mid)) < surprise:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-ALERT_UPPER_Z = _solve_upper_z(S_ALERT)
-"""The z at which a one-sided normal deviation alerts (about 4.75)."""

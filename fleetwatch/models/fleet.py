@@ -16,9 +16,8 @@ The result equals the moments of one detector that learned every device's rows (
 rounding), so its PCA is the PCA of the concatenated data. Averaging per-device means or
 correlation matrices instead would drop the between-device spread.
 
-The pooled model's history of its residual (:mod:`~fleetwatch.models.tail`) is the devices'
-histories added, its grid per metric the finest of the devices' where every device reads on one
-(:mod:`~fleetwatch.models.grid`).
+The pooled model's grid per metric is the finest of the devices' where every device reads on
+one (:mod:`~fleetwatch.models.grid`).
 
 The pooled model also keeps the fleet's range of each metric: from the lowest to the highest
 value some device holds normal (its mean ∓ ``ALERT_Z`` of its own standard deviations). With
@@ -42,7 +41,6 @@ from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.grid import MIN_ON, UNIFORM_SD
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
-from fleetwatch.models.tail import TailSummary
 
 logger = logging.getLogger(__name__)
 
@@ -114,11 +112,6 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     fleet.grid.grow(len(metrics))
     fleet.grid.rows[:, 0] = step
     fleet.grid.rows[:, 1] = np.where(step > 0, MIN_ON, 0.0)
-    # the devices' histories of their residual's deviate, together (histograms add)
-    counts = np.sum([d.tail.summary.counts for d in fitted.values()], axis=0)
-    fleet.tail.summary = TailSummary(fleet.tail.summary.halflife, counts)
-    intervals = [d.tail.interval_ms for d in fitted.values() if d.tail.interval_ms > 0]
-    fleet.tail.interval_ms = float(np.mean(intervals)) if intervals else 0.0
     fleet.bounds = np.stack([(m - ALERT_Z * s).min(axis=0), (m + ALERT_Z * s).max(axis=0)])
     fleet.version = 1
     froms = [det.trained_from_ms for det in fitted.values() if det.trained_from_ms is not None]

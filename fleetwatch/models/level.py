@@ -63,11 +63,6 @@ BoolArray = npt.NDArray[np.bool_]
 TINY = 1e-12
 CARRY = 2
 """``[e, alerting]`` per metric: the average after the last reading and whether it alerted."""
-SHAPED = False
-"""Whether the average's tail shape is measured (:mod:`~fleetwatch.models.tail`): the upper
-quantiles of an average of 19 readings are those of its near-Gaussian body, so the shape they
-give is about 0 even for Student-t readings, and measured on short histories it cost SKAB a
-third of its faults (missed rows 14 → 28 %)."""
 
 
 class Judged(NamedTuple):
@@ -274,7 +269,7 @@ class LevelShiftDetector(Detector):
         self.offset = np.concatenate([self.offset, np.zeros(grow)])
         self.spread = np.concatenate([self.spread, np.zeros((grow, 2))])
         self.carry = np.concatenate([self.carry, np.zeros((grow, CARRY))])
-        self.tails += [StreamTail(self.tail_halflife, SHAPED) for _ in range(grow)]
+        self.tails += [StreamTail(self.tail_halflife) for _ in range(grow)]
         self.excluded_since += [None] * grow
         codes = batch.lookup(self.profile.metrics)
         for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
@@ -372,7 +367,7 @@ class LevelShiftDetector(Detector):
         self.offset = array(state, "offset", (k,))
         self.spread = array(state, "spread", (k, 2))
         self.carry = array(state, "carry", (k, CARRY))
-        self.tails = [StreamTail.load(self.tail_halflife, t, SHAPED) for t in state["tails"]]
+        self.tails = [StreamTail.load(self.tail_halflife, t) for t in state["tails"]]
         self.excluded_since = [None if v is None else int(v) for v in state["excluded_since"]]
         self.grid = Grid.load(state.get("grid"), k)
         if not len(self.tails) == len(self.excluded_since) == k:

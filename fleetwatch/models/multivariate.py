@@ -51,22 +51,12 @@ import numpy.typing as npt
 
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import (
-    ALERT_UPPER_Z,
-    ALERT_Z,
-    S_ALERT,
-    normal_upper_surprise,
-)
+from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import (
-    MIN_HISTORY,
-    STREAM_HALFLIFE,
-    StreamTail,
-)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -109,7 +99,6 @@ class PcaDetector(Detector):
         halflife_hours: float | None = 168.0,
         warmup: int = 50,
         min_residual_var: float = 0.02,
-        false_alerts_per_day: float = 1.0,
     ) -> None:
         if components < 1:
             raise HyperParameterError(f"components must be >= 1, got {components}")
@@ -117,11 +106,6 @@ class PcaDetector(Detector):
             raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
         if not min_residual_var > 0:
             raise HyperParameterError(f"min_residual_var must be > 0, got {min_residual_var}")
-        if not false_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"false_alerts_per_day must be > 0, got {false_alerts_per_day}"
-            )
-        self.false_alerts_per_day = false_alerts_per_day
         self.components = components
         self.halflife_hours = halflife_hours
         self.warmup = warmup
@@ -135,8 +119,6 @@ class PcaDetector(Detector):
         self.ref_ms: int | None = None
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
-        self.tail = StreamTail(STREAM_HALFLIFE)
-        """The device's own history of its residual's deviate (:mod:`~fleetwatch.models.tail`)."""
         self.bounds: FloatArray | None = None
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
@@ -165,9 +147,7 @@ class PcaDetector(Detector):
                 return
             self.shift = matrix[first[0]].copy()
         excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
-        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
-        use = complete & ~excluded
-        self._learn_tail(matrix, times, complete, use)
+        use = ~np.isnan(matrix).any(axis=1) & ~excluded
         end = int(times[-1])
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
@@ -180,22 +160,6 @@ class PcaDetector(Detector):
         self.scatter = self.scatter * factor + (y * w[:, None]).T @ y
         self.count += int(use.sum())
         self._model = None
-
-    def _learn_tail(
-        self,
-        matrix: FloatArray,
-        times: npt.NDArray[np.int64],
-        complete: npt.NDArray[np.bool_],
-        use: npt.NDArray[np.bool_],
-    ) -> None:
-        """Judge the batch's normal readings (``use``) with the model before it: their
-        deviates go to the device's own tail."""
-        model = self.model()
-        if model is None or not complete.any():
-            return
-        wh = self._deviate(matrix, complete, model)[0]
-        self.tail.observe(times[complete])
-        self.tail.summary.add(np.maximum(wh[use], 0.0))
 
     def model(self) -> PcaModel | None:
         """The fitted PCA, or ``None`` while warming up."""
@@ -224,26 +188,6 @@ class PcaDetector(Detector):
             mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision, step
         )
 
-    def _deviate(
-        self, matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
-    ) -> tuple[FloatArray, FloatArray]:
-        """Per event time: the residual's Wilson-Hilferty deviate (about standard normal for
-        Gaussian readings) and its surprise — against the device's own history of deviates
-        once it has enough (:mod:`~fleetwatch.models.tail`), before that the normal tail."""
-        z = self._standardised(matrix, complete, model)
-        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
-        h = float(model.residual_var.size)
-        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
-        tail = self.tail
-        if tail.summary.weight >= MIN_HISTORY:
-            p = tail.p(self.false_alerts_per_day, 1.0, 1)
-            at_bar = max(tail.summary.bar(p, ALERT_UPPER_Z)[1], 1e-9)
-            surprise = tail.summary.nats(np.maximum(wh, 0.0)) * (S_ALERT / at_bar)
-        else:
-            surprise = normal_upper_surprise(wh)
-        out: FloatArray = np.where(complete, surprise, 0.0)
-        return wh, out
-
     @staticmethod
     def _standardised(
         matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
@@ -258,7 +202,10 @@ class PcaDetector(Detector):
         _, inverse, matrix = wide(batch, self.metrics)
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         z = self._standardised(matrix, complete, model)
-        surprise = self._deviate(matrix, complete, model)[1]
+        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        h = float(model.residual_var.size)
+        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
+        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
         return inverse, matrix, complete, z, surprise
 
     def _surprise(self, batch: Batch) -> FloatArray:
@@ -325,7 +272,6 @@ class PcaDetector(Detector):
             "count": self.count,
             "ref_ms": self.ref_ms,
             "grid": self.grid.state(),
-            "tails": [self.tail.state()],
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
@@ -340,9 +286,4 @@ class PcaDetector(Detector):
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
         self.grid = Grid.load(state.get("grid"), d)
-        # parameters from before the device's own tail: none learned yet
-        tails = state.get("tails")
-        self.tail = (
-            StreamTail.load(STREAM_HALFLIFE, tails[0]) if tails else StreamTail(STREAM_HALFLIFE)
-        )
         self._model = None

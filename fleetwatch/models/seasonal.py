@@ -34,7 +34,6 @@ from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import MIN_HISTORY, STREAM_HALFLIFE, StreamTail
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -88,30 +87,22 @@ class SeasonalBaseline(Detector):
         """Per metric, its openings against the budget (:mod:`~fleetwatch.models.budget`)."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
-        self.tails: list[StreamTail] = []
-        """Per metric, its history of ``|z|`` on normal readings (:mod:`.tail`)."""
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if self.false_alerts_per_day is not None and self.profile.metrics:
-            _, _, ok, surprise, z = self._deviation(batch)
+            surprise = self._deviation(batch)[3]
             codes = batch.lookup(self.profile.metrics)
             limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
             for m, rows in per_metric_runs(codes, self.spend.shape[0]):
                 on = surprise[rows] >= S_ALERT
                 budget.record(self.spend, m, batch.event_ms[rows], on, limit)
-                self.tails[m].observe(batch.event_ms[rows])
-                normal = rows[ok[rows] & keep[rows]]
-                self.tails[m].summary.add(np.abs(z[normal]))
         codes = self.profile.learn(batch, keep)
         k = len(self.profile.metrics)
         self.spend = budget.grow(self.spend, k)
-        self.tails += [StreamTail(STREAM_HALFLIFE) for _ in range(k - len(self.tails))]
         self.grid.learn_rows(codes, batch.value, k)
 
-    def _deviation(
-        self, batch: Batch
-    ) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray, FloatArray]:
-        """Per row: expected value, standard deviation, warm or not, the surprise and ``z``."""
+    def _deviation(self, batch: Batch) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray]:
+        """Per row: expected value, standard deviation, warm or not, and the surprise."""
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
@@ -122,25 +113,18 @@ class SeasonalBaseline(Detector):
         z = np.where(ok, deviation / np.where(ok, std, 1.0), 0.0)
         surprise = np.maximum(np.where(ok, normal_two_sided_surprise(z), 0.0), 0.0)
         if self.false_alerts_per_day is not None and len(batch) and self.spend.shape[0]:
-            k = len(self.profile.metrics)
-            limit = budget.allowed(self.false_alerts_per_day, k)
+            limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
             for m, rows in per_metric_runs(codes, self.spend.shape[0]):
-                tail = self.tails[m]
-                if tail.summary.weight >= MIN_HISTORY:
-                    p = tail.p(self.false_alerts_per_day, 1.0, k)
-                    at_bar = max(tail.summary.bar(p, ALERT_Z)[1], 1e-9)
-                    own = tail.summary.nats(z[rows]) * (S_ALERT / at_bar)
-                    surprise[rows] = np.where(ok[rows], own, 0.0)
                 cut = budget.penalty(self.spend, m, int(batch.event_ms[rows[0]]), limit)
                 if cut > 0:
                     surprise[rows] = np.maximum(surprise[rows] - cut, 0.0)
-        return mean, std, ok, surprise, z
+        return mean, std, ok, surprise
 
     def _surprise(self, batch: Batch) -> FloatArray:
         return self._deviation(batch)[3]
 
     def _score(self, batch: Batch) -> Scores:
-        mean, std, ok, surprise, _ = self._deviation(batch)
+        mean, std, ok, surprise = self._deviation(batch)
         reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         band = ALERT_Z * std + 0.5 * self.grid.per_row(batch.lookup(self.profile.metrics))
@@ -154,7 +138,6 @@ class SeasonalBaseline(Detector):
             **self.profile.state(),
             "spend": floats(self.spend),
             "grid": self.grid.state(),
-            "tails": [t.state() for t in self.tails],
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -168,7 +151,3 @@ class SeasonalBaseline(Detector):
             else array(state, "spend", (k, budget.WIDTH))
         )
         self.grid = Grid.load(state.get("grid"), k)
-        # parameters from before the streams' own tails: none learned yet
-        tails = state.get("tails") or []
-        self.tails = [StreamTail.load(STREAM_HALFLIFE, t) for t in tails]
-        self.tails += [StreamTail(STREAM_HALFLIFE) for _ in range(k - len(self.tails))]

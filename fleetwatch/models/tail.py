@@ -18,17 +18,7 @@ An exponential tail is heavier than a Gaussian one, so for a Gaussian statistic 
 is conservative; a statistic with heavier tails (drift, bursts) gets a larger ``beta`` and so a
 higher threshold. For a per-row false-alert probability ``p`` the threshold is
 ``u + beta · ln(P_BODY / p)``, never below the detector's floor; until ``MIN_HISTORY`` values
-were seen it is the floor.
-
-A power-law tail (Student-t noise: a reading 30 spreads out once a day) is heavier than any
-exponential one, and extrapolating it exponentially sets the bar far too low. So the tail's
-*shape* ``xi`` is measured too, once the history holds ``MIN_SHAPE_HISTORY`` values: Pickands'
-estimate from the quantiles ``q1, q2, q3`` at shares ``P_BODY``, ``P_BODY/4``, ``P_BODY/16``
-above them, ``xi = ln((q3 - q2) / (q2 - q1)) / ln 4``, kept within ``[0, MAX_SHAPE]`` (0 for a
-Gaussian or exponential statistic, ``1/dof`` for a Student-t). Above ``u`` the tail is then the
-generalised Pareto one with the same mean excess, ``P(X >= x) = P_BODY · (1 + xi (x - u) /
-sigma)^(-1/xi)`` with ``sigma = beta (1 - xi)``. A detector may keep the exponential tail
-(``shaped=False``). :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
+were seen it is the floor. :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
 share below ``u``, the exponential tail above. :class:`StreamTail` adds the stream's reading
 interval, from which a budget of false alerts a day becomes a per-reading ``p``.
 """
@@ -51,59 +41,31 @@ P_BODY = 0.1
 MIN_HISTORY = 200.0
 """Weight of history below which the history is not trusted (the floor is used)."""
 MIN_BETA = BIN_WIDTH
-_BODY_NATS = -math.log(P_BODY)
-STREAM_HALFLIFE = 2000.0
-"""Readings over which a stream's history halves, for the members without a knob for it."""
 _CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
-MAX_SHAPE = 0.5
-"""The heaviest tail taken (a Student-t of 2 degrees of freedom)."""
-MIN_SHAPE_HISTORY = 160.0 / P_BODY
-"""Weight of history below which the tail is taken as exponential: the shape rests on the
-``1 - P_BODY / 16`` quantile, which needs some 10 values above it."""
-
-
-def _quantile(share: FloatArray, s: float) -> float:
-    """The value above which a share ``s`` of the history lies (``share``: at or above each
-    bin's lower edge), interpolated within its bin."""
-    k = int(np.flatnonzero(share >= s)[-1])
-    nxt = float(share[k + 1]) if k + 1 < share.size else 0.0
-    inside = float(share[k]) - nxt
-    frac = (float(share[k]) - s) / inside if inside > 0 else 0.0
-    return (k + frac) * BIN_WIDTH
 
 
 class TailSummary:
     """The decayed histogram of one stream's statistic."""
 
-    def __init__(
-        self, halflife: float, counts: Sequence[float] | None = None, shaped: bool = True
-    ) -> None:
+    def __init__(self, halflife: float, counts: Sequence[float] | None = None) -> None:
         self.halflife = halflife
-        self.shaped = shaped
-        """Whether the tail's shape is measured (else it is taken as exponential)."""
         self.counts: FloatArray = (
             np.zeros(BINS) if counts is None else np.asarray(counts, dtype=np.float64)
         )
         if self.counts.shape != (BINS,):
             raise ValueError(f"a tail summary has {BINS} bins, got {self.counts.shape}")
-        self._memo: tuple[float, float, float, FloatArray] | None = None
-        """``(u, beta, xi, -ln of the share at or above each bin)``, until the next add."""
-        self._weight: float | None = None
-        self._bars: dict[tuple[float, float], tuple[float, float]] = {}
-        """``(p, floor) → (threshold, nats at it)``, until the next :meth:`add`."""
+        self._memo: tuple[float, float, FloatArray] | None = None
+        """``(u, beta, share at or above each bin)``, until the next :meth:`add`."""
 
     @property
     def weight(self) -> float:
-        if self._weight is None:
-            self._weight = float(self.counts.sum())
-        return self._weight
+        return float(self.counts.sum())
 
     def add(self, values: FloatArray) -> None:
         """Take in ``values`` (the statistic on readings judged normal), decaying the past."""
         if values.size == 0:
             return
-        self._memo, self._weight = None, None
-        self._bars.clear()
+        self._memo = None
         self.counts *= 2.0 ** (-values.size / self.halflife)
         bins = np.minimum((np.abs(values) / BIN_WIDTH).astype(np.intp), BINS - 1)
         self.counts += np.bincount(bins, minlength=BINS)
@@ -112,11 +74,7 @@ class TailSummary:
         """``(u, beta)``: the ``1 - P_BODY`` quantile and the mean excess above it."""
         return self._derived()[:2]
 
-    def shape(self) -> float:
-        """The tail's shape ``xi`` (0: exponential; ``1/dof`` for a Student-t)."""
-        return self._derived()[2]
-
-    def _derived(self) -> tuple[float, float, float, FloatArray]:
+    def _derived(self) -> tuple[float, float, FloatArray]:
         if self._memo is None:
             total = self.weight
             above = np.cumsum(self.counts[::-1])[::-1]  # weight at or above each bin
@@ -124,32 +82,15 @@ class TailSummary:
             u = float(k * BIN_WIDTH)
             w = self.counts[k:]
             beta = float(np.dot(w, _CENTRES[k:] - u) / w.sum()) if w.sum() > 0 else MIN_BETA
-            share = above / total
-            q1, q2, q3 = (_quantile(share, P_BODY / 4.0**j) for j in range(3))
-            xi = 0.0
-            if self.shaped and total >= MIN_SHAPE_HISTORY and q2 > q1 and q3 > q2:
-                xi = min(max(math.log((q3 - q2) / (q2 - q1)) / math.log(4.0), 0.0), MAX_SHAPE)
-            body = np.minimum(-np.log(np.maximum(share, P_BODY)), _BODY_NATS)
-            self._memo = (u, max(beta, MIN_BETA), xi, body)
+            self._memo = (u, max(beta, MIN_BETA), above / total)
         return self._memo
 
     def threshold(self, p: float, floor: float) -> float:
         """The value exceeded with probability ``p`` per reading, not below ``floor``."""
         if self.weight < MIN_HISTORY:
             return floor
-        u, beta, xi, _ = self._derived()
-        r = math.log(P_BODY / p)
-        if xi > 0:
-            r = (math.exp(xi * r) - 1.0) / xi * (1.0 - xi)
-        return max(floor, u + beta * r)
-
-    def bar(self, p: float, floor: float) -> tuple[float, float]:
-        """:meth:`threshold` and :meth:`nats` at it (worked out once until the next add)."""
-        held = self._bars.get((p, floor))
-        if held is None:
-            at = self.threshold(p, floor)
-            held = self._bars[(p, floor)] = (at, float(self.nats(np.array([at]))[0]))
-        return held
+        u, beta = self.body_and_scale()
+        return max(floor, u + beta * math.log(P_BODY / p))
 
     def nats(self, values: FloatArray) -> FloatArray:
         """``-ln P(X >= x)``: the history's own share at or above ``x`` below ``u``, the
@@ -158,14 +99,11 @@ class TailSummary:
         x = np.abs(np.asarray(values, dtype=np.float64))
         if self.weight < MIN_HISTORY:
             return x
-        u, beta, xi, body = self._derived()
-        out: FloatArray = body[np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)]
-        tail = x >= u
-        if tail.any():
-            excess = (x[tail] - u) / beta
-            if xi > 0:
-                excess = np.log1p(xi * excess / (1.0 - xi)) / xi
-            out[tail] = _BODY_NATS + excess
+        u, beta, above = self._derived()
+        bins = np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)
+        body = -np.log(np.maximum(above[bins], P_BODY))
+        out: FloatArray = np.where(x < u, np.minimum(body, -math.log(P_BODY)), 0.0)
+        out = np.where(x >= u, -math.log(P_BODY) + (x - u) / beta, out)
         return out
 
 
@@ -179,8 +117,8 @@ class StreamTail:
     ``streams`` streams spends ``budget`` false alerts a day, when one excursion of the statistic
     lasts about ``span`` readings (1 for a statistic of one reading)."""
 
-    def __init__(self, halflife: float, shaped: bool = True) -> None:
-        self.summary = TailSummary(halflife, shaped=shaped)
+    def __init__(self, halflife: float) -> None:
+        self.summary = TailSummary(halflife)
         self.interval_ms = 0.0
         self.last_ms: int | None = None
 
@@ -212,9 +150,9 @@ class StreamTail:
         }
 
     @classmethod
-    def load(cls, halflife: float, state: dict[str, object], shaped: bool = True) -> StreamTail:
-        out = cls(halflife, shaped)
-        out.summary = TailSummary(halflife, state["counts"], shaped)  # type: ignore[arg-type]
+    def load(cls, halflife: float, state: dict[str, object]) -> StreamTail:
+        out = cls(halflife)
+        out.summary = TailSummary(halflife, state["counts"])  # type: ignore[arg-type]
         out.interval_ms = float(state["interval_ms"])  # type: ignore[arg-type]
         last = state["last_ms"]
         out.last_ms = None if last is None else int(last)  # type: ignore[call-overload]

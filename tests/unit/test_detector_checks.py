@@ -38,10 +38,9 @@ GRADED = ("spike", "shift", "dropout")
 PATH_DEPENDENT = {"upper", "lower", "version", "spread", "carry", "tails", "spend"}
 """State that depends on how the data was cut into batches: the CUSUM sums (see change.py), the
 level detector's average, its spread and tail (measured against the profile before each batch,
-see level.py), the PCA's tail (judged by the model before each batch), the openings counted
-against the false-alert budget (judged against the parameters before each batch, see
-budget.py) and the members' update counts inside a combined detector (checked on their own
-above)."""
+see level.py), the openings counted against the false-alert budget (judged against the
+parameters before each batch, see budget.py) and the members' update counts inside a combined
+detector (checked on their own above)."""
 FPR_BOUND = 1e-3
 """At most this share of rows may alert on a stationary series after warm-up."""
 

@@ -176,15 +176,12 @@ def test_a_real_step_of_a_few_grid_values_still_alerts(make: type) -> None:
 
 
 def test_parameters_without_a_grid_load_and_learn_one() -> None:
-    """Parameters written before grids (and before the seasonal and PCA members kept their
-    own tails) load, score and learn."""
+    """Parameters written before grids load, score and learn."""
     data = charge(0.5, seed=6)
     detector = CombinedDetector().learn(data)
     params = detector.to_params()
     for member in params["state"]["members"]:
         member["state"].pop("grid", None)
-        if member["kind"] in ("seasonal", "pca"):
-            member["state"].pop("tails")
     older = load_params(json.loads(json.dumps(params)))
     assert isinstance(older, CombinedDetector)
     later = charge(0.5, seed=7)
