@@ -59,6 +59,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -155,6 +156,8 @@ class ChangeDetector(Detector):
         """Per metric [W, Σw·r²] of the residual from the local reference."""
         self.local_counts = np.zeros(0, np.int64)
         self.trends = np.zeros((0, trend.CARRY))
+        self.grid = Grid()
+        """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         """Per metric, the local line's carried sums (:mod:`trend`)."""
         self._learned_trends = self.trends
         self._last_run: tuple[Batch, tuple[dict[str, FloatArray], FloatArray, FloatArray]] | None
@@ -183,10 +186,13 @@ class ChangeDetector(Detector):
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
         )
-        z_p = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
+        step = self.grid.per_row(codes)
+        std = floor_std(std, step)
+        z_p = np.where(ok, shrink(batch.value - mean, step) / np.where(ok, std, 1.0), 0.0)
         ref, scale, _ = self._local(batch, codes)
+        scale = floor_std(scale, step)
         ok &= np.isfinite(ref) & np.isfinite(scale)
-        z_l = np.where(ok, (batch.value - ref) / np.where(ok, scale, 1.0), 0.0)
+        z_l = np.where(ok, shrink(batch.value - ref, step) / np.where(ok, scale, 1.0), 0.0)
         n = len(batch)
         out = {name: np.zeros(n) for name in ("upper", "lower")}
         alarm = {name: np.zeros(n, bool) for name in ("upper", "lower")}
@@ -262,6 +268,7 @@ class ChangeDetector(Detector):
         self._last_run = None
         before = self.profile.ref_ms
         codes = self.profile.learn(batch, keep)
+        self.grid.learn_rows(codes, batch.value, len(self.profile.metrics))
         grow = len(self.profile.metrics) - self.upper.size
         self.upper = np.concatenate([self.upper, np.zeros(grow)])
         self.lower = np.concatenate([self.lower, np.zeros(grow)])
@@ -313,6 +320,7 @@ class ChangeDetector(Detector):
             "local": floats(self.local),
             "local_counts": ints(self.local_counts),
             "trends": floats(self.trends),
+            "grid": self.grid.state(),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -329,3 +337,4 @@ class ChangeDetector(Detector):
             self.local, self.local_counts = np.zeros((k, 2)), np.zeros(k, np.int64)
             self.trends = np.zeros((k, trend.CARRY))
         self._learned_trends = self.trends.copy()
+        self.grid = Grid.load(state.get("grid"), k)

@@ -16,6 +16,9 @@ The result equals the moments of one detector that learned every device's rows (
 rounding), so its PCA is the PCA of the concatenated data. Averaging per-device means or
 correlation matrices instead would drop the between-device spread.
 
+The pooled model's grid per metric is the finest of the devices' where every device reads on
+one (:mod:`~fleetwatch.models.grid`).
+
 The pooled model also keeps the fleet's range of each metric: from the lowest to the highest
 value some device holds normal (its mean ∓ ``ALERT_Z`` of its own standard deviations). With
 the pooled correlations it tells a state the fleet knows — a machine stopped, as others of its
@@ -35,6 +38,7 @@ import numpy as np
 
 from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
+from fleetwatch.models.grid import MIN_ON, UNIFORM_SD
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
 
@@ -71,9 +75,12 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     halflife_ms = None if first.halflife_hours is None else first.halflife_hours * HOUR_MS
     ref_ms = max(det.ref_ms for det in fitted.values() if det.ref_ms is not None)
 
-    weights, means, scatters, spreads = [], [], [], []
+    weights, means, scatters, spreads, steps = [], [], [], [], []
     for det in fitted.values():
         order = [det.metrics.index(m) for m in metrics]
+        step = det.grid.steps()
+        step = step[order] if step.size == len(order) else np.zeros(len(order))
+        steps.append(step)
         factor = decay_factor(det.ref_ms, ref_ms, halflife_ms)
         weight = det.weight * factor
         local_mean = det.sum[order] / det.weight
@@ -82,7 +89,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         weights.append(weight)
         means.append(det.shift[order] + local_mean)
         scatters.append(weight * central)
-        spreads.append(np.sqrt(np.maximum(np.diag(central), 0.0)))
+        spreads.append(np.maximum(np.sqrt(np.maximum(np.diag(central), 0.0)), UNIFORM_SD * step))
     w = np.asarray(weights)
     m: FloatArray = np.asarray(means)
     total = float(w.sum())
@@ -99,6 +106,12 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     fleet.scatter = scatter
     fleet.count = sum(det.count for det in fitted.values())
     fleet.ref_ms = ref_ms
+    # a metric's grid, where every device reads on one: the finest of theirs
+    on_grid = np.asarray(steps)
+    step = np.where((on_grid > 0).all(axis=0), on_grid.min(axis=0), 0.0)
+    fleet.grid.grow(len(metrics))
+    fleet.grid.rows[:, 0] = step
+    fleet.grid.rows[:, 1] = np.where(step > 0, MIN_ON, 0.0)
     fleet.bounds = np.stack([(m - ALERT_Z * s).min(axis=0), (m + ALERT_Z * s).max(axis=0)])
     fleet.version = 1
     froms = [det.trained_from_ms for det in fitted.values() if det.trained_from_ms is not None]

@@ -51,6 +51,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.grid import UNIFORM_SD, Grid
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
@@ -149,6 +150,8 @@ class LevelShiftDetector(Detector):
         self.carry = np.zeros((0, CARRY))
         self.tails: list[StreamTail] = []
         self.excluded_since: list[int | None] = []
+        self.grid = Grid()
+        """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         self._held: Mapping[str, list[float]] = {}
         self._memo: tuple[Batch, Mapping[str, list[float]], dict[int, Judged]] | None = None
         """The last batch judged from the scorer's memory: :meth:`score` and :meth:`remember`
@@ -203,8 +206,7 @@ class LevelShiftDetector(Detector):
             e0, on0 = self._start(m, held)
             expected = mean[rows] + self.offset[m]
             e = moving_average(batch.value[rows] - expected, self.lam, e0)
-            w, sq = self.spread[m]
-            scale = math.sqrt(sq / w) if w > 0 else 0.0
+            scale = self._scale(m)
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
                 quiet = np.zeros(rows.size)
                 out[m] = Judged(rows, expected, e, quiet, quiet.astype(bool), math.inf)
@@ -238,8 +240,7 @@ class LevelShiftDetector(Detector):
             surprise[j.rows] = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
             level[j.rows] = j.expected + j.average
             expected[j.rows] = j.expected
-            w, sq = self.spread[m]
-            band[j.rows] = j.threshold * math.sqrt(sq / w)
+            band[j.rows] = j.threshold * self._scale(m)
         return surprise, level, expected, band
 
     def _surprise(self, batch: Batch) -> FloatArray:
@@ -273,6 +274,7 @@ class LevelShiftDetector(Detector):
         codes = batch.lookup(self.profile.metrics)
         for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
             self.tails[m].observe(batch.event_ms[rows])
+        self.grid.learn_rows(codes, batch.value, len(self.profile.metrics))
         # a metric the profile was not ready for before the batch is measured against the
         # profile as learned now (a first batch, however long, leaves a scoring detector)
         unjudged = set(batch.lookup(self.profile.metrics).tolist()) - set(judged)
@@ -297,7 +299,17 @@ class LevelShiftDetector(Detector):
         self.spread[m] = (w * fade + weights.sum(), sq * fade + float(weights @ e**2))
         w, sq = self.spread[m]
         if w >= 2.0 / self.lam and sq > 0:
-            self.tails[m].summary.add(np.abs(e) / math.sqrt(sq / w))
+            self.tails[m].summary.add(np.abs(e) / self._scale(m))
+
+    def _scale(self, m: int) -> float:
+        """The spread of metric ``m``'s average: as measured, but not below what rounding its
+        readings to their grid alone would give (0 before anything was measured)."""
+        w, sq = self.spread[m]
+        if w <= 0 or sq <= 0:
+            return 0.0
+        steps = self.grid.steps()
+        step = float(steps[m]) if m < steps.size else 0.0
+        return max(math.sqrt(sq / w), UNIFORM_SD * step * math.sqrt(self.lam / (2.0 - self.lam)))
 
     def _offsets(self, batch: Batch) -> FloatArray:
         codes = batch.lookup(self.profile.metrics)
@@ -346,6 +358,7 @@ class LevelShiftDetector(Detector):
             "carry": floats(self.carry),
             "tails": [t.state() for t in self.tails],
             "excluded_since": list(self.excluded_since),
+            "grid": self.grid.state(),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -356,5 +369,6 @@ class LevelShiftDetector(Detector):
         self.carry = array(state, "carry", (k, CARRY))
         self.tails = [StreamTail.load(self.tail_halflife, t) for t in state["tails"]]
         self.excluded_since = [None if v is None else int(v) for v in state["excluded_since"]]
+        self.grid = Grid.load(state.get("grid"), k)
         if not len(self.tails) == len(self.excluded_since) == k:
             raise ValueError(f"level state lists do not match its {k} metrics")

@@ -53,6 +53,7 @@ from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -74,6 +75,8 @@ class PcaModel:
     """Their (floored) eigenvalues."""
     precision: FloatArray
     """(metrics, metrics), the inverse of the correlation matrix with floored eigenvalues."""
+    step: FloatArray
+    """Per metric, the step of its readings' grid (0: none), :mod:`~fleetwatch.models.grid`."""
 
 
 def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
@@ -114,6 +117,8 @@ class PcaDetector(Detector):
         self.scatter = np.zeros((0, 0))
         self.count = 0
         self.ref_ms: int | None = None
+        self.grid = Grid()
+        """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         self.bounds: FloatArray | None = None
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
@@ -134,6 +139,7 @@ class PcaDetector(Detector):
             self.metrics = list(batch.names)
             d = len(self.metrics)
             self.sum, self.scatter = np.zeros(d), np.zeros((d, d))
+        self.grid.learn_rows(batch.lookup(self.metrics), batch.value, len(self.metrics))
         times, inverse, matrix = wide(batch, self.metrics)
         if not self.shift.size:
             first = np.flatnonzero(~np.isnan(matrix).any(axis=1))
@@ -164,6 +170,13 @@ class PcaDetector(Detector):
     def _fit(self) -> PcaModel:
         mean_y = self.sum / self.weight
         cov = self.scatter / self.weight - np.outer(mean_y, mean_y)
+        # a metric on a grid varies at least as much as rounding to it does, independently
+        step = self.grid.steps()
+        if step.size == cov.shape[0] and step.any():
+            raise_to = (UNIFORM_SD * step) ** 2
+            cov = cov + np.diag(np.maximum(raise_to - np.diag(cov), 0.0))
+        else:
+            step = np.zeros(cov.shape[0])
         std = np.sqrt(np.maximum(np.diag(cov), 1e-18))
         corr = cov / np.outer(std, std)
         eigval, eigvec = np.linalg.eigh(corr)
@@ -171,14 +184,24 @@ class PcaDetector(Detector):
         axes = eigvec[:, -k:]
         floored = np.maximum(eigval, self.min_residual_var)
         precision = (eigvec / floored) @ eigvec.T
-        return PcaModel(mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision)
+        return PcaModel(
+            mean_y + self.shift, std, axes, eigvec[:, :-k], floored[:-k], precision, step
+        )
+
+    @staticmethod
+    def _standardised(
+        matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
+    ) -> FloatArray:
+        deviation = np.where(complete[:, None], matrix, model.mean) - model.mean
+        out: FloatArray = shrink(deviation, model.step) / model.std
+        return out
 
     def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
         """Per event time: each row's index into them, the value matrix, whether it is
         complete, its standardised vector, and the surprise of its residual."""
         _, inverse, matrix = wide(batch, self.metrics)
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
-        z = (np.where(complete[:, None], matrix, model.mean) - model.mean) / model.std
+        z = self._standardised(matrix, complete, model)
         q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
         h = float(model.residual_var.size)
         wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
@@ -248,6 +271,7 @@ class PcaDetector(Detector):
             "scatter": floats(self.scatter),
             "count": self.count,
             "ref_ms": self.ref_ms,
+            "grid": self.grid.state(),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
@@ -261,4 +285,5 @@ class PcaDetector(Detector):
         self.count = int(state["count"])
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
+        self.grid = Grid.load(state.get("grid"), d)
         self._model = None

@@ -30,6 +30,7 @@ from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
 from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
@@ -84,6 +85,8 @@ class SeasonalBaseline(Detector):
         self.profile = new_profile(halflife_hours, buckets, period_hours)
         self.spend = np.zeros((0, budget.WIDTH))
         """Per metric, its openings against the budget (:mod:`~fleetwatch.models.budget`)."""
+        self.grid = Grid()
+        """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         if self.false_alerts_per_day is not None and self.profile.metrics:
@@ -93,8 +96,10 @@ class SeasonalBaseline(Detector):
             for m, rows in per_metric_runs(codes, self.spend.shape[0]):
                 on = surprise[rows] >= S_ALERT
                 budget.record(self.spend, m, batch.event_ms[rows], on, limit)
-        self.profile.learn(batch, keep)
-        self.spend = budget.grow(self.spend, len(self.profile.metrics))
+        codes = self.profile.learn(batch, keep)
+        k = len(self.profile.metrics)
+        self.spend = budget.grow(self.spend, k)
+        self.grid.learn_rows(codes, batch.value, k)
 
     def _deviation(self, batch: Batch) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray]:
         """Per row: expected value, standard deviation, warm or not, and the surprise."""
@@ -102,7 +107,10 @@ class SeasonalBaseline(Detector):
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
         )
-        z = np.where(ok, (batch.value - mean) / np.where(ok, std, 1.0), 0.0)
+        step = self.grid.per_row(codes)
+        std = floor_std(std, step)
+        deviation = shrink(batch.value - mean, step)
+        z = np.where(ok, deviation / np.where(ok, std, 1.0), 0.0)
         surprise = np.maximum(np.where(ok, normal_two_sided_surprise(z), 0.0), 0.0)
         if self.false_alerts_per_day is not None and len(batch) and self.spend.shape[0]:
             limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
@@ -119,13 +127,18 @@ class SeasonalBaseline(Detector):
         mean, std, ok, surprise = self._deviation(batch)
         reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
-        return Scores.build(self.kind, surprise, names, batch.value, mean, ALERT_Z * std, reason)
+        band = ALERT_Z * std + 0.5 * self.grid.per_row(batch.lookup(self.profile.metrics))
+        return Scores.build(self.kind, surprise, names, batch.value, mean, band, reason)
 
     def learned_metrics(self) -> list[str]:
         return list(self.profile.metrics)
 
     def _state(self) -> dict[str, Any]:
-        return {**self.profile.state(), "spend": floats(self.spend)}
+        return {
+            **self.profile.state(),
+            "spend": floats(self.spend),
+            "grid": self.grid.state(),
+        }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.profile.load(state)
@@ -137,3 +150,4 @@ class SeasonalBaseline(Detector):
             if spent is None
             else array(state, "spend", (k, budget.WIDTH))
         )
+        self.grid = Grid.load(state.get("grid"), k)

@@ -1,0 +1,195 @@
+"""A metric's reading grid: the step its readings are quantised to, learned online.
+
+Sensors report on a grid — whole per cent, integer counts, 0.1 °C, 1 rpm. A reading ``x`` then
+stands for any true value within half a step of it, and the error of rounding is about uniform
+over the step, with standard deviation ``step / √12``. A detector that learns a metric's spread
+from readings that sit on one or two grid values can learn a spread far below that (a charge
+level at 54 % for an hour has a spread of almost 0) and then alerts on every flicker to the
+next value. Two corrections follow, shared by every member that models a metric's value:
+
+- :func:`floor_std`: a spread is never below ``step / √12``;
+- :func:`shrink`: a deviation from the expected value is taken ``step / 2`` nearer to 0 — the
+  nearest the true value may be (a reading ``k`` steps away says the true value is at least
+  ``k - ½`` steps away), so the tail probability of a grid value is the model's tail at its
+  cell's edge.
+
+The step is learned from the successive differences of a metric's readings (all of them, the
+sensor's grid does not change with the device's state): the first non-zero difference is the
+candidate; a difference that is a whole multiple of it counts for it; a smaller one that it
+is a multiple of, or a common divisor of both not below ``1 / MAX_REFINE`` of it, refines it
+once it has held at least twice
+(a count seen rising by 3, then 2, is on a grid of 1); any other counts against it, and once
+those outweigh the ones for it, that difference is the new candidate. Both counts decay by
+half every ``HALFLIFE`` non-zero differences. The step is *confirmed* — used — once at least
+``MIN_ON`` differences were on it and no more than ``MAX_OFF`` of that many off it. A
+continuous signal never confirms one (its differences are not whole multiples of each other,
+within ``TOL`` of a step); a signal printed with a fixed number of decimals confirms its last
+decimal, a floor too small to matter.
+
+State per metric: ``[step, on, off, last value]``, in the detector's parameters (a missing
+field loads as no grid learned yet). Learning is sequential per metric, so mini-batches give
+the state of one batch (up to the rounding of the decay).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.models.batch import per_metric_runs
+
+FloatArray = npt.NDArray[np.float64]
+WIDTH = 4
+HALFLIFE = 500.0
+MIN_ON = 10.0
+MAX_OFF = 0.1
+TOL = 1e-3
+"""How near a whole multiple of the step a difference must be, in steps."""
+MAX_REFINE = 16.0
+UNIFORM_SD = 1.0 / math.sqrt(12.0)
+_KEEP = 2.0 ** (-1.0 / HALFLIFE)
+
+
+def floor_std(std: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
+    """``std`` not below the spread of rounding to ``step`` (0: no grid)."""
+    out: FloatArray = np.maximum(np.asarray(std, np.float64), UNIFORM_SD * np.asarray(step))
+    return out
+
+
+def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
+    """``deviation`` taken half a ``step`` nearer to 0 (0 within half a step)."""
+    d = np.asarray(deviation, np.float64)
+    out: FloatArray = np.sign(d) * np.maximum(np.abs(d) - 0.5 * np.asarray(step), 0.0)
+    return out
+
+
+def _divisor(a: float, b: float) -> float:
+    """The greatest common divisor of ``a`` and ``b`` to within ``TOL`` of the smaller, or 0
+    when it comes below ``1 / MAX_REFINE`` of the larger (not a grid they share)."""
+    hi, lo = max(a, b), min(a, b)
+    floor = hi / MAX_REFINE
+    while lo >= floor:
+        rest = math.fmod(hi, lo)
+        if rest <= TOL * lo or lo - rest <= TOL * lo:
+            return lo
+        hi, lo = lo, rest
+    return 0.0
+
+
+def _walk(row: list[float], diffs: list[float]) -> None:
+    """Move ``[step, on, off]`` over non-zero differences, in order."""
+    step, on, off = row[0], row[1], row[2]
+    for d in diffs:
+        on *= _KEEP
+        off *= _KEEP
+        if step <= 0:
+            step, on = d, on + 1.0
+            continue
+        k = round(d / step)
+        if k >= 1 and abs(d - k * step) <= TOL * step:
+            on += 1.0
+            continue
+        g = _divisor(step, d) if on >= 1.5 else 0.0  # a candidate that held at least once
+        if g > 0:
+            step, on = g, on + 1.0
+            continue
+        off += 1.0
+        if off > on:
+            step, on, off = d, 1.0, 0.0
+    row[0], row[1], row[2] = step, on, off
+
+
+MEMO_SIZE = 256
+_LEARNED: dict[bytes, tuple[float, float, float, float]] = {}
+"""A row learned from readings, by the row and the readings: the members of a combined
+detector learn the same readings into the same grid, and it is worked out once (a pure
+function of its key, so nothing depends on what the memo holds)."""
+
+
+def _learned(row: FloatArray, values: FloatArray) -> tuple[float, float, float, float]:
+    series = values if np.isnan(row[3]) else np.concatenate([[row[3]], values])
+    d = np.abs(np.diff(series))
+    d = d[d > 0]
+    state = [float(row[0]), float(row[1]), float(row[2])]
+    if d.size:
+        step = state[0]
+        k = np.rint(d / step) if step > 0 else None
+        if k is not None and bool(((k >= 1) & (np.abs(d - k * step) <= TOL * step)).all()):
+            fade = _KEEP**d.size
+            added = (1.0 - fade) / (1.0 - _KEEP)
+            state = [step, state[1] * fade + added, state[2] * fade]
+        else:
+            _walk(state, d.tolist())
+    return state[0], state[1], state[2], float(values[-1])
+
+
+class Grid:
+    """The grid of each of a detector's metrics (rows in the detector's metric order)."""
+
+    def __init__(self, state: FloatArray | None = None) -> None:
+        self.rows: FloatArray = np.zeros((0, WIDTH)) if state is None else state
+        self._steps: tuple[bytes, FloatArray] | None = None
+
+    def grow(self, metrics: int) -> None:
+        extra = metrics - self.rows.shape[0]
+        if extra > 0:
+            fresh = np.zeros((extra, WIDTH))
+            fresh[:, 3] = np.nan
+            self.rows = np.concatenate([self.rows, fresh])
+
+    def learn(self, metric: int, values: FloatArray) -> None:
+        """Take in one metric's readings, in time order (NaN skipped)."""
+        values = values[~np.isnan(values)]
+        if values.size == 0:
+            return
+        key = self.rows[metric].tobytes() + values.tobytes()
+        held = _LEARNED.get(key)
+        if held is None:
+            held = _learned(self.rows[metric], values)
+            if len(_LEARNED) >= MEMO_SIZE:
+                _LEARNED.clear()
+            _LEARNED[key] = held
+        self.rows[metric] = held
+
+    def learn_rows(self, codes: npt.NDArray[np.intp], value: FloatArray, metrics: int) -> None:
+        """A batch's readings (``codes`` into the detector's ``metrics``, rows in time order)."""
+        self.grow(metrics)
+        for m, rows in per_metric_runs(codes, metrics):
+            self.learn(m, value[rows])
+
+    def per_row(self, codes: npt.NDArray[np.intp]) -> FloatArray:
+        """Per row, its metric's confirmed step (0: none, or a metric not learned)."""
+        steps = self.steps()
+        if steps.size == 0:
+            return np.zeros(codes.size)
+        out: FloatArray = np.where(codes >= 0, steps[np.maximum(codes, 0)], 0.0)
+        return out
+
+    def steps(self) -> FloatArray:
+        """Per metric, its confirmed step, 0 where none is (read-only)."""
+        key = self.rows.tobytes()
+        if self._steps is None or self._steps[0] != key:
+            step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
+            sure = (on >= MIN_ON) & (off <= MAX_OFF * on)
+            out: FloatArray = np.where(sure, step, 0.0)
+            out.flags.writeable = False
+            self._steps = (key, out)
+        return self._steps[1]
+
+    def state(self) -> list[list[float | None]]:
+        return [[None if math.isnan(v) else float(v) for v in row] for row in self.rows.tolist()]
+
+    @classmethod
+    def load(cls, state: Sequence[Sequence[float | None]] | None, metrics: int) -> Grid:
+        """From :meth:`state`; ``None`` (parameters from before grids): nothing learned."""
+        out = cls()
+        if state is not None:
+            rows = [[math.nan if v is None else float(v) for v in row] for row in state]
+            out.rows = np.asarray(rows, np.float64).reshape(len(rows), WIDTH)
+        if out.rows.shape[0] > metrics:
+            raise ValueError(f"a grid of {out.rows.shape[0]} metrics for {metrics}")
+        out.grow(metrics)
+        return out
