@@ -219,10 +219,14 @@ def device_scorer(settings: Settings) -> Any:
             watermark = timerValues.getCurrentWatermarkInMs()
             now_ms = time.time_ns() // 1_000_000
             is_params = (frame["src"] == "p").to_numpy()
-            params: list[tuple[str, str]] = []
+            params: list[tuple[str, str | None]] = []
             if is_params.any():
-                keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
-                params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
+                records = frame.loc[is_params].sort_values("offset", kind="stable")
+                keys, values = records["device_id"], records["params"]
+                params = [
+                    (str(k), None if v is None or v != v else str(v))  # NaN: a tombstone
+                    for k, v in zip(keys, values, strict=True)
+                ]
                 frame = frame.loc[~is_params]
             sources = zip(
                 frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),
