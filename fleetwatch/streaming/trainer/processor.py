@@ -142,7 +142,7 @@ def _bucket_trainer(expire_after_ms: int) -> Any:
             warm = warm_buckets()
             bucket = warm.take(key, stored)
             batches = list(per_device(rows))
-            note(seen, ((device_id, int(batch.event_ms.max())) for device_id, batch in batches))
+            note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
             updates = learn_bucket(bucket.texts, batches, bucket.detectors)
             value = stored if updates.empty and stored is not None else encode(bucket.texts)
             self._save(value, seen)
