@@ -314,7 +314,8 @@ class ScoreSettings(_Part):
     /devices/{device_id}/quarantine/lift``)."""
     expire_after_s: int = Field(30 * 24 * 3600, ge=60)
     """A device silent this long in event time leaves the scorer's state (its next reading
-    starts it afresh)."""
+    starts it afresh) and the trainer's, whose tombstone withdraws its parameters from
+    ``model.params``."""
     max_metrics: int = Field(64, ge=1)
     """Metric names a device may report; a reading's names beyond them are refused (dead
     letter, with the reason) and the rest of the reading is scored."""

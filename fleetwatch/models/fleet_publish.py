@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_params.ParamsRecord]:
     """The latest record per key — devices, and the fleet champions' ``fleet:{scope}`` — read
     from the start of ``model.params`` to its current end (later records of a key replace
-    earlier ones, as compaction will; records that break the contract are logged and skipped).
+    earlier ones, as compaction will, and a tombstone removes its key; records that break the
+    contract are logged and skipped).
     No topic yet: an empty table."""
     topic = settings.topics.model_params
     try:
@@ -39,6 +40,9 @@ def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_p
         return {}
     table: dict[str, model_params.ParamsRecord] = {}
     for key, value in records:
+        if value is None and key:
+            table.pop(key.decode(errors="replace"), None)  # a tombstone: the device forgotten
+            continue
         if not value:
             continue
         try:

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from sqlalchemy.exc import DataError, IntegrityError
 
 from fleetwatch.contracts.fleet import fleet_scope
+from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.serving import decode
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
@@ -56,9 +57,13 @@ def batch_of(
             elif kind == "acks":
                 batch.acks.append(decode.decode_ack(msg.value()))
             elif kind == "models":
-                if fleet_scope((msg.key() or b"").decode(errors="replace")) is None:
+                key = (msg.key() or b"").decode(errors="replace")
+                if fleet_scope(key) is not None:
+                    pass  # a fleet champion's record is the registry's, not a device's model
+                elif msg.value() is None and key and not key.startswith(QUARANTINE_KEY_PREFIX):
+                    batch.forget_model(key)  # a tombstone: the trainer forgot the device
+                else:
                     batch.models.append(decode.decode_model(msg.key(), msg.value()))
-                # a fleet champion's record is the registry's, not a device's model
             elif kind == "telemetry":
                 batch.readings.append(decode.decode_reading(msg.value()))
         except ValueError as exc:

@@ -1,7 +1,9 @@
 """A normal simulated fleet beside hostile devices, through the real stack (Mosquitto, the
 gateway, Kafka, the Spark scorer, the API): every hostile input is accounted for — dead-lettered
-with its reason by the gateway or the scorer, or scored harmlessly — no stage stops, and the
-normal fleet's alerts are exactly those a replay of its own readings alone gives (by event id).
+with its reason by the gateway or the scorer, or scored harmlessly — no stage stops, the API
+shows each hostile device quarantined, absent (all its input refused) or with exactly what its
+valid readings give, and the normal fleet's alerts are exactly those a replay of its own
+readings alone gives (by event id).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
 from tests.integration.conftest import Isolated, Record, fleetwatch
+from tests.integration.topic_reads import read, stable_end
 from tests.polling import wait_until
 
 DEVICES, ROUNDS, SPIKE_AT = 3, 20, 45
@@ -34,24 +37,6 @@ DEVICES, ROUNDS, SPIKE_AT = 3, 20, 45
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def stable_end(isolated: Isolated, topic: str) -> dict[int, int]:
-    """The topic's end offsets once they stop moving for two seconds."""
-    last: list[dict[int, int]] = [{}]
-
-    def settled() -> bool:
-        ends = isolated.end_offsets(topic)
-        same = ends == last[0]
-        last[0] = ends
-        return same
-
-    wait_until(settled, 120, f"{topic} to settle", interval_s=2.0)
-    return last[0]
-
-
-def read(isolated: Isolated, topic: str) -> list[Record]:
-    return isolated.read_all(topic, sum(isolated.end_offsets(topic).values()))
 
 
 def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
@@ -146,6 +131,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
         return state if state and state["last_seq"] == 7 else None
 
     assert wait_until(storm_state, 60, "the storm device in the API") is not None
+    hostile_devices_in_api(api, hostile_prefix, sent, raw)
     for name, proc in isolated.procs.items():
         assert proc.poll() is None, f"{name} stopped; logs in {tmp_path}"
 
@@ -178,6 +164,69 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     assert result.returncode == 0, result.stderr
     again = {_event(json.loads(r.value)) for r in read(isolated, replayed)}
     assert again == live_normal
+
+
+def hostile_devices_in_api(
+    api: str, prefix: str, sent: dict[str, list[bytes]], raw: list[Record]
+) -> None:
+    """Through the API, each hostile device is quarantined; or absent, every input of it refused;
+    or, for input that was valid readings (a duplicate storm, a flood of metric names), shows
+    exactly what its accepted readings give — no name past ``score.max_metrics``, no seq it
+    did not send, a repeat not counted as a reading — so none passes for a healthy device
+    with state its input bent."""
+
+    def listed(**query: str) -> dict[str, dict[str, Any]]:
+        page = httpx.get(f"{api}/devices", params={"limit": "1000", **query}, timeout=10)
+        assert page.status_code == 200, page.text
+        return {d["device_id"]: d for d in page.json()["data"]}
+
+    devices = {f"{prefix}{name}" for name in sent}
+    accepted: dict[str, list[dict[str, Any]]] = {}
+    for record in raw:  # what the gateway took from each (the direct records are not readings)
+        if record.key and record.key.decode() in devices:
+            accepted.setdefault(record.key.decode(), []).append(json.loads(record.value))
+
+    def settled(device: str) -> dict[str, Any]:
+        """The device's state, once the API has one."""
+
+        def state() -> dict[str, Any] | None:
+            body = httpx.get(f"{api}/devices/{device}", timeout=5)
+            return body.json().get("state") if body.status_code == 200 else None
+
+        found = wait_until(state, 60, f"{device}'s state in the API")
+        assert found is not None
+        return found
+
+    quarantined = listed(status="quarantined")
+    everyone = listed()
+    assert not [d for d in everyone if d.startswith(("fleet:", f"{prefix}direct"))], everyone
+    for name in sent:
+        device = f"{prefix}{name}"
+        if device in quarantined:
+            assert quarantined[device]["status"] == "quarantined"
+            continue
+        readings = accepted.get(device, [])
+        if not readings:
+            assert device not in everyone, f"{name}: every input refused, yet the API lists it"
+            missing = httpx.get(f"{api}/devices/{device}", timeout=5)
+            assert missing.status_code == 404, f"{name}: {missing.status_code} {missing.text}"
+            continue
+        state = settled(device)
+        assert state["status"] in ("ok", "alerting", "silent"), (name, state)
+        seqs = {r["seq"] for r in readings}
+        names: list[str] = []
+        for r in sorted(readings, key=lambda r: r["seq"]):
+            names += [n for n in r["metrics"] if n not in names]
+        allowed = set(names[:64])  # score.max_metrics, in the order the names came
+        assert state["last_seq"] in seqs, (name, state["last_seq"], sorted(seqs))
+        assert set(state["last_values"]) <= allowed, (name, sorted(state["last_values"]))
+        sessions = httpx.get(f"{api}/devices/{device}/sessions", timeout=5).json()["data"]
+        counted = sum(s["readings"] for s in sessions)
+        assert 0 < counted <= len(seqs), f"{name}: {counted} readings in sessions of {len(seqs)}"
+    storm = settled(f"{prefix}dupstorm")
+    assert storm["last_seq"] == 7
+    storm_sessions = httpx.get(f"{api}/devices/{prefix}dupstorm/sessions", timeout=5).json()
+    assert [s["readings"] for s in storm_sessions["data"]] == [1]  # 30 copies, one reading
 
 
 def _event(e: dict[str, Any]) -> tuple[Any, ...]:

@@ -25,6 +25,7 @@ from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
 from tests.integration.conftest import Isolated, fleetwatch
+from tests.integration.processes import alive, batch_ids, children
 from tests.polling import wait_until
 
 logger = logging.getLogger(__name__)
@@ -58,31 +59,6 @@ def produce(producer: Producer, topic: str, devices: list[str], seqs: range) -> 
             value = json.dumps(record(device, seq)).encode()
             producer.produce(topic, value, key=device.encode(), timestamp=T0 + seq * 1000)
     producer.flush(30)
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def batch_ids(folder: Path) -> list[int]:
-    return sorted(int(p.name) for p in folder.glob("[0-9]*"))
 
 
 def planned_offsets(checkpoint: Path, topic: str, batch: int) -> dict[int, int]:

@@ -1,7 +1,8 @@
 """The trainer's Spark plan as a real stream (file source, availableNow) on local Spark, through
 its own ``foreachBatch`` publisher with the Kafka write replaced by a list (Spark's memory sink
 cannot restart from a checkpoint in append mode): per-device parameters with increasing
-versions across batches, and a restart on the same checkpoint that publishes no old version."""
+versions across batches, a restart on the same checkpoint that publishes no old version, and a
+device silent for ``expire_after`` forgotten with a tombstone."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from fleetwatch.streaming.trainer.processor import readings_frame, updates_frame
 from fleetwatch.streaming.trainer.publisher import BatchPublisher
 
 MINUTE_MS = 60_000
+EXPIRE_MS = 30 * 24 * 60 * MINUTE_MS
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +60,24 @@ class Collecting(BatchPublisher):
 
     def __init__(self, observer: Recorder) -> None:
         super().__init__(Settings(), observer)
-        self.records: list[tuple[str, dict[str, Any]]] = []
+        self.records: list[tuple[str, dict[str, Any] | None]] = []
 
     def write(self, records: Any) -> None:
-        self.records += [(r["key"], json.loads(r["value"])) for r in records.collect()]
+        self.records += [
+            (r["key"], None if r["value"] is None else json.loads(r["value"]))
+            for r in records.collect()
+        ]
 
 
 def train_once(
     spark: Any, source: Path, checkpoint: Path
-) -> tuple[list[tuple[str, dict[str, Any]]], Recorder]:
-    """One availableNow run of the plan on ``checkpoint``: the records it published."""
+) -> tuple[list[tuple[str, dict[str, Any] | None]], Recorder]:
+    """One availableNow run of the plan on ``checkpoint``: the records it published (a
+    tombstone's value ``None``)."""
     observer = Recorder()
     publisher = Collecting(observer)
-    updates = updates_frame(readings_frame(spark.readStream.text(str(source)), "10 minutes"))
+    readings = readings_frame(spark.readStream.text(str(source)), "10 minutes")
+    updates = updates_frame(readings, EXPIRE_MS)
     query = (
         updates.writeStream.foreachBatch(publisher)
         .option("checkpointLocation", str(checkpoint))
@@ -95,20 +102,22 @@ def test_versions_increase_per_device_and_a_restart_republishes_nothing(
     write(source, "part-0.txt", first + first[:5])  # repeats are learned once
 
     one, observed = train_once(spark, source, checkpoint)
-    assert [(key, r["device_id"], r["version"]) for key, r in one] == [
+    assert [(key, r and r["device_id"], r and r["version"]) for key, r in one] == [
         ("d1", "d1", 1),
         ("d22", "d22", 1),
     ]
     expected = learn_device(None, long_form(records("d1", range(40))))
     assert expected is not None
+    assert one[0][1] is not None
     assert one[0][1]["params"] == json.loads(expected)
     assert observed.batches == [(0, 2, first[0]["event_ms"], first[39]["event_ms"])]
 
     # a restart on the same checkpoint with one new file: only d1 learned more, as version 2
     write(source, "part-1.txt", records("d1", range(40, 60), seed=1))
     two, observed = train_once(spark, source, checkpoint)
-    assert [(key, r["version"]) for key, r in two] == [("d1", 2)]
+    assert [(key, r and r["version"]) for key, r in two] == [("d1", 2)]
     record = two[0][1]
+    assert record is not None
     assert record["trained_from_ms"] == first[0]["event_ms"]
     assert record["trained_to_ms"] == 1_700_000_000_000 + 59 * MINUTE_MS
     incremental = learn_device(expected, long_form(records("d1", range(40, 60), seed=1)))
@@ -119,6 +128,31 @@ def test_versions_increase_per_device_and_a_restart_republishes_nothing(
     # and a restart with nothing new publishes nothing
     three, _ = train_once(spark, source, checkpoint)
     assert three == []
+
+
+def test_a_device_silent_for_expire_after_is_forgotten_with_a_tombstone(
+    spark: Any, tmp_path: Path
+) -> None:
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    write(source, "part-0.txt", records("quiet", range(20)) + records("busy", range(20)))
+    one, _ = train_once(spark, source, checkpoint)
+    assert [(key, r is not None) for key, r in one] == [("busy", True), ("quiet", True)]
+
+    # "busy" reports again past quiet's expiry; the watermark passes it, and quiet is forgotten
+    later = EXPIRE_MS // MINUTE_MS + 30
+    write(source, "part-1.txt", records("busy", range(later, later + 20), seed=2))
+    two, observed = train_once(spark, source, checkpoint)
+    assert sorted((key, None if r is None else r["version"]) for key, r in two) == [
+        ("busy", 2),
+        ("quiet", None),
+    ]
+    assert [b[1] for b in observed.batches] == [1]  # the tombstone is not a device updated
+
+    # quiet back: afresh, at version 1
+    write(source, "part-2.txt", records("quiet", range(later + 20, later + 40), seed=3))
+    three, _ = train_once(spark, source, checkpoint)
+    assert [(key, r["version"] if r else None) for key, r in three] == [("quiet", 1)]
 
 
 def long_form(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -65,6 +65,14 @@ class Batch:
     acks: list[AckRecord] = field(default_factory=list)
     models: list[ModelRecord] = field(default_factory=list)
     readings: list[TelemetryRecord] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+    """Devices whose parameters the trainer withdrew (a tombstone on ``model.params``: it
+    forgot them); :attr:`models` holds only their records after it."""
+
+    def forget_model(self, device_id: str) -> None:
+        """A tombstone: the device's model row goes, and its records before it in the poll."""
+        self.models = [m for m in self.models if m.device_id != device_id]
+        self.forgotten.append(device_id)
 
     def __len__(self) -> int:
         return sum(
@@ -74,6 +82,7 @@ class Batch:
                 self.states,
                 self.sessions,
                 self.acks,
+                self.forgotten,
                 self.models,
                 self.readings,
             )
@@ -82,7 +91,8 @@ class Batch:
     def each(self) -> Iterator[tuple[str, Batch]]:
         """Every record on its own, as ``(kind, one-record batch)``, in :func:`write`'s
         order of kinds (``kind`` is the field's name: ``alerts``, ``states``, …)."""
-        for kind in ("alerts", "states", "sessions", "models", "readings", "acks"):
+        kinds = ("alerts", "states", "sessions", "forgotten", "models", "readings", "acks")
+        for kind in kinds:
             for record in getattr(self, kind):
                 yield kind, Batch(**{kind: [record]})
 
@@ -100,6 +110,7 @@ def write(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
     write_alerts(session, batch.alerts, now)
     _write_states(session, batch.states)
     _write_sessions(session, batch.sessions)
+    _forget_models(session, batch.forgotten)
     _write_models(session, batch.models)
     _write_readings(session, batch.readings)
     return _write_acks(session, batch.acks, now)
@@ -255,6 +266,13 @@ def _write_sessions(session: Session, sessions: list[DeviceSession]) -> None:
         update=["end_ms", "readings", "last_seq", "end_reason"],
         when=lambda t, x: or_(t.readings <= x.readings, x.end_reason.is_not(None)),
     )
+
+
+def _forget_models(session: Session, device_ids: list[str]) -> None:
+    """The trainer forgot these devices: their model rows go (their versions start again)."""
+    if device_ids:
+        rows = _t(ModelRow)
+        session.execute(delete(rows).where(rows.c.device_id.in_(sorted(set(device_ids)))))
 
 
 def _write_models(session: Session, models: list[ModelRecord]) -> None:

@@ -16,6 +16,9 @@ Per batch (:func:`score_bucket`):
    parameters — parsed once per version and worker
    (:data:`~fleetwatch.streaming.scorer.detectors.CACHE`), read back from the store on a miss —
    and its event-time timer is armed (:func:`~fleetwatch.streaming.scorer.device_step.wants_timer`).
+   A tombstone (the trainer forgot the device, :mod:`fleetwatch.streaming.trainer.expiry`)
+   drops its parameters first: it is scored by the baseline until the trainer publishes again,
+   from version 1.
 
 When the bucket's timer fires, :func:`expire_bucket` lets the devices that are due fall silent;
 :func:`arm_timer` says which timer to register next (the earliest device's).
@@ -131,29 +134,37 @@ class BucketBatch:
     """Device id → the values of its quarantine-lift records (``quarantine:{device_id}``)."""
     sources: Mapping[str, list[Record]] = field(default_factory=dict)
     """Device id → its ``telemetry.raw`` records in the batch (what a dead letter carries)."""
+    forgets: frozenset[str] = frozenset()
+    """Devices whose parameters the trainer withdrew (a tombstone: it forgot them); their
+    records in :attr:`params` are those after the tombstone."""
 
     @classmethod
     def of(
         cls,
         readings: Mapping[str, Rows],
-        records: Iterable[tuple[str, str]] = (),
+        records: Iterable[tuple[str, str | None]] = (),
         sources: Mapping[str, list[Record]] | None = None,
     ) -> BucketBatch:
-        """``records``: ``model.params`` records as (key, value): a device's parameters, a
-        champion's or a quarantine lift."""
+        """``records``: ``model.params`` records as (key, value), in offset order: a device's
+        parameters or its tombstone (value ``None``), a champion's or a quarantine lift."""
         params: dict[str, list[str]] = {}
         champions: dict[str, list[str]] = {}
         lifts: dict[str, list[str]] = {}
+        forgets: set[str] = set()
         for key, value in records:
             scope = fleet_scope(key)
             lifted = quarantine.lifted_device(key)
-            if scope is not None:
+            if value is None:
+                if scope is None and lifted is None:
+                    forgets.add(key)
+                    params[key] = []  # what came before the tombstone is withdrawn
+            elif scope is not None:
                 champions.setdefault(scope, []).append(value)
             elif lifted is not None:
                 lifts.setdefault(lifted, []).append(value)
             else:
                 params.setdefault(key, []).append(value)
-        return cls(readings, params, champions, lifts, sources or {})
+        return cls(readings, params, champions, lifts, sources or {}, frozenset(forgets))
 
 
 @dataclass
@@ -206,6 +217,11 @@ def score_bucket(
         lifts = batch.lifts.get(device_id)
         if state is not None and lifts:
             _lift(device_id, state, lifts, now_ms, out)
+        if device_id in batch.forgets:
+            store.forget(device_id)  # the trainer forgot it: scored by the baseline again
+            CACHE.drop(device_id)
+            if state is not None:
+                state["params_version"] = 0
         version = 0 if state is None else int(state["params_version"])
         params_json: str | None = None
         updates = batch.params.get(device_id)

@@ -58,6 +58,10 @@ class DetectorCache:
         self._items.move_to_end(device_id)
         return item[1]
 
+    def drop(self, device_id: str) -> None:
+        """Forget the device's detector (its versions start again after a tombstone)."""
+        self._items.pop(device_id, None)
+
     def put(self, device_id: str, version: int, detector: Detector) -> None:
         self._items[device_id] = (version, detector)
         self._items.move_to_end(device_id)

@@ -126,9 +126,9 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         F.lit("p").alias("src"),
         F.lit(None).cast("string").alias("reading"),
         F.col("value").cast("string").alias("params"),
-        F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("long").alias("offset"),
-    ).where(F.col("device_id").isNotNull() & F.col("params").isNotNull())
+        "partition",
+        "offset",
+    ).where(F.col("device_id").isNotNull())
     return readings.unionByName(updates)
 
 

@@ -161,10 +161,14 @@ def score_rows(
     """A bucket's micro-batch: the operator's input rows (``src``: ``r`` a reading, ``p`` a
     ``model.params`` record) → its output rows; ``bucket`` (stored as ``saved``) moves on."""
     is_params = (frame["src"] == "p").to_numpy()
-    params: list[tuple[str, str]] = []
+    params: list[tuple[str, str | None]] = []
     if is_params.any():
-        keys, values = frame.loc[is_params, "device_id"], frame.loc[is_params, "params"]
-        params = [(str(k), str(v)) for k, v in zip(keys, values, strict=True)]
+        records = frame.loc[is_params].sort_values("offset", kind="stable")
+        keys, values = records["device_id"], records["params"]
+        params = [
+            (str(k), None if v is None or v != v else str(v))  # NaN: a tombstone
+            for k, v in zip(keys, values, strict=True)
+        ]
         frame = frame.loc[~is_params]
     sources = zip(
         frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),

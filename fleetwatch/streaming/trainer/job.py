@@ -9,11 +9,13 @@ Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device
   (:mod:`fleetwatch.streaming.trainer.packing`: the processor's cost is per row it is handed)
   and grouped by bucket of devices
   (:mod:`fleetwatch.streaming.trainer.bucket_state`: its cost is also per key) into
-  ``transformWithStateInPandas`` (time mode "None");
+  ``transformWithStateInPandas`` (time mode "EventTime", the readings' watermark);
 - per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
   state store. Each device's readings of the micro-batch are learned on top of its parameters
   (never refitted from history) and a row is emitted for each device whose parameters changed;
-  ``version`` goes up by one per batch learned. A Python worker keeps the detectors of the
+  ``version`` goes up by one per batch learned. A device silent for ``score.expire_after_s``
+  of event time is forgotten by the bucket's timer, with a tombstone on ``model.params``
+  (:mod:`~fleetwatch.streaming.trainer.expiry`). A Python worker keeps the detectors of the
   buckets it wrote last (:class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets`), so a
   bucket whose state is still that value is not read back from its text;
 - the rows are written to ``model.params`` (key = device id, value
@@ -74,8 +76,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 2
-"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint)."""
+PLAN_VERSION = 3
+"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint). 3: an
+event-time timer per bucket and when each device was last heard (state expiry)."""
 
 JOB = "train"
 ARROW_BATCH_ROWS = 200_000
@@ -111,18 +114,20 @@ def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataF
 
 
 def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
-    """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), read once as a batch."""
+    """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), tombstones included,
+    read once as a batch."""
     from pyspark.sql import functions as F
 
     from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 
     return (
         kafka_table(spark, settings, settings.topics.model_params)
-        .where(F.col("key").isNotNull() & F.col("value").isNotNull())
+        .where(F.col("key").isNotNull())
         .where(~F.col("key").cast("string").startswith(FLEET_KEY_PREFIX))  # champions' records
         .select(
             F.col("key").cast("string").alias("device_id"),
             F.col("value").cast("string").alias("value"),
+            F.col("offset"),
         )
     )
 
@@ -215,7 +220,8 @@ def start(
     readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)
-    updates = updates_frame(readings, published_params(spark, settings))
+    expire_after_ms = settings.score.expire_after_s * 1000
+    updates = updates_frame(readings, expire_after_ms, published_params(spark, settings))
     publisher = BatchPublisher(settings, observer)
     writer = (
         updates.writeStream.queryName(f"fleetwatch-{JOB}")

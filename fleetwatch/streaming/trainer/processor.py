@@ -2,7 +2,8 @@
 (:mod:`~fleetwatch.streaming.trainer.packing`), grouped by bucket of devices
 (:mod:`~fleetwatch.streaming.trainer.bucket_state`), each device learning its readings on top of
 its parameters (:func:`~fleetwatch.streaming.trainer.learning.learn_update`), one row per device
-whose parameters changed."""
+whose parameters changed; a device silent for ``score.expire_after_s`` of event time is
+forgotten, one tombstone row (no value) each (:mod:`~fleetwatch.streaming.trainer.expiry`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ from fleetwatch.streaming.trainer.bucket_state import (
     encode,
     merge_newer,
 )
+from fleetwatch.streaming.trainer.expiry import (
+    Seen,
+    arm_timer,
+    decode_seen,
+    encode_seen,
+    forget_due,
+    note,
+)
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
@@ -44,9 +53,11 @@ UPDATE_SCHEMA = (
     "device_id STRING, version BIGINT, batch_from_ms BIGINT, batch_to_ms BIGINT, value STRING"
 )
 """What the per-device processor emits for a device whose parameters changed: the record value
-for ``model.params`` and the event-time range of the readings it learned in this batch."""
+for ``model.params`` and the event-time range of the readings it learned in this batch. A
+forgotten device's row has only its ``device_id``: a tombstone."""
 UPDATE_COLUMNS = ("device_id", "version", "batch_from_ms", "batch_to_ms", "value")
-SEED_SCHEMA = "device_id STRING, value STRING"
+SEED_SCHEMA = "device_id STRING, value STRING, offset BIGINT"
+"""``model.params`` records of devices (``value`` null: a tombstone), in offset order per key."""
 _WARM = WarmBuckets()
 
 
@@ -88,52 +99,114 @@ def warm_buckets() -> WarmBuckets:
     return _WARM
 
 
-def _bucket_trainer() -> Any:
+def _bucket_trainer(expire_after_ms: int) -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
+        ExpiredTimerInfo,
         StatefulProcessor,
         StatefulProcessorHandle,
         TimerValues,
     )
     from pyspark.sql.types import StringType, StructField, StructType
 
-    state_schema = StructType([StructField("params", StringType(), False)])
+    state_schema = StructType(
+        [StructField("params", StringType(), False), StructField("seen", StringType(), False)]
+    )
 
     class BucketTrainer(StatefulProcessor):
-        """Per bucket of devices: their parameters in one ``ValueState``; each device with
-        readings learns them; the updates are emitted together."""
+        """Per bucket of devices: their parameters and when each was last heard in one
+        ``ValueState``; each device with readings learns them; the updates are emitted
+        together. The bucket's event-time timer forgets the devices silent for
+        ``expire_after_ms``."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
+            self.handle = handle
             self.params = handle.getValueState("params", state_schema)
+
+        def _stored(self) -> tuple[str | None, Seen]:
+            held = self.params.get()
+            if held is None:
+                return None, decode_seen(None)
+            return str(held[0]), decode_seen(str(held[1]))
+
+        def _save(self, value: str, seen: Seen) -> None:
+            due = arm_timer(seen, expire_after_ms)
+            if due is not None:
+                self.handle.registerTimer(due)
+            self.params.update((value, encode_seen(seen)))
 
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            stored = None if (held := self.params.get()) is None else str(held[0])
+            stored, seen = self._stored()
             warm = warm_buckets()
             bucket = warm.take(key, stored)
-            updates = learn_bucket(bucket.texts, per_device(rows), bucket.detectors)
-            if updates.empty:
-                if stored is not None:
-                    warm.keep(key, stored, bucket)
-                return
-            value = encode(bucket.texts)
-            self.params.update((value,))
+            batches = list(per_device(rows))
+            note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
+            updates = learn_bucket(bucket.texts, batches, bucket.detectors)
+            value = stored if updates.empty and stored is not None else encode(bucket.texts)
+            self._save(value, seen)
             warm.keep(key, value, bucket)
-            yield updates
+            if not updates.empty:
+                yield updates
+
+        def handleExpiredTimer(
+            self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+        ) -> Iterator[pd.DataFrame]:
+            stored, seen = self._stored()
+            warm = warm_buckets()
+            bucket = warm.take(key, stored)
+            watermark = timerValues.getCurrentWatermarkInMs()
+            gone = forget_due(bucket.texts, seen, watermark, expire_after_ms)
+            for device_id in gone:
+                bucket.detectors.pop(device_id, None)
+            value = encode(bucket.texts) if gone or stored is None else stored
+            self._save(value, seen)
+            warm.keep(key, value, bucket)
+            if gone:
+                logger.info(
+                    "bucket %s: %d devices silent for expire_after forgotten", key, len(gone)
+                )
+                yield tombstones(gone)
 
         def handleInitialState(
             self, key: tuple[int], initialState: Any, timerValues: TimerValues
         ) -> None:
-            stored = self.params.get()
-            bucket = decode(None if stored is None else str(stored[0]))
+            stored, seen = self._stored()
+            bucket = decode(stored)
             merge_newer(bucket, seeds(initialState))
-            self.params.update((encode(bucket),))
+            note(seen, last_heard(bucket))
+            self._save(encode(bucket), seen)
 
         def close(self) -> None:
             return None
 
     return BucketTrainer()
+
+
+def tombstones(devices: Iterable[str]) -> pd.DataFrame:
+    """One row (:data:`UPDATE_SCHEMA`) per forgotten device: its id, nothing else."""
+    ids = list(devices)
+    missing = pd.array([None] * len(ids), dtype="Int64")
+    return pd.DataFrame(
+        {
+            "device_id": ids,
+            "version": missing,
+            "batch_from_ms": missing,
+            "batch_to_ms": missing,
+            "value": pd.Series([None] * len(ids), dtype=object),
+        },
+        columns=list(UPDATE_COLUMNS),
+    )
+
+
+def last_heard(bucket: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """Seeded devices, each with the newest event time its parameters learned (what the trainer
+    last heard of it before its checkpoint was new)."""
+    for device_id, text in bucket.items():
+        trained_to = params.loads(text).get("trained_to_ms")
+        if trained_to is not None:
+            yield device_id, int(trained_to)
 
 
 def learn_bucket(
@@ -184,18 +257,25 @@ def learn_bucket(
 
 def seeds(records: pd.DataFrame) -> Iterator[tuple[str, str]]:
     """``(device_id, parameters)`` of the highest version per device among ``model.params``
-    rows (:data:`SEED_SCHEMA`)."""
+    rows (:data:`SEED_SCHEMA`) after the device's last tombstone (a device forgotten, and
+    not heard again since, is not seeded)."""
+    if "offset" in records.columns:
+        records = records.sort_values("offset", kind="stable")
     for device_id, values in records.groupby("device_id", sort=False)["value"]:
         latest = latest_params(str(device_id), values)
         if latest is not None:
             yield str(device_id), latest
 
 
-def latest_params(device_id: str, values: Iterable[str]) -> str | None:
-    """The parameters of the highest version among ``model.params`` record values (records
-    that are not a device's parameters are logged and skipped)."""
+def latest_params(device_id: str, values: Iterable[str | None]) -> str | None:
+    """The parameters of the highest version among ``model.params`` record values in offset
+    order, after the last tombstone (``None``: the device was forgotten) — records that are not
+    a device's parameters are logged and skipped."""
     best: tuple[int, dict[str, Any]] | None = None
     for value in values:
+        if value is None or (isinstance(value, float) and value != value):  # pandas' NaN
+            best = None  # a tombstone: what came before it is forgotten
+            continue
         try:
             record = model_params.decode(value)
         except ParamsRecordError as exc:
@@ -209,10 +289,13 @@ def latest_params(device_id: str, values: Iterable[str]) -> str | None:
     return None if best is None else params.dumps(best[1])
 
 
-def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFrame:
-    """Readings (:func:`readings_frame`) → one row per device whose parameters changed
-    (:data:`UPDATE_SCHEMA`). ``seed`` (:data:`SEED_SCHEMA`, ``model.params`` record values)
-    initialises the state of a fresh checkpoint."""
+def updates_frame(
+    readings: DataFrame, expire_after_ms: int, seed: DataFrame | None = None
+) -> DataFrame:
+    """Readings (:func:`readings_frame`) → one row per device whose parameters changed, and a
+    tombstone row per device forgotten after ``expire_after_ms`` of event-time silence
+    (:data:`UPDATE_SCHEMA`; the watermark is the readings'). ``seed`` (:data:`SEED_SCHEMA`,
+    ``model.params`` record values) initialises the state of a fresh checkpoint."""
     packed = readings.select(*READING_COLUMNS).mapInArrow(pack_batches, PACKED_SCHEMA)
     bucketed = packed.withColumn("bucket", bucket_of(packed["device_id"], BUCKETS))
     initial = None
@@ -220,9 +303,9 @@ def updates_frame(readings: DataFrame, seed: DataFrame | None = None) -> DataFra
         seeded = seed.withColumn("bucket", bucket_of(seed["device_id"], BUCKETS))
         initial = seeded.groupBy("bucket")
     return bucketed.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=_bucket_trainer(),
+        statefulProcessor=_bucket_trainer(expire_after_ms),
         outputStructType=UPDATE_SCHEMA,
         outputMode="Append",
-        timeMode="None",
+        timeMode="EventTime",
         initialState=initial,
     )

@@ -43,7 +43,8 @@ class BatchPublisher:
             return self.last_batch
 
     def write(self, records: DataFrame) -> None:
-        """Write ``key, value`` rows to ``model.params`` (a batch Kafka write)."""
+        """Write ``key, value`` rows to ``model.params`` (a batch Kafka write; a null value is a
+        tombstone)."""
         (records.write.format("kafka").options(**self.kafka).option("topic", self.topic).save())
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
@@ -60,16 +61,27 @@ class BatchPublisher:
         updates.persist()
         try:
             summary = updates.agg(
-                F.count("*").alias("n"),
+                F.count("*").alias("rows"),
+                F.count("value").alias("n"),
                 F.min("batch_from_ms").alias("lo"),
                 F.max("batch_to_ms").alias("hi"),
             ).first()
-            if summary is None or not summary["n"]:
+            if summary is None or not summary["rows"]:
                 return
             self.write(updates.select(F.col("device_id").alias("key"), "value"))
         finally:
             updates.unpersist()
-        n, lo, hi = int(summary["n"]), int(summary["lo"]), int(summary["hi"])
+        n, forgotten = int(summary["n"]), int(summary["rows"]) - int(summary["n"])
+        if forgotten:
+            logger.info(
+                "batch %d: %d devices silent for score.expire_after_s forgotten (tombstones on %s)",
+                batch_id,
+                forgotten,
+                self.topic,
+            )
+        if not n:
+            return
+        lo, hi = int(summary["lo"]), int(summary["hi"])
         logger.info("batch %d: parameters of %d devices published to %s", batch_id, n, self.topic)
         try:
             self.observer.on_batch(batch_id, n, lo, hi)
