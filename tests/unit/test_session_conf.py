@@ -85,3 +85,13 @@ def test_the_jvms_get_the_java_options_of_the_settings() -> None:
     assert conf["spark.executor.extraJavaOptions"] == "-XX:G1HeapRegionSize=4m"
     unset = session_conf(Settings(spark=SparkSettings(java_options="")))
     assert "spark.driver.extraJavaOptions" not in unset
+
+
+def test_the_scoring_query_runs_without_code_generation_unless_asked() -> None:
+    from fleetwatch.contracts.settings import ScoreSettings
+    from fleetwatch.streaming.scorer.job import query_confs
+
+    off = query_confs(Settings())
+    assert off["spark.sql.codegen.wholeStage"] == "false"
+    assert off["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+    assert query_confs(Settings(score=ScoreSettings(code_generation=True))) == {}

@@ -161,8 +161,21 @@ def kafka_rows(out: DataFrame) -> DataFrame:
     return out.select("topic", "key", "value", headers.alias("headers"))
 
 
-def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
+CODE_GENERATION_OFF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+"""The SQL confs of :attr:`~fleetwatch.contracts.settings.ScoreSettings.code_generation` off."""
 
+
+def query_confs(settings: Settings) -> dict[str, str]:
+    """The SQL confs the scoring query starts with, beyond the session's."""
+    return {} if settings.score.code_generation else dict(CODE_GENERATION_OFF)
+
+
+def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
+    for key, value in query_confs(settings).items():
+        spark.conf.set(key, value)  # the query takes the session's confs as it starts
     topics = settings.topics
     raw = kafka_stream(
         spark,
