@@ -22,7 +22,8 @@ import numpy as np
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import topic_specs
-from fleetwatch.stack.credentials import Credentials, log_in, login
+from fleetwatch.mqtt_config import configure
+from fleetwatch.stack.credentials import Credentials, login
 from fleetwatch.stack.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def isolated_env(
     settings: Settings, tag: str, run_dir: Path
 ) -> tuple[TopicSettings, dict[str, str]]:
     topics = TopicSettings(**{k: f"{v}.b{tag}" for k, v in TopicSettings().model_dump().items()})
-    ensure_topics(settings.kafka.bootstrap_servers, topic_specs(topics), settings.kafka.partitions)
+    ensure_topics(settings.kafka, topic_specs(topics), settings.kafka.partitions)
     env = dict(os.environ)
     env.update({f"FLEETWATCH_TOPICS__{k.upper()}": v for k, v in topics.model_dump().items()})
     env.update(
@@ -172,7 +173,7 @@ def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
 
     client_id = worker_client_id(env["FLEETWATCH_GATEWAY__CLIENT_ID"], 0)
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-    log_in(client, login(settings, "gateway"))
+    configure(client, login(settings, "gateway"))
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = 0
     connected: list[bool] = []

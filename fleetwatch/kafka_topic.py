@@ -9,12 +9,15 @@ from collections.abc import Iterator
 
 from confluent_kafka import Consumer, TopicPartition
 
+from fleetwatch.contracts.settings import KafkaSettings
+from fleetwatch.kafka_config import client_config
+
 POLL_S = 0.5
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
     """Partition → the offset the next record of ``topic`` will get (its high watermark)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fleetwatch-end-offsets"})
+    consumer = Consumer(client_config(kafka, {"group.id": "fleetwatch-end-offsets"}))
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         return {
@@ -26,7 +29,7 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def read_to_end(
-    bootstrap: str, topic: str, group_id: str, timeout_s: float = 30.0
+    kafka: KafkaSettings, topic: str, group_id: str, timeout_s: float = 30.0
 ) -> Iterator[tuple[bytes | None, bytes | None]]:
     """``(key, value)`` of every record of ``topic`` up to the end each partition has now, in
     offset order per partition; records appended meanwhile are left out.
@@ -36,13 +39,15 @@ def read_to_end(
     comes for ``timeout_s`` while a partition is still unread.
     """
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "log_level": 3,
-        }
+        client_config(
+            kafka,
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "log_level": 3,
+            },
+        )
     )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)

@@ -42,7 +42,8 @@ from bench.common import free_port, now_ms, private_stack_settings, rss_mb, tree
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets
-from fleetwatch.stack.credentials import log_in, login
+from fleetwatch.mqtt_config import configure
+from fleetwatch.stack.credentials import login
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 
@@ -70,7 +71,7 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
     )
     client.max_inflight_messages_set(2000)
     client.max_queued_messages_set(0)
-    log_in(client, login(settings, "sim"))
+    configure(client, login(settings, "sim"))
     client.connect(settings.mqtt.host, settings.mqtt.port)
     client.loop_start()
     started = time.monotonic()
@@ -88,9 +89,7 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
 
 def raw_count(settings: Settings) -> int:
     """Records on ``telemetry.raw`` so far."""
-    return sum(
-        end_offsets(settings.kafka.bootstrap_servers, settings.topics.telemetry_raw).values()
-    )
+    return sum(end_offsets(settings.kafka, settings.topics.telemetry_raw).values())
 
 
 def wait_for(probe, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
@@ -117,7 +116,7 @@ def baseline(settings: Settings) -> tuple[float, float]:
     def connect(clean: bool) -> mqtt.Client:
         sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-sub", protocol=mqtt.MQTTv5)
         sub.on_message = on_message
-        log_in(sub, login(settings, "gateway"))
+        configure(sub, login(settings, "gateway"))
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = 3600
         sub.connect(settings.mqtt.host, settings.mqtt.port, clean_start=clean, properties=props)

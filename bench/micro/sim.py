@@ -32,10 +32,11 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import MqttSettings, Settings
+from fleetwatch.mqtt_config import configure
 from fleetwatch.simulator.publisher import Links
 from fleetwatch.simulator.runner import Totals, run
 from fleetwatch.simulator.scenario import Scenario
-from fleetwatch.stack.credentials import log_in, login
+from fleetwatch.stack.credentials import login
 
 DEVICES = 10_000
 RATE = 6.0  # per device: 60,000 readings/s asked for
@@ -45,7 +46,7 @@ WORKERS = int(os.environ.get("BENCH_SIM_WORKERS", "2"))
 
 def baseline(settings: MqttSettings, n: int = 200_000) -> float:
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
-    log_in(client, settings)
+    configure(client, settings)
     client.connect(settings.host, settings.port)
     payload = b'{"v":1,"seq":1,"ts":1763750000000,"sent":1763750000005,"metrics":{"t":21.345}}'
     topics = [f"bench-{uuid.uuid4().hex[:6]}/dev-{i:04d}/telemetry" for i in range(1000)]
@@ -91,7 +92,7 @@ class _PahoLinks:
         self.client.max_inflight_messages_set(1000)
         self.acked = 0
         self.client.on_publish = lambda *_: setattr(self, "acked", self.acked + 1)
-        log_in(self.client, settings)
+        configure(self.client, settings)
         self.client.connect(settings.host, settings.port)
 
     def publish_all(self, messages: list[tuple[str, bytes]], qos: int) -> None:

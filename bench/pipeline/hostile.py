@@ -52,13 +52,15 @@ from bench.common import (
     wait,
 )
 from bench.pipeline.under_load import Probes, Watch, probe_prefix
-from fleetwatch.contracts.settings import Settings, TopicSettings
+from fleetwatch.contracts.settings import KafkaSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
+from fleetwatch.mqtt_config import configure
 from fleetwatch.simulator import hostile
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
-from fleetwatch.stack.credentials import log_in, login
+from fleetwatch.stack.credentials import login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
@@ -78,10 +80,10 @@ class Hostile(threading.Thread):
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id=f"hostile-{tag}", protocol=mqtt.MQTTv5
         )
-        log_in(self.client, login(settings, "sim"))
+        configure(self.client, login(settings, "sim"))
         self.client.connect(settings.mqtt.host, settings.mqtt.port)
         self.client.loop_start()
-        self.producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+        self.producer = Producer(client_config(settings.kafka))
         self.root, self.topics, self.prefix = root, topics, f"h{tag}-"
         self.sent: Counter[str] = Counter()
         self.raw_sent = 0
@@ -106,12 +108,10 @@ class Hostile(threading.Thread):
         self.client.disconnect()
 
 
-def read_topic(bootstrap: str, topic: str) -> list[Any]:
+def read_topic(kafka: KafkaSettings, topic: str) -> list[Any]:
     """Every record of ``topic`` up to its current end."""
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}"}
-    )
+    ends = end_offsets(kafka, topic)
+    consumer = Consumer(client_config(kafka, {"group.id": f"bench-{uuid.uuid4().hex[:8]}"}))
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     left = {p for p, end in ends.items() if end > 0}
     out: list[Any] = []
@@ -131,12 +131,12 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-hostile-"))
     topics, env = isolated_env(settings, tag, run_dir)
     root = f"b{tag}/devices"
-    bootstrap = settings.kafka.bootstrap_servers
+    kafka = settings.kafka
     stages = {
         "gateway": stage(env, run_dir, "gateway", "gateway"),
         "score": stage(env, run_dir, "score", "score"),
     }
-    alerts = Watch(bootstrap, topics.alerts, probe_prefix(tag), only_open=True)
+    alerts = Watch(kafka, topics.alerts, probe_prefix(tag), only_open=True)
     out: dict[str, Any] = {}
     try:
         checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
@@ -165,7 +165,7 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
             attacker.join(30)
         probes.join(30)
         time.sleep(2)
-        ends = end_offsets(bootstrap, topics.telemetry_raw)
+        ends = end_offsets(kafka, topics.telemetry_raw)
         wait(
             lambda: all(
                 (committed_offsets(checkpoint, topics.telemetry_raw) or {}).get(p, 0) >= e
@@ -181,7 +181,7 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         out["p50_ms"] = percentile(lat, 50)
         out["spikes_without_alert"] = len(sent_spikes) - len(lat)
         out["stage_restarts"] = sum(1 for p in stages.values() if p.poll() is not None)
-        raw = read_topic(bootstrap, topics.telemetry_raw)
+        raw = read_topic(kafka, topics.telemetry_raw)
         normal_keys = (f"n{tag}".encode(), probe_prefix(tag).encode())
         normal = [m for m in raw if (m.key() or b"").startswith(normal_keys)]
         seen = {(m.key(), json.loads(m.value())["seq"]) for m in normal}
@@ -189,7 +189,7 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         out["lost"] = published - len(seen)
         out["normal_readings"] = published
         if attacker is not None:
-            out |= account(attacker, raw, read_topic(bootstrap, topics.telemetry_deadletter))
+            out |= account(attacker, raw, read_topic(kafka, topics.telemetry_deadletter))
             out["normal_alerts_identical"] = replayed_alike(
                 settings, env, topics, normal, (f"n{tag}", probe_prefix(tag)), started
             )
@@ -200,7 +200,7 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         for p in stages.values():
             p.wait(120)
         end_gateway_session(settings, env)
-        delete_topics(bootstrap, topics.model_dump().values())
+        delete_topics(kafka, topics.model_dump().values())
     return out
 
 
@@ -233,10 +233,10 @@ def replayed_alike(
     started: int,
 ) -> bool:
     """Whether a replay of the normal fleet's readings alone gives the live alerts of it."""
-    bootstrap = settings.kafka.bootstrap_servers
+    kafka = settings.kafka
     alone, replayed = f"{topics.telemetry_raw}.alone", f"{topics.alerts}.alone"
-    ensure_topics(bootstrap, [TopicSpec(alone, "device_id"), TopicSpec(replayed, "device_id")], 1)
-    copy = Producer({"bootstrap.servers": bootstrap})
+    ensure_topics(kafka, [TopicSpec(alone, "device_id"), TopicSpec(replayed, "device_id")], 1)
+    copy = Producer(client_config(kafka))
     for m in normal:
         copy.produce(alone, m.value(), key=m.key(), timestamp=json.loads(m.value())["event_ms"])
     copy.flush(60)
@@ -264,7 +264,7 @@ def replayed_alike(
 
         def events(topic: str) -> set[tuple[Any, ...]]:
             out = set()
-            for m in read_topic(bootstrap, topic):
+            for m in read_topic(kafka, topic):
                 e = json.loads(m.value())
                 if e["device_id"].startswith(prefixes):
                     kept = {k: v for k, v in e.items() if k not in IGNORED}
@@ -275,7 +275,7 @@ def replayed_alike(
         print(f"normal alert events: live {len(live)}, replayed alone {len(again)}", flush=True)
         return live == again
     finally:
-        delete_topics(bootstrap, [alone, replayed])
+        delete_topics(kafka, [alone, replayed])
 
 
 def main() -> None:

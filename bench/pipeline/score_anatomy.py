@@ -47,7 +47,8 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import CpuShares, isolated_env, load_avg_1m, now_ms, percentile, percentiles
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, Settings
+from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.stack.topics import delete_topics
 
 DEVICES, PROBES, PROBE_SPIKE_EVERY = 1000, 20, 5
@@ -65,9 +66,9 @@ PHASES_MS = (
 class Load(threading.Thread):
     """``rate`` readings/s over DEVICES devices, plus the probes; spike produce times."""
 
-    def __init__(self, bootstrap: str, topic: str, linger_ms: int = 5) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, linger_ms: int = 5) -> None:
         super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+        self.producer = Producer(client_config(kafka, {"linger.ms": linger_ms}))
         self.topic = topic
         self.rate = 0.0
         self.sent: dict[tuple[str, int], int] = {}
@@ -123,15 +124,17 @@ class Load(threading.Thread):
 
 
 class Alerts(threading.Thread):
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"anatomy-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-            }
+            client_config(
+                kafka,
+                {
+                    "group.id": f"anatomy-{uuid.uuid4().hex[:8]}",
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 10,
+                },
+            )
         )
         self.consumer.subscribe([topic])
         self.opened: dict[tuple[str, int], int] = {}
@@ -235,7 +238,7 @@ def start(
         kafka_rows(out)
         .writeStream.format("kafka")
         .queryName("anatomy")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**spark_options(settings.kafka))
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=settings.score.trigger_interval)
     )
@@ -351,9 +354,9 @@ def main() -> None:
         spark.conf.set(k, v)
     kv_source = dict(kv.split("=", 1) for kv in args.source)
     kv_sink = dict(kv.split("=", 1) for kv in args.sink)
-    bootstrap = settings.kafka.bootstrap_servers
-    load = Load(bootstrap, topics.telemetry_raw)
-    alerts = Alerts(bootstrap, topics.alerts)
+    kafka = settings.kafka
+    load = Load(kafka, topics.telemetry_raw)
+    alerts = Alerts(kafka, topics.alerts)
     load.start()
     alerts.start()
     query = start(
@@ -409,7 +412,7 @@ def main() -> None:
         alerts.stop.set()
         query.stop()
         spark.stop()
-        delete_topics(bootstrap, topics.model_dump().values())
+        delete_topics(kafka, topics.model_dump().values())
     if args.out:
         Path(args.out).write_text(json.dumps(out))
     short_all = {

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import isolated_env, now_ms, percentiles, stage, wait
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.credentials import login
@@ -69,11 +70,13 @@ def main() -> None:
     drains = []
     for topic, sink in ((topics.telemetry_raw, ingest), (topics.alerts, alerts)):
         consumer = Consumer(
-            {
-                "bootstrap.servers": settings.kafka.bootstrap_servers,
-                "group.id": f"bench-{tag}-{topic}",
-                "auto.offset.reset": "earliest",
-            }
+            client_config(
+                settings.kafka,
+                {
+                    "group.id": f"bench-{tag}-{topic}",
+                    "auto.offset.reset": "earliest",
+                },
+            )
         )
         consumer.subscribe([topic])
         drains.append(threading.Thread(target=drain, args=(consumer, sink, stop)))
@@ -108,7 +111,7 @@ def main() -> None:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(60)
-        delete_topics(settings.kafka.bootstrap_servers, topics.model_dump().values())
+        delete_topics(settings.kafka, topics.model_dump().values())
         if not was_up:
             stack.down()
     figures = {

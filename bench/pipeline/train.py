@@ -62,8 +62,9 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import cpu_s, isolated_env, load_avg_1m, now_ms, percentile, tree, tree_rss_mb
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
+from fleetwatch.kafka_config import client_config
 from fleetwatch.stack.topics import delete_topics
 
 TEMPLATE = (
@@ -132,18 +133,20 @@ class PeakRss:
 class Fleet:
     """Sends rounds of readings; remembers each round's event times per device."""
 
-    def __init__(self, bootstrap: str, topic: str, devices: int) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, devices: int) -> None:
         self.topic = topic
         self.ids = [f"dev-{d:05d}" for d in range(devices)]
         self.phase = np.arange(devices, dtype=np.float64)
         self.rng = np.random.default_rng(0)
         self.rounds: list[np.ndarray] = []
         self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": 20,
-                "queue.buffering.max.messages": 1_000_000,
-            }
+            client_config(
+                kafka,
+                {
+                    "linger.ms": 20,
+                    "queue.buffering.max.messages": 1_000_000,
+                },
+            )
         )
 
     def send_round(self) -> None:
@@ -198,15 +201,17 @@ class Fleet:
 class ParamsWatch:
     """Reads ``model.params`` in a thread: (device, record timestamp ms, trained_to_ms)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
         self.records: list[tuple[str, int, int]] = []
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-train-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
+            client_config(
+                kafka,
+                {
+                    "group.id": f"bench-train-{uuid.uuid4().hex[:8]}",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                },
+            )
         )
         self.consumer.subscribe([topic])
         self._stop = threading.Event()
@@ -296,15 +301,15 @@ def main() -> None:
     parser.add_argument("--keep-log", type=Path, help="copy the trainer's log here")
     args = parser.parse_args()
     settings = Settings()
-    bootstrap = settings.kafka.bootstrap_servers
+    kafka = settings.kafka
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the topics below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-train-") as tmp:
         run_dir = Path(tmp)
         topics, env = isolated_env(settings, uuid.uuid4().hex[:8], run_dir)
         env["FLEETWATCH_TRAIN__TRACKING"] = "false"
         env["FLEETWATCH_TRAIN__TRIGGER_INTERVAL"] = args.trigger
-        fleet = Fleet(bootstrap, topics.telemetry_raw, args.devices)
-        watch = ParamsWatch(bootstrap, topics.model_params)
+        fleet = Fleet(kafka, topics.telemetry_raw, args.devices)
+        watch = ParamsWatch(kafka, topics.model_params)
         try:
             fleet.send_round()
             fleet.flush()
@@ -379,7 +384,7 @@ def main() -> None:
             )
         finally:
             watch._stop.set()
-            delete_topics(bootstrap, topics.model_dump().values())
+            delete_topics(kafka, topics.model_dump().values())
     figures = {
         "freshness_p50_s": percentile(fresh, 50, 2),
         "freshness_p95_s": percentile(fresh, 95, 2),

@@ -55,7 +55,8 @@ from bench.common import (
     wait,
 )
 from bench.pipeline.latency_anatomy import batches, decompose, gc_pauses
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
@@ -78,10 +79,10 @@ class Probes(threading.Thread):
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
 
-        from fleetwatch.stack.credentials import log_in, login
+        from fleetwatch.mqtt_config import configure
 
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"probe-{tag}")
-        log_in(self.client, login(settings, "sim"))
+        configure(self.client, login(settings, "sim"))
         self.client.connect(settings.mqtt.host, settings.mqtt.port)
         self.client.loop_start()
         self.root, self.tag = root, tag
@@ -119,15 +120,17 @@ class Watch(threading.Thread):
     """First arrival on a topic of each (device, seq) of the probe devices (records keyed by
     a device id starting with ``prefix``; others are not parsed)."""
 
-    def __init__(self, bootstrap: str, topic: str, prefix: str, only_open: bool) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, prefix: str, only_open: bool) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-            }
+            client_config(
+                kafka,
+                {
+                    "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 10,
+                },
+            )
         )
         self.consumer.subscribe([topic])
         self.prefix, self.only_open = prefix.encode(), only_open
@@ -171,10 +174,10 @@ def latency_phases(
     env["FLEETWATCH_SPARK__JAVA_OPTIONS"] = f"{java} -Xlog:gc:file={gc_log}:time".strip()
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
-    bootstrap = settings.kafka.bootstrap_servers
+    kafka = settings.kafka
     prefix = probe_prefix(tag)
-    ingest = Watch(bootstrap, topics.telemetry_raw, prefix, only_open=False)
-    alerts = Watch(bootstrap, topics.alerts, prefix, only_open=True)
+    ingest = Watch(kafka, topics.telemetry_raw, prefix, only_open=False)
+    alerts = Watch(kafka, topics.alerts, prefix, only_open=True)
     peak = [0.0]
     sampling = threading.Event()
 
@@ -218,7 +221,7 @@ def latency_phases(
 
             def caught_up() -> bool:
                 nonlocal ends
-                ends = ends or end_offsets(bootstrap, topics.telemetry_raw)
+                ends = ends or end_offsets(kafka, topics.telemetry_raw)
                 done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
                 return all(done.get(p, 0) >= end for p, end in ends.items())
 
@@ -263,7 +266,7 @@ def latency_phases(
         for p in (gateway, scorer):
             p.wait(120)
         end_gateway_session(settings, env)
-        delete_topics(bootstrap, topics.model_dump().values())
+        delete_topics(kafka, topics.model_dump().values())
     out["peak_rss_mb"] = round(peak[0], 1)
     return out
 
@@ -273,8 +276,8 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-max-"))
     topics, env = isolated_env(settings, tag, run_dir)
     env["FLEETWATCH_SCORE__MAX_OFFSETS_PER_TRIGGER"] = str(BATCH)
-    bootstrap = settings.kafka.bootstrap_servers
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    kafka = settings.kafka
+    producer = Producer(client_config(kafka, {"linger.ms": 20}))
     t0 = now_ms() - BACKLOG // DEVICES * 1000
     rng = np.random.default_rng(5)
     for i in range(BACKLOG):
@@ -307,7 +310,7 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
     marks: list[tuple[float, int]] = []
     peak = 0.0
     try:
-        ends = end_offsets(bootstrap, topics.telemetry_raw)
+        ends = end_offsets(kafka, topics.telemetry_raw)
         total = sum(ends.values())
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
@@ -322,7 +325,7 @@ def max_throughput(settings: Settings) -> dict[str, Any]:
     finally:
         scorer.send_signal(signal.SIGTERM)
         scorer.wait(120)
-        delete_topics(bootstrap, topics.model_dump().values())
+        delete_topics(kafka, topics.model_dump().values())
     first = next((m for m in marks if m[1] > 0), None)
     warm = next((m for m in marks if m[1] >= WARM * total), None)
     last = marks[-1]

@@ -115,7 +115,7 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
         if code != 0:
             raise SystemExit(f"bench: the simulator failed: {err.read_text()[-2000:]}")
         print(f"quality: fleet done in {time.monotonic() - started:.0f} s", flush=True)
-        ends = end_offsets(settings.kafka.bootstrap_servers, topics.telemetry_raw)
+        ends = end_offsets(settings.kafka, topics.telemetry_raw)
 
         def caught_up() -> bool:
             alive(stages)
@@ -140,7 +140,7 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
         for p in stages.values():
             p.wait(180)
         end_gateway_session(settings, env)
-        delete_topics(settings.kafka.bootstrap_servers, topics.model_dump().values())
+        delete_topics(settings.kafka, topics.model_dump().values())
 
 
 def main() -> None:

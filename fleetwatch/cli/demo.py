@@ -17,6 +17,7 @@ from rich.console import Console
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.runtime import stop_event
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.credentials import Credentials
@@ -130,12 +131,14 @@ def _print_alerts(settings: Settings, procs: list[ManagedProcess], stop: object)
     """Print alerts until ``stop``; a stage (the simulator included) that exits on its own ends
     it: the stage, its last log line and its log, or ``None`` when stopped."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": f"fleetwatch-demo-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "latest",
-            "enable.auto.commit": False,
-        }
+        client_config(
+            settings.kafka,
+            {
+                "group.id": f"fleetwatch-demo-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+            },
+        )
     )
     consumer.subscribe([settings.topics.alerts])
     try:

@@ -68,13 +68,19 @@ def _issued(issue: Callable[[Credentials], Issued], as_json: bool) -> None:
         return
     console.print(
         f"device {issued.device_id}{reloaded}\n"
-        f"  broker     {issued.host}:{issued.port}\n"
+        f"  broker     {issued.host}:{issued.port}{_tls(issued)}\n"
         f"  username   {issued.device_id}\n"
         f"  password   {issued.password}  (shown once; `devices rotate` gives a new one)\n"
         f"  publish    {issued.telemetry_topic}, {issued.acks_topic}\n"
         f"  subscribe  {issued.commands_topic}",
         highlight=False,
     )
+
+
+def _tls(issued: Issued) -> str:
+    if not issued.tls:
+        return ""
+    return f"  (TLS; CA {issued.ca_file or 'the system trust store'})"
 
 
 def _reloaded(settings: Settings) -> str:

@@ -65,8 +65,8 @@ def diff_topics(
 
     settings = load_settings()
     try:
-        left = read_events(settings.kafka.bootstrap_servers, a)
-        right = read_events(settings.kafka.bootstrap_servers, b)
+        left = read_events(settings.kafka, a)
+        right = read_events(settings.kafka, b)
     except (LookupError, TimeoutError) as exc:
         fail(str(exc))
     result = diff(left, right)

@@ -39,12 +39,15 @@ def create(
     tables, the logs' retention). Existing topics are left as they are and reported, with how
     they differ from what would have been created; a second run changes nothing."""
     settings = load_settings()
-    servers = bootstrap or settings.kafka.bootstrap_servers
+    kafka = settings.kafka
+    if bootstrap:
+        kafka = kafka.model_copy(update={"bootstrap_servers": bootstrap})
+    servers = kafka.bootstrap_servers
     specs = topic_specs(settings.topics)
     wanted_partitions = partitions or settings.kafka.partitions
     wanted_replicas = replication_factor or settings.kafka.replication_factor
     try:
-        report = create_on_cluster(servers, specs, wanted_partitions, wanted_replicas, inspect=True)
+        report = create_on_cluster(kafka, specs, wanted_partitions, wanted_replicas, inspect=True)
     except FleetwatchError as exc:
         fail(f"{exc} (bootstrap {servers})")
     _print(report, specs, wanted_partitions, wanted_replicas)

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,6 +44,25 @@ class KafkaSettings(_Part):
     """Local broker: Prometheus JMX exporter port on loopback (``make setup`` fetches the
     agent; rules in ``deploy/jvm/jmx-exporter/kafka.yml``); 0: none."""
 
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How every client talks to the cluster (Kafka's ``security.protocol``): ``PLAINTEXT``
+    (the local broker), ``SSL`` (TLS), ``SASL_SSL`` (TLS and a SASL login), ``SASL_PLAINTEXT``
+    (a SASL login on a plain connection: the data travels unencrypted). The stages' clients and
+    Spark's are all configured from these settings (:mod:`fleetwatch.kafka_config`)."""
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    """The SASL login (with a ``SASL_*`` protocol): ``PLAIN`` sends the password itself, so
+    use it over ``SASL_SSL`` only; ``SCRAM-*`` proves it without sending it."""
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    """The SASL account; both required by a ``SASL_*`` protocol and refused by the others."""
+    ssl_ca_file: Path | None = None
+    """With ``SSL`` / ``SASL_SSL``: PEM CA certificate(s) that verify the brokers (default: the
+    system's trust store; the JVM's for Spark). The brokers' names are verified too."""
+    ssl_client_cert_file: Path | None = None
+    """With ``SSL`` / ``SASL_SSL``, for a cluster that requires client certificates: one PEM
+    file with the client's certificate chain and its private key (PKCS#8, unencrypted: the
+    form both librdkafka and Spark's Java client read)."""
+
     @model_validator(mode="after")
     def _listeners_differ(self) -> KafkaSettings:
         if self.port == self.controller_port:
@@ -53,6 +72,38 @@ class KafkaSettings(_Part):
             )
         return self
 
+    @model_validator(mode="after")
+    def _security_is_complete(self) -> KafkaSettings:
+        protocol = self.security_protocol
+        login = [name for name in ("sasl_username", "sasl_password") if getattr(self, name)]
+        files = [name for name in ("ssl_ca_file", "ssl_client_cert_file") if getattr(self, name)]
+        if self.sasl and len(login) < 2:
+            raise ValueError(
+                f"kafka.security_protocol {protocol} logs in with SASL: "
+                "set kafka.sasl_username and kafka.sasl_password"
+            )
+        if not self.sasl and login:
+            raise ValueError(
+                f"kafka.{login[0]} is set but kafka.security_protocol {protocol} sends no "
+                "login: use SASL_SSL (or SASL_PLAINTEXT)"
+            )
+        if not self.tls and files:
+            raise ValueError(
+                f"kafka.{files[0]} is set but kafka.security_protocol {protocol} does not use "
+                "TLS: use SSL or SASL_SSL"
+            )
+        return self
+
+    @property
+    def sasl(self) -> bool:
+        """Whether clients log in with SASL."""
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        """Whether clients connect over TLS."""
+        return self.security_protocol.endswith("SSL")
+
 
 class MqttSettings(_Part):
     host: str = "127.0.0.1"
@@ -60,8 +111,25 @@ class MqttSettings(_Part):
     root: str = "devices"
     """Topic root: devices publish to ``{root}/{device_id}/telemetry``."""
     username: str | None = None
-    password: str | None = None
+    password: SecretStr | None = None
     keepalive_s: int = Field(30, ge=5)
+    tls: bool = False
+    """Connect over TLS (MQTT's 8883 by convention), verifying the broker's certificate against
+    ``ca_file`` and its name against ``host``. The local broker's listener on ``port`` is then
+    TLS too, with ``server_cert_file`` and ``server_key_file``. Every MQTT client of fleetwatch
+    is set up from these settings (:mod:`fleetwatch.mqtt_config`)."""
+    ca_file: Path | None = None
+    """With ``tls``: PEM CA certificate(s) that verify the broker (default: the system's trust
+    store)."""
+    cert_file: Path | None = None
+    """With ``tls``, for a broker that asks clients for certificates: the client's certificate
+    (PEM) and, in ``key_file``, its private key; both or neither."""
+    key_file: Path | None = None
+    server_cert_file: Path | None = None
+    """Local broker, with ``tls``: its certificate (chain, PEM), which must name ``host`` (e.g.
+    a subject alternative name ``IP:127.0.0.1``) and be signed by a CA that ``ca_file`` holds."""
+    server_key_file: Path | None = None
+    """Local broker, with ``tls``: the private key of ``server_cert_file`` (PEM)."""
     allow_anonymous: bool = False
     """Local broker: let clients in without credentials (a development broker only). Off: every
     client logs in — devices with the credentials ``fleetwatch devices add`` issues, the stages
@@ -84,6 +152,25 @@ class MqttSettings(_Part):
                 "mqtt.root must be a non-empty topic prefix without +, # or a trailing /"
             )
         return value
+
+    @model_validator(mode="after")
+    def _tls_is_complete(self) -> MqttSettings:
+        files = ("ca_file", "cert_file", "key_file", "server_cert_file", "server_key_file")
+        named = [name for name in files if getattr(self, name) is not None]
+        if named and not self.tls:
+            raise ValueError(
+                f"mqtt.{named[0]} is set but mqtt.tls is off: set mqtt.tls (clients would "
+                "connect without TLS)"
+            )
+        for pair in (("cert_file", "key_file"), ("server_cert_file", "server_key_file")):
+            given = [name for name in pair if getattr(self, name) is not None]
+            if len(given) == 1:
+                raise ValueError(f"mqtt.{pair[0]} and mqtt.{pair[1]} go together: set both")
+        return self
+
+    def as_account(self, username: str, password: str) -> MqttSettings:
+        """These settings with another login (a device's, a stack service account's)."""
+        return self.model_copy(update={"username": username, "password": SecretStr(password)})
 
     def telemetry_topic(self, device_id: str) -> str:
         return f"{self.root}/{device_id}/telemetry"

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.mqtt_config import configure
 
 logger = logging.getLogger(__name__)
 
@@ -167,8 +168,7 @@ class SysBridge:
         self.stats = BrokerStats()
         registry.register(self.stats)
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
-        if settings.mqtt.username:
-            self.client.username_pw_set(settings.mqtt.username, settings.mqtt.password)
+        configure(self.client, settings.mqtt)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message

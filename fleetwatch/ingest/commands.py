@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from fleetwatch.contracts.commands import parse_command
 from fleetwatch.contracts.errors import PayloadError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 
 if TYPE_CHECKING:
     from fleetwatch.ingest.metrics import GatewayMetrics
@@ -39,13 +40,15 @@ class CommandRelay:
         self.client = client
         self.metrics = metrics
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": settings.kafka.bootstrap_servers,
-                "group.id": f"{settings.gateway.share_group}-commands",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-            }
+            client_config(
+                settings.kafka,
+                {
+                    "group.id": f"{settings.gateway.share_group}-commands",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                },
+            )
         )
         self.consumer.subscribe([settings.topics.device_commands])
         self.relayed = 0

@@ -44,6 +44,8 @@ from fleetwatch.ingest.commands import CommandRelay
 from fleetwatch.ingest.errors import IngestError
 from fleetwatch.ingest.metrics import GatewayMetrics
 from fleetwatch.ingest.mqtt_client import BufferedClient
+from fleetwatch.kafka_config import client_config
+from fleetwatch.mqtt_config import configure, connect_failure
 
 logger = logging.getLogger(__name__)
 
@@ -75,19 +77,21 @@ class Counters:
 
 def producer_config(settings: Settings) -> dict[str, Any]:
     g = settings.gateway
-    return {
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "client.id": g.client_id,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": g.linger_ms,
-        "compression.type": "lz4",
-        # Keep retrying while Kafka is away: MQTT holds the backlog meanwhile.
-        "delivery.timeout.ms": 2_147_483_647,
-        "queue.buffering.max.messages": g.producer_queue_messages,
-        "queue.buffering.max.kbytes": g.producer_queue_kbytes,
-        "log_level": 4,
-    }
+    return client_config(
+        settings.kafka,
+        {
+            "client.id": g.client_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": g.linger_ms,
+            "compression.type": "lz4",
+            # Keep retrying while Kafka is away: MQTT holds the backlog meanwhile.
+            "delivery.timeout.ms": 2_147_483_647,
+            "queue.buffering.max.messages": g.producer_queue_messages,
+            "queue.buffering.max.kbytes": g.producer_queue_kbytes,
+            "log_level": 4,
+        },
+    )
 
 
 Refused = Callable[[Message, KafkaError, "_PendingAck"], bool]
@@ -165,8 +169,7 @@ class Gateway:
             manual_ack=True,
         )
         self.client.max_inflight_messages_set(1000)
-        if settings.mqtt.username:
-            self.client.username_pw_set(settings.mqtt.username, settings.mqtt.password)
+        configure(self.client, settings.mqtt)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
@@ -383,9 +386,7 @@ class Gateway:
                 properties=props,
             )
         except OSError as exc:
-            raise IngestError(
-                f"cannot reach MQTT at {self.settings.mqtt.host}:{self.settings.mqtt.port}: {exc}"
-            ) from exc
+            raise IngestError(connect_failure(exc, self.settings.mqtt)) from exc
         self.client.loop_start()
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from fleetwatch.contracts import model_params
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
@@ -33,9 +34,7 @@ def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_p
     No topic yet: an empty table."""
     topic = settings.topics.model_params
     try:
-        records = read_to_end(
-            settings.kafka.bootstrap_servers, topic, "fleetwatch-fleet-models", timeout_s
-        )
+        records = read_to_end(settings.kafka, topic, "fleetwatch-fleet-models", timeout_s)
     except LookupError:
         return {}
     table: dict[str, model_params.ParamsRecord] = {}
@@ -112,9 +111,7 @@ def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     value = model_params.encode_champion(
         scope, found.name, found.version, found.params, version, int(time.time() * 1000)
     )
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka.bootstrap_servers, "acks": "all", "log_level": 3}
-    )
+    producer = Producer(client_config(settings.kafka, {"acks": "all", "log_level": 3}))
     failures: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

@@ -58,7 +58,7 @@ def create_app(
         settings.run_path.mkdir(parents=True, exist_ok=True)
         db = store or Store(settings.database_url)
         kafka = publisher or KafkaCommandPublisher(
-            settings.kafka.bootstrap_servers,
+            settings.kafka,
             settings.topics.device_commands,
             settings.topics.model_params,
         )
@@ -81,7 +81,7 @@ def create_app(
                     Dispatcher(
                         db,
                         metrics,
-                        settings.kafka.bootstrap_servers,
+                        settings.kafka,
                         settings.topics.alerts,
                         hooks.consumer_group or f"{settings.api.consumer_group}-webhooks",
                     )

@@ -7,17 +7,22 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
+from fleetwatch.contracts.settings import KafkaSettings
+from fleetwatch.kafka_config import client_config
+
 logger = logging.getLogger(__name__)
 
 
-def consumer_config(bootstrap: str, group: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": False,
-    }
+def consumer_config(kafka: KafkaSettings, group: str) -> dict[str, Any]:
+    return client_config(
+        kafka,
+        {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        },
+    )
 
 
 def poll(consumer: Consumer, max_messages: int = 500, timeout_s: float = 0.2) -> list[Message]:

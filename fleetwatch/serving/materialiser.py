@@ -85,9 +85,7 @@ class Materialiser(Worker):
         }
         if self.keep_readings > 0:
             self.kinds[t.telemetry_raw] = "telemetry"
-        self.consumer = Consumer(
-            consumer_config(settings.kafka.bootstrap_servers, settings.api.consumer_group)
-        )
+        self.consumer = Consumer(consumer_config(settings.kafka, settings.api.consumer_group))
         self.consumer.subscribe(sorted(self.kinds))
         self.stored = 0
         self._touched: set[str] = set()

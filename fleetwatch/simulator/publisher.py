@@ -20,6 +20,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.settings import MqttSettings
 from fleetwatch.ingest.mqtt_client import BufferedClient
+from fleetwatch.mqtt_config import configure, connect_failure
 from fleetwatch.simulator.errors import SimulatorError
 
 logger = logging.getLogger(__name__)
@@ -33,15 +34,14 @@ def _write_later(_client: object, _userdata: object, _sock: object) -> None:
 
 
 class Connection:
-    """One MQTT connection (MQTT 3.1.1), connected on construction."""
+    """One MQTT connection (MQTT 3.1.1), connected on construction with the login and TLS of
+    ``settings``."""
 
     def __init__(
         self,
         settings: MqttSettings,
         client_id: str,
         on_message: OnMessage,
-        username: str | None = None,
-        password: str | None = None,
         timeout_s: float = 10.0,
         track_acks: bool = True,
     ) -> None:
@@ -63,22 +63,21 @@ class Connection:
         if track_acks:  # paho builds callback arguments per message: skip them at QoS 0
             self.client.on_publish = self._on_publish
         self.client.on_message = lambda _c, _u, msg: on_message(msg.topic, bytes(msg.payload))
-        user = username if username is not None else settings.username
-        secret = password if password is not None else settings.password
-        if user:
-            self.client.username_pw_set(user, secret)
+        configure(self.client, settings)
         where = f"{settings.host}:{settings.port}"
         try:
             self.client.connect(settings.host, settings.port, keepalive=settings.keepalive_s)
         except OSError as exc:
-            raise SimulatorError(f"cannot reach MQTT at {where}: {exc}") from exc
+            raise SimulatorError(connect_failure(exc, settings)) from exc
         deadline = time.monotonic() + timeout_s
         while self._connack is None and time.monotonic() < deadline:
             if self.client.loop(timeout=0.1) != mqtt.MQTT_ERR_SUCCESS and self._connack is None:
                 break
         if self._connack is None or self._connack.is_failure:
             self.client.disconnect()
-            reason = self._connack or "no answer"
+            reason = self._connack or (
+                "no answer" if settings.tls else "no answer (if it is a TLS listener, set mqtt.tls)"
+            )
             raise SimulatorError(f"MQTT at {where} refused {client_id!r}: {reason}")
 
     def _on_connect(self, _c: object, _u: object, _f: object, rc: ReasonCode, _p: object) -> None:
@@ -173,11 +172,9 @@ class Links:
             if device_id not in credentials:
                 raise SimulatorError(f"no credentials for device {device_id}")
             conn = Connection(
-                self.settings,
+                self.settings.as_account(device_id, credentials[device_id]),
                 device_id,
                 on_message,
-                device_id,
-                credentials[device_id],
                 track_acks=self.track_acks,
             )
             self.connections.append(conn)

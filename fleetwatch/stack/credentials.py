@@ -32,7 +32,7 @@ import secrets
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from fleetwatch.contracts.identifiers import is_device_id
 from fleetwatch.contracts.settings import MqttSettings, Settings
@@ -86,6 +86,9 @@ class Issued:
     telemetry_topic: str
     commands_topic: str
     acks_topic: str
+    tls: bool
+    """Whether the broker's listener is TLS: the device verifies it with the CA of ``ca_file``."""
+    ca_file: str | None
 
 
 class Credentials:
@@ -185,6 +188,8 @@ class Credentials:
             m.telemetry_topic(device_id),
             m.commands_topic(device_id),
             m.acks_topic(device_id),
+            m.tls,
+            str(m.ca_file) if m.ca_file else None,
         )
 
     def _lines(self) -> dict[str, str]:
@@ -210,20 +215,15 @@ class Credentials:
 def login(settings: Settings, role: Role) -> MqttSettings:
     """``settings.mqtt`` with the credentials a stage logs in with: its own when set
     (``mqtt.username`` / ``mqtt.password``), else the local stack's account for ``role``, else
-    none (an anonymous broker)."""
+    none (an anonymous broker). A client is given them, and TLS, by
+    :func:`fleetwatch.mqtt_config.configure`."""
     m = settings.mqtt
     if m.username:
         return m
     password = Credentials(settings).service_passwords().get(_ACCOUNT[role])
     if password is None:
         return m
-    return m.model_copy(update={"username": _ACCOUNT[role], "password": password})
-
-
-def log_in(client: Any, mqtt: MqttSettings) -> None:
-    """Set a paho client's credentials from ``mqtt`` (:func:`login`'s), if it has any."""
-    if mqtt.username:
-        client.username_pw_set(mqtt.username, mqtt.password)
+    return m.as_account(_ACCOUNT[role], password)
 
 
 def reload_broker(pid: int | None) -> bool:

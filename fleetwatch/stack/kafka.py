@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,12 @@ class KafkaBroker:
         """Start unless already running; returns whether it was started now."""
         if self.proc.running():
             return False
+        if self.settings.kafka.security_protocol != "PLAINTEXT":
+            raise self.proc.fail(
+                f"the local broker listens in PLAINTEXT only, not kafka.security_protocol "
+                f"{self.settings.kafka.security_protocol}: that is for a cluster of your own "
+                "(kafka.bootstrap_servers), which the stages use without `fleetwatch stack`"
+            )
         if not list(self.classpath.glob("kafka_2.13-*.jar")):
             raise self.proc.fail(
                 f"the broker jars are missing from {self.classpath}; run `make setup`"
@@ -159,9 +166,7 @@ class KafkaBroker:
         return True
 
     def ready(self) -> bool:
-        admin = AdminClient(
-            {"bootstrap.servers": self.settings.kafka.bootstrap_servers, "log_level": 0}
-        )
+        admin = AdminClient(client_config(self.settings.kafka, {"log_level": 0}))
         try:
             admin.list_topics(timeout=1.0)
         except Exception:  # noqa: BLE001 - any failure means "not yet"

@@ -60,7 +60,7 @@ class Stack:
             raise
         k = self.settings.kafka
         ensure_topics(
-            k.bootstrap_servers,
+            k,
             topic_specs(self.settings.topics),
             k.partitions,
             k.replication_factor,

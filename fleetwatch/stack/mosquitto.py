@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import shutil
+import ssl
 import threading
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.mqtt_config import configure, connect_failure
 from fleetwatch.stack.credentials import Credentials, login, reload_broker
 from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
@@ -42,9 +44,13 @@ class MosquittoBroker:
             auth = ["allow_anonymous false", f"password_file {files.passwd.resolve()}"]
             if files.managed or m.acl_file is not None:
                 auth.append(f"acl_file {files.acl.resolve()}")
+        # with mqtt.tls, the listener is TLS (1.2 and later, Mosquitto's default) and asks
+        # clients for no certificate
+        tls = [f"{key} {path}" for key, path in self._tls_files().items()]
         return "\n".join(
             [
                 f"listener {m.port} 127.0.0.1",
+                *tls,
                 *auth,
                 f"user {getpass.getuser()}",
                 "persistence true",
@@ -64,6 +70,25 @@ class MosquittoBroker:
             ]
         )
 
+    def _tls_files(self) -> dict[str, Path]:
+        """Mosquitto's ``certfile`` and ``keyfile`` with ``mqtt.tls`` (none without)."""
+        m = self.settings.mqtt
+        if not m.tls:
+            return {}
+        if m.server_cert_file is None or m.server_key_file is None:
+            raise self.proc.fail(
+                "mqtt.tls: the local broker's TLS listener needs mqtt.server_cert_file and "
+                f"mqtt.server_key_file (a certificate for {m.host}); or point mqtt.host at a "
+                "broker of your own"
+            )
+        for name, path in (
+            ("server_cert_file", m.server_cert_file),
+            ("server_key_file", m.server_key_file),
+        ):
+            if not path.is_file():
+                raise self.proc.fail(f"mqtt.{name} {path} is not a file")
+        return {"certfile": m.server_cert_file.resolve(), "keyfile": m.server_key_file.resolve()}
+
     def start(self) -> bool:
         if self.proc.running():
             return False
@@ -72,6 +97,7 @@ class MosquittoBroker:
             raise self.proc.fail(
                 "mosquitto is not installed; run `make setup` (apt-get install mosquitto)"
             )
+        self._tls_files()  # refused before anything starts
         if port_in_use("127.0.0.1", self.settings.mqtt.port):
             raise self.proc.fail(
                 f"port {self.settings.mqtt.port} is already in use by another process; "
@@ -94,12 +120,12 @@ class MosquittoBroker:
         connected = threading.Event()
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="", protocol=mqtt.MQTTv5)
         m = login(self.settings, "gateway")
-        if m.username:
-            client.username_pw_set(m.username, m.password)
-
+        configure(client, m)
         client.on_connect = lambda *args: connected.set()
         try:
-            client.connect(self.settings.mqtt.host, self.settings.mqtt.port, keepalive=5)
+            client.connect(m.host, m.port, keepalive=5)
+        except ssl.SSLCertVerificationError as exc:
+            raise self.proc.fail(connect_failure(exc, m)) from exc  # no retry mends it
         except (TimeoutError, OSError):
             return False
         client.loop_start()

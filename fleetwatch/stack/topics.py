@@ -26,7 +26,9 @@ from confluent_kafka.admin import (
     TopicMetadata,
 )
 
+from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.kafka_config import client_config
 from fleetwatch.stack.errors import StackError
 
 logger = logging.getLogger(__name__)
@@ -114,29 +116,29 @@ def create_topics(
 
 
 def create_on_cluster(
-    bootstrap: str,
+    kafka: KafkaSettings,
     specs: Iterable[TopicSpec],
     partitions: int,
     replication: int,
     inspect: bool = False,
 ) -> TopicsReport:
-    """:func:`create_topics` on the cluster at ``bootstrap``, waiting for what it creates."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """:func:`create_topics` on the cluster of ``kafka``, waiting for what it creates."""
+    admin = AdminClient(client_config(kafka))
     return create_topics(
         admin,
         specs,
         partitions,
         replication,
-        wait=lambda names: _wait_until_usable(bootstrap, admin, names),
+        wait=lambda names: _wait_until_usable(kafka, admin, names),
         inspect=inspect,
     )
 
 
 def ensure_topics(
-    bootstrap: str, specs: Iterable[TopicSpec], partitions: int, replication: int = 1
+    kafka: KafkaSettings, specs: Iterable[TopicSpec], partitions: int, replication: int = 1
 ) -> list[str]:
     """Create each missing topic; returns the names created. Existing topics are left alone."""
-    return create_on_cluster(bootstrap, specs, partitions, replication).created
+    return create_on_cluster(kafka, specs, partitions, replication).created
 
 
 def _topics(admin: TopicAdmin) -> dict[str, TopicMetadata]:
@@ -184,15 +186,13 @@ def _config_differences(admin: TopicAdmin, spec: TopicSpec) -> list[str]:
 
 
 def _wait_until_usable(
-    bootstrap: str, admin: AdminClient, names: list[str], timeout_s: float = 30.0
+    kafka: KafkaSettings, admin: AdminClient, names: list[str], timeout_s: float = 30.0
 ) -> None:
     """Creation returns before the topics are in the metadata and before their partitions serve
     requests (offset queries answer NOT_LEADER for a moment); wait until each partition answers
     so that callers can use the topics at once."""
     deadline = time.monotonic() + timeout_s
-    probe = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "fleetwatch-topic-probe", "log_level": 0}
-    )
+    probe = Consumer(client_config(kafka, {"group.id": "fleetwatch-topic-probe", "log_level": 0}))
     try:
         while True:
             topics = admin.list_topics(timeout=10).topics
@@ -220,8 +220,8 @@ def _wait_until_usable(
         probe.close()
 
 
-def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def delete_topics(kafka: KafkaSettings, names: Iterable[str]) -> None:
+    admin = AdminClient(client_config(kafka))
     for future in admin.delete_topics(list(names), operation_timeout=30).values():
         try:
             future.result()

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from fleetwatch.contracts.settings import KafkaSettings
+from fleetwatch.kafka_config import client_config
+
 logger = logging.getLogger(__name__)
 
 
@@ -64,12 +67,12 @@ def starting_offsets(topic: str, offsets: dict[int, int], partitions: list[int])
     return json.dumps({topic: {str(p): offsets.get(p, -2) for p in sorted(partitions)}})
 
 
-def resume_offsets(root: Path, job: str, version: int, topic: str, bootstrap: str) -> str:
+def resume_offsets(root: Path, job: str, version: int, topic: str, kafka: KafkaSettings) -> str:
     """``startingOffsets`` for a query's first start: earliest, or after a plan change where the
     previous plan stopped (partitions it never saw start earliest)."""
     offsets = previous_offsets(root, job, version, topic)
     if not offsets:
         return "earliest"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(kafka))
     partitions = list(admin.list_topics(topic, timeout=10).topics[topic].partitions)
     return starting_offsets(topic, offsets, partitions)

@@ -1,12 +1,14 @@
 """Spark's Kafka reader, configured once for every job: a stream from a topic (from resumed
 offsets, the earliest, or a timestamp; optionally capped per micro-batch) and a topic read
-once as a table."""
+once as a table. The cluster, its login and TLS come from the settings
+(:func:`fleetwatch.kafka_config.spark_options`), for the readers here and every job's sink."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import spark_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +30,7 @@ def kafka_stream(
     ``options``: further Kafka source options (a bench's fetch sizes), set last."""
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**spark_options(settings.kafka))
         .option("subscribe", topic)
         .option("failOnDataLoss", "false")
     )
@@ -49,7 +51,7 @@ def kafka_table(spark: SparkSession, settings: Settings, topic: str) -> DataFram
     """``topic`` from its earliest to its latest offset, read once as a batch."""
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**spark_options(settings.kafka))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")

@@ -11,6 +11,7 @@ import httpx
 from confluent_kafka import Producer
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.keys import create_key
 from tests.integration.conftest import Isolated
@@ -60,7 +61,7 @@ def start_api(
 
 
 def produce(isolated: Isolated, topic: str, records: list[tuple[str, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    producer = Producer(client_config(isolated.settings.kafka))
     for key, value in records:
         producer.produce(topic, key=key.encode(), value=value)
     assert producer.flush(30) == 0, "Kafka did not take every record"

@@ -26,7 +26,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import topic_specs
+from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
+from fleetwatch.mqtt_config import configure
 from fleetwatch.stack.credentials import Credentials, Role, login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
@@ -87,9 +89,7 @@ def free_port() -> int:
 
 def login_as(client: mqtt.Client, settings: Settings, role: Role) -> None:
     """Log ``client`` in with the stack's account for ``role`` (none on an anonymous broker)."""
-    m = login(settings, role)
-    if m.username:
-        client.username_pw_set(m.username, m.password)
+    configure(client, login(settings, role))
 
 
 @dataclass(frozen=True)
@@ -172,16 +172,18 @@ class Isolated:
 
     def consumer(self) -> Consumer:
         return Consumer(
-            {
-                "bootstrap.servers": self.settings.kafka.bootstrap_servers,
-                "group.id": f"test-{self.tag}-{uuid.uuid4().hex[:6]}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
+            client_config(
+                self.settings.kafka,
+                {
+                    "group.id": f"test-{self.tag}-{uuid.uuid4().hex[:6]}",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                },
+            )
         )
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        return end_offsets(self.settings.kafka.bootstrap_servers, topic)
+        return end_offsets(self.settings.kafka, topic)
 
     def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[Record]:
         """Every record of ``topic`` once ``expected`` have been read, or at the deadline."""
@@ -209,7 +211,7 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
     base = TopicSettings()
     topics = TopicSettings(**{name: f"{value}.t{tag}" for name, value in base.model_dump().items()})
     kafka = stack_settings.kafka
-    ensure_topics(kafka.bootstrap_servers, topic_specs(topics), kafka.partitions)
+    ensure_topics(kafka, topic_specs(topics), kafka.partitions)
     api_port = free_port()
     metrics_ports = {stage: free_port() for stage in ("gateway", "score", "train")}
     mqtt_root = f"t{tag}/devices"
@@ -243,4 +245,4 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
         for proc in iso.procs.values():
             if proc.poll() is None:
                 proc.kill()
-        delete_topics(kafka.bootstrap_servers, topics.model_dump().values())
+        delete_topics(kafka, topics.model_dump().values())

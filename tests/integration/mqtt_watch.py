@@ -9,21 +9,22 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from fleetwatch.contracts.settings import MqttSettings
+from fleetwatch.mqtt_config import configure
+
 
 class Watcher:
-    def __init__(
-        self, port: int, topics: list[str], username: str | None = None, password: str = ""
-    ) -> None:
+    def __init__(self, settings: MqttSettings, topics: list[str]) -> None:
+        """Subscribed to ``topics`` on the broker of ``settings``, with its login and TLS."""
         self.messages: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.subscribed = threading.Event()
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
-        if username:
-            self.client.username_pw_set(username, password)
+        configure(self.client, settings)
         self.client.on_connect = lambda c, *_: c.subscribe([(t, 1) for t in topics])
         self.client.on_subscribe = lambda *_: self.subscribed.set()
         self.client.on_message = self._on_message
-        self.client.connect("127.0.0.1", port)
+        self.client.connect(settings.host, settings.port)
         self.client.loop_start()
 
     def _on_message(self, _c: object, _u: object, msg: mqtt.MQTTMessage) -> None:

@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from fleetwatch.contracts.settings import MqttSettings, Settings
 from fleetwatch.stack.mosquitto import MosquittoBroker
@@ -17,15 +18,17 @@ ACL_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "mosquitto" / "ac
 
 @contextmanager
 def secure_broker(
-    tmp_path: Path, accounts: Mapping[str, str], acl: Path | None = None
+    tmp_path: Path, accounts: Mapping[str, str], acl: Path | None = None, **mqtt_fields: Any
 ) -> Iterator[int]:
-    """Yields the port of a broker that knows only ``accounts`` (user -> password)."""
+    """Yields the port of a broker that knows only ``accounts`` (user -> password);
+    ``mqtt_fields``: further settings of it (its TLS listener's: ``tls``, ``ca_file``,
+    ``server_cert_file``, ``server_key_file``)."""
     passwd = shutil.which("mosquitto_passwd")
     assert passwd is not None, "mosquitto_passwd comes with the mosquitto package (make setup)"
     password_file = tmp_path / "passwd"
     password_file.write_text("".join(f"{u}:{p}\n" for u, p in accounts.items()))
     subprocess.run([passwd, "-U", str(password_file)], check=True)
-    mqtt = MqttSettings(port=free_port(), password_file=password_file, acl_file=acl)
+    mqtt = MqttSettings(port=free_port(), password_file=password_file, acl_file=acl, **mqtt_fields)
     broker = MosquittoBroker(Settings(run_dir=tmp_path / "run", mqtt=mqtt))
     broker.start()
     try:

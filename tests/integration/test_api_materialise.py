@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from fleetwatch.contracts.devices import DeviceSession, DeviceState, session_id
 from fleetwatch.contracts.telemetry import TelemetryRecord
+from fleetwatch.kafka_config import client_config
 from tests.integration.api_stack import ApiProcess, admin_key, produce, start_api
 from tests.integration.conftest import Isolated
 from tests.polling import wait_until
@@ -39,11 +40,13 @@ def materialised(api: ApiProcess) -> dict[str, float]:
 def committed(isolated: Isolated, topic: str) -> int:
     """The records of ``topic`` the API's consumer group has committed (summed offsets)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": isolated.settings.kafka.bootstrap_servers,
-            "group.id": isolated.env["FLEETWATCH_API__CONSUMER_GROUP"],
-            "enable.auto.commit": False,
-        }
+        client_config(
+            isolated.settings.kafka,
+            {
+                "group.id": isolated.env["FLEETWATCH_API__CONSUMER_GROUP"],
+                "enable.auto.commit": False,
+            },
+        )
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions

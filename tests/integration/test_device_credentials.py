@@ -15,26 +15,27 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.mqtt_config import configure
 from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 
 
-def connect(isolated: Isolated, user: str | None, password: str | None) -> tuple[bool, mqtt.Client]:
+def connect(isolated: Isolated, user: str | None, password: str) -> tuple[bool, mqtt.Client]:
     """Whether the broker accepts the login, and the (connected or not) client."""
     answer: list[bool] = []
     done = threading.Event()
     client = mqtt.Client(
         CallbackAPIVersion.VERSION2, client_id=f"cred-{uuid.uuid4().hex[:6]}", protocol=mqtt.MQTTv5
     )
-    if user is not None:
-        client.username_pw_set(user, password)
+    mqtt_settings = isolated.settings.mqtt
+    configure(client, mqtt_settings if user is None else mqtt_settings.as_account(user, password))
 
     def on_connect(_c: Any, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
         answer.append(not reason.is_failure)
         done.set()
 
     client.on_connect = on_connect
-    client.connect(isolated.settings.mqtt.host, isolated.settings.mqtt.port)
+    client.connect(mqtt_settings.host, mqtt_settings.port)
     client.loop_start()
     done.wait(10)
     if not answer or not answer[0]:
@@ -51,7 +52,7 @@ def issue(isolated: Isolated, verb: str, device: str) -> dict[str, Any]:
 
 def test_issued_credentials_let_a_device_in_as_itself_only(isolated: Isolated) -> None:
     device, other = f"cred-{isolated.tag}", f"other-{isolated.tag}"
-    assert connect(isolated, None, None)[0] is False  # anonymous clients are refused
+    assert connect(isolated, None, "")[0] is False  # anonymous clients are refused
     issued = issue(isolated, "add", device)
     ok, client = connect(isolated, device, issued["password"])
     assert ok

@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
 
 from fleetwatch.contracts.commands import Command
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.kafka_config import client_config
 from tests.integration.conftest import Isolated
 from tests.polling import wait_until
 
@@ -115,7 +116,7 @@ def test_commands_reach_the_device_and_its_ack_comes_back(isolated: Isolated) ->
         device.on_message = on_message
         device.subscribe(f"{isolated.mqtt_root}/dev-9/commands", qos=1)[1]
         isolated.await_gateway(device)
-        producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+        producer = Producer(client_config(isolated.settings.kafka))
         producer.produce(isolated.topics.device_commands, command.model_dump_json(), "dev-9")
         producer.flush(10)
         wait_until(got.is_set, 30, "the command on the device's MQTT topic")
@@ -178,7 +179,7 @@ def test_a_record_kafka_refuses_is_dead_lettered_and_its_message_acknowledged(
     metrics makes a larger record, which Kafka refuses for good (MSG_SIZE_TOO_LARGE). It goes
     to the dead letters with the reason, its MQTT message is acknowledged (a gateway started
     again is not handed it a second time), and the readings after it flow."""
-    admin = AdminClient({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    admin = AdminClient(client_config(isolated.settings.kafka))
     resource = ConfigResource(
         ResourceType.TOPIC,
         isolated.topics.telemetry_raw,

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.kafka_config import client_config
 from fleetwatch.simulator import hostile
 from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
@@ -85,7 +86,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
         reserved = f"{isolated.mqtt_root}/fleet:{isolated.tag}/telemetry"
         client.publish(reserved, reading_payload(1, now_ms(), now_ms(), {"t": 1.0}), qos=1)
     direct = hostile.raw_records(now_ms())
-    producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    producer = Producer(client_config(isolated.settings.kafka))
     direct_key = f"{hostile_prefix}direct"
     for value in direct:
         producer.produce(topics.telemetry_raw, value, key=direct_key.encode())
@@ -155,11 +156,11 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     alone = f"{topics.telemetry_raw}.alone"
     replayed = f"{topics.alerts}.alone"
     ensure_topics(
-        isolated.settings.kafka.bootstrap_servers,
+        isolated.settings.kafka,
         [TopicSpec(alone, "device_id"), TopicSpec(replayed, "device_id")],
         1,
     )
-    copy = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    copy = Producer(client_config(isolated.settings.kafka))
     normal = [r for r in raw if r.key and r.key.decode().startswith(normal_prefix)]
     assert len(normal) == DEVICES * ROUNDS
     for r in normal:

@@ -27,6 +27,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
@@ -96,11 +97,13 @@ def raw_contents(settings: Settings) -> tuple[set[Pair], dict[int, int]]:
     """Every (device, seq) in ``telemetry.raw`` up to its end offsets, and those offsets."""
     topic = settings.topics.telemetry_raw
     consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": f"check-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-        }
+        client_config(
+            settings.kafka,
+            {
+                "group.id": f"check-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+            },
+        )
     )
     pairs: set[Pair] = set()
     try:
@@ -223,9 +226,9 @@ def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
         for attempt in range(1, KILL_ATTEMPTS + 1):
             acked = kill_on_a_fresh_acknowledgement(fleet, gateways[-1])
             on_kafka, ends = raw_contents(settings)
-            assert (
-                end_offsets(settings.kafka.bootstrap_servers, settings.topics.telemetry_raw) == ends
-            ), "the killed gateway wrote after the read"
+            assert end_offsets(settings.kafka, settings.topics.telemetry_raw) == ends, (
+                "the killed gateway wrote after the read"
+            )
             stranded = fleet.pairs(acked) - on_kafka
             logger.info(
                 "gateway kill %d: %d readings accepted, %d in Kafka, %d stranded",

@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from fleetwatch.kafka_config import client_config
 from fleetwatch.stack.processes import wait_for
 from fleetwatch.stack.topics import delete_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
@@ -126,7 +127,7 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     raw, alerts = isolated.topics.telemetry_raw, isolated.topics.alerts
     checkpoint = versioned(tmp_path / "checkpoints", "score", PLAN_VERSION)
     devices = [f"d{isolated.tag}-{i}" for i in range(DEVICES)]
-    producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    producer = Producer(client_config(isolated.settings.kafka))
 
     first = isolated.start("score", "score")
     wait_until(lambda: (checkpoint / "metadata").exists(), 120, "the scoring query to start")
@@ -216,4 +217,4 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
         assert compared.returncode == 0, compared.stdout + compared.stderr
         assert f"{len(by_event)} identical" in compared.stdout
     finally:
-        delete_topics(isolated.settings.kafka.bootstrap_servers, [replayed])
+        delete_topics(isolated.settings.kafka, [replayed])

@@ -20,8 +20,7 @@ from tests.polling import wait_until
 def watcher(isolated: Isolated) -> Iterator[Watcher]:
     root = isolated.mqtt_root
     gateway = login(isolated.settings, "gateway")  # the account that may read telemetry
-    topics = [f"{root}/+/acks", f"{root}/+/telemetry"]
-    w = Watcher(isolated.settings.mqtt.port, topics, gateway.username, gateway.password or "")
+    w = Watcher(gateway, [f"{root}/+/acks", f"{root}/+/telemetry"])
     wait_until(w.subscribed.is_set, 10, "the watcher to subscribe")
     yield w
     w.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.contracts.settings import MqttSettings
 from tests.integration.mqtt_watch import Watcher
 from tests.integration.secure_broker import secure_broker
 from tests.polling import wait_until
@@ -95,6 +96,7 @@ def _log(tmp_path: Path) -> str:
 
 def _connect(port: int) -> Watcher | None:
     try:
-        return Watcher(port, ["devices/+/telemetry"], "watcher", "watch-secret")
+        watcher = MqttSettings(port=port).as_account("watcher", "watch-secret")
+        return Watcher(watcher, ["devices/+/telemetry"])
     except OSError:
         return None

@@ -8,12 +8,13 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.stack.manager import Stack
 from tests.integration.conftest import fleetwatch, free_port
 
 
 def test_the_topics_of_the_design_exist_with_their_cleanup_policy(stack_settings: Settings) -> None:
-    admin = AdminClient({"bootstrap.servers": stack_settings.kafka.bootstrap_servers})
+    admin = AdminClient(client_config(stack_settings.kafka))
     topics = stack_settings.topics
     existing = admin.list_topics(timeout=10).topics
     for name in topics.model_dump().values():

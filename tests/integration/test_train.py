@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import TelemetryRecord, encode
+from fleetwatch.kafka_config import client_config
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.trainer.job import JOB, PLAN_VERSION
 from fleetwatch.streaming.trainer.learning import learn_device
@@ -46,7 +47,7 @@ def reading(device: str, seq: int) -> TelemetryRecord:
 
 
 def produce(isolated: Isolated, records: list[TelemetryRecord]) -> None:
-    producer = Producer({"bootstrap.servers": isolated.settings.kafka.bootstrap_servers})
+    producer = Producer(client_config(isolated.settings.kafka))
     for r in records:
         producer.produce(
             isolated.topics.telemetry_raw, encode(r), key=r.device_id, timestamp=r.event_ms

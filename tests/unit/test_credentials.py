@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from fleetwatch.cli.main import app
@@ -109,13 +110,13 @@ def test_the_service_accounts_are_made_once_and_the_stages_log_in_with_them(
     creds.ensure()
     assert json.loads(creds.accounts.read_text()) == first
     gateway, sim = login(settings, "gateway"), login(settings, "sim")
-    assert (gateway.username, gateway.password) == (GATEWAY, first[GATEWAY])
-    assert (sim.username, sim.password) == (SIMULATOR, first[SIMULATOR])
+    assert (gateway.username, gateway.password) == (GATEWAY, SecretStr(first[GATEWAY]))
+    assert (sim.username, sim.password) == (SIMULATOR, SecretStr(first[SIMULATOR]))
     own = Settings(_env_file=None, run_dir=tmp_path, mqtt=MqttSettings(username="me", password="x"))
     assert login(own, "gateway").username == "me"
     elsewhere = MqttSettings(credentials_dir=creds.dir)
     other_run = Settings(_env_file=None, run_dir=tmp_path / "other", mqtt=elsewhere)
-    assert login(other_run, "sim").password == first[SIMULATOR]
+    assert login(other_run, "sim").password == SecretStr(first[SIMULATOR])
 
 
 def test_a_password_file_of_your_own_is_left_alone(tmp_path: Path) -> None:

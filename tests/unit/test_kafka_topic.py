@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 from fleetwatch import kafka_topic
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_champion, encode_device
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models import params
 from fleetwatch.models.fleet_publish import read_table
@@ -24,6 +24,7 @@ from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.streaming.scorer.replay import read_events
 
 Record = tuple[bytes | None, bytes | None]
+BROKER = KafkaSettings(bootstrap_servers="broker")
 
 
 @dataclass
@@ -107,7 +108,7 @@ def test_every_record_up_to_the_end_when_the_read_began(monkeypatch: pytest.Monk
             late={0: [(b"a", b"4")]},
         ),
     )
-    records = list(read_to_end("broker", "t", "g"))
+    records = list(read_to_end(BROKER, "t", "g"))
     assert sorted(records, key=str) == sorted(
         [(b"a", b"1"), (b"b", b"2"), (b"a", b"3"), (b"c", None)], key=str
     )
@@ -117,7 +118,7 @@ def test_every_record_up_to_the_end_when_the_read_began(monkeypatch: pytest.Monk
 def test_no_such_topic(monkeypatch: pytest.MonkeyPatch) -> None:
     consumer = fake(monkeypatch, FakeConsumer("t", {}))
     with pytest.raises(LookupError, match="no topic 'x'"):
-        read_to_end("broker", "x", "g")
+        read_to_end(BROKER, "x", "g")
     assert consumer.closed
 
 
@@ -127,7 +128,7 @@ def test_a_partition_that_stops_short_is_a_timeout(monkeypatch: pytest.MonkeyPat
     ticks = iter(range(100))
     monkeypatch.setattr(kafka_topic, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
     with pytest.raises(TimeoutError, match="1 partitions unread"):
-        list(read_to_end("broker", "t", "g", timeout_s=5))
+        list(read_to_end(BROKER, "t", "g", timeout_s=5))
     assert consumer.closed
 
 
@@ -167,7 +168,7 @@ def test_alert_events_skip_what_is_not_an_event(monkeypatch: pytest.MonkeyPatch)
         (b"d1", None),
     ]
     fake(monkeypatch, FakeConsumer("alerts-b", {0: (3, events)}))
-    assert read_events("broker", "alerts-b") == [{"event_id": "a.0"}]
+    assert read_events(BROKER, "alerts-b") == [{"event_id": "a.0"}]
 
 
 def test_sim_eval_reads_the_alerts_topic(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from fleetwatch.contracts.commands import Command
 from fleetwatch.contracts.quarantine import lift_key, lift_value
+from fleetwatch.contracts.settings import KafkaSettings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.serving.errors import ServingError
 
 
@@ -32,19 +34,21 @@ class CommandPublisher(Protocol):
 
 class KafkaCommandPublisher:
     def __init__(
-        self, bootstrap: str, topic: str, params_topic: str, timeout_s: float = 5.0
+        self, kafka: KafkaSettings, topic: str, params_topic: str, timeout_s: float = 5.0
     ) -> None:
         self.topic = topic
         self.params_topic = params_topic
         self.timeout_s = timeout_s
         self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 0,
-                "message.timeout.ms": int(timeout_s * 1000),
-            }
+            client_config(
+                kafka,
+                {
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 0,
+                    "message.timeout.ms": int(timeout_s * 1000),
+                },
+            )
         )
         self._lock = threading.Lock()
 

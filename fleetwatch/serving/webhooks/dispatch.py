@@ -9,6 +9,7 @@ import logging
 from confluent_kafka import Consumer, Message
 
 from fleetwatch.contracts.alerts import Alert
+from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.serving.decode import decode_alert
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
 from fleetwatch.serving.metrics import Metrics
@@ -44,12 +45,12 @@ class Dispatcher(Worker):
     name = "webhook-dispatch"
 
     def __init__(
-        self, store: Store, metrics: Metrics, bootstrap: str, topic: str, group: str
+        self, store: Store, metrics: Metrics, kafka: KafkaSettings, topic: str, group: str
     ) -> None:
         super().__init__()
         self.store = store
         self.metrics = metrics
-        self.consumer = Consumer(consumer_config(bootstrap, group))
+        self.consumer = Consumer(consumer_config(kafka, group))
         self.consumer.subscribe([topic])
 
     def step(self) -> float:

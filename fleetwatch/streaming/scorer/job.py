@@ -38,6 +38,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import spark_options
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.query_loop import stop_after_batch, watch
@@ -162,14 +163,13 @@ def kafka_rows(out: DataFrame) -> DataFrame:
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
-    kafka = settings.kafka.bootstrap_servers
     topics = settings.topics
     raw = kafka_stream(
         spark,
         settings,
         topics.telemetry_raw,
         starting=resume_offsets(
-            settings.checkpoint_root, "score", PLAN_VERSION, topics.telemetry_raw, kafka
+            settings.checkpoint_root, "score", PLAN_VERSION, topics.telemetry_raw, settings.kafka
         ),
         max_offsets_per_trigger=settings.score.max_offsets_per_trigger,
     )
@@ -180,7 +180,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
         kafka_rows(out)
         .writeStream.format("kafka")
         .queryName(QUERY_NAME)
-        .option("kafka.bootstrap.servers", kafka)
+        .options(**spark_options(settings.kafka))
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=settings.score.trigger_interval)
         .start()

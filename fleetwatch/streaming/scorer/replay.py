@@ -22,10 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
+from fleetwatch.kafka_config import spark_options
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
+from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.scorer.device_step import Role
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ def create_output_topic(settings: Settings, name: str) -> None:
     """The output topic, with the ``alerts`` topic's configuration, unless it exists."""
     spec = next(s for s in topic_specs(settings.topics) if s.name == settings.topics.alerts)
     ensure_topics(
-        settings.kafka.bootstrap_servers,
+        settings.kafka,
         [TopicSpec(name, spec.key, spec.config)],
         settings.kafka.partitions,
         settings.kafka.replication_factor,
@@ -61,34 +63,14 @@ def replay(
 
     from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
 
-    kafka = settings.kafka.bootstrap_servers
     create_output_topic(settings, output_topic)
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka)
-        .option("subscribe", settings.topics.telemetry_raw)
-        .option("failOnDataLoss", "false")
-    )
-    if from_ms is not None:
-        reader = reader.option("startingTimestamp", str(from_ms)).option(
-            "startingOffsetsByTimestampStrategy", "latest"
-        )
-    else:
-        reader = reader.option("startingOffsets", "earliest")
-    raw = reader.load()
+    raw = kafka_stream(spark, settings, settings.topics.telemetry_raw, from_timestamp_ms=from_ms)
     event_ms = F.get_json_object(F.col("value").cast("string"), "$.event_ms").cast("bigint")
     if from_ms is not None:
         raw = raw.where(event_ms >= F.lit(from_ms))
     if to_ms is not None:
         raw = raw.where(event_ms < F.lit(to_ms))
-    params = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka)
-        .option("subscribe", settings.topics.model_params)
-        .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "false")
-        .load()
-    )
+    params = kafka_stream(spark, settings, settings.topics.model_params)
     out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
     checkpoint = settings.checkpoint_root / f"replay-{uuid.uuid4().hex[:12]}"
     query = (
@@ -96,7 +78,7 @@ def replay(
         .select("key", "value")
         .writeStream.format("kafka")
         .queryName("fleetwatch-replay")
-        .option("kafka.bootstrap.servers", kafka)
+        .options(**spark_options(settings.kafka))
         .option("topic", output_topic)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -123,12 +105,12 @@ def replay(
     shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def read_events(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+def read_events(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Every alert event on ``topic`` up to its current end (records that are not JSON
     objects are skipped); :class:`LookupError` when there is no such topic."""
     group = f"fleetwatch-replay-diff-{uuid.uuid4().hex[:8]}"
     out: list[dict[str, Any]] = []
-    for _, value in read_to_end(bootstrap, topic, group, timeout_s):
+    for _, value in read_to_end(kafka, topic, group, timeout_s):
         try:
             event = json.loads(value or b"")
         except ValueError:

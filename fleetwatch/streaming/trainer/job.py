@@ -145,9 +145,7 @@ def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -
             from_timestamp_ms=backfill.from_ms,
             max_offsets_per_trigger=limit,
         )
-    starting = resume_offsets(
-        settings.checkpoint_root, JOB, PLAN_VERSION, topic, settings.kafka.bootstrap_servers
-    )
+    starting = resume_offsets(settings.checkpoint_root, JOB, PLAN_VERSION, topic, settings.kafka)
     return kafka_stream(spark, settings, topic, starting=starting, max_offsets_per_trigger=limit)
 
 

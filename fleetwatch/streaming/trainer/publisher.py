@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import spark_options
 from fleetwatch.streaming.trainer.errors import StopRequested
 from fleetwatch.streaming.trainer.observer import TrainingObserver
 
@@ -26,7 +27,7 @@ class BatchPublisher:
     re-publish that batch's versions on restart)."""
 
     def __init__(self, settings: Settings, observer: TrainingObserver) -> None:
-        self.bootstrap = settings.kafka.bootstrap_servers
+        self.kafka = spark_options(settings.kafka)
         self.topic = settings.topics.model_params
         self.observer = observer
         self.last_batch: int | None = None
@@ -43,12 +44,7 @@ class BatchPublisher:
 
     def write(self, records: DataFrame) -> None:
         """Write ``key, value`` rows to ``model.params`` (a batch Kafka write)."""
-        (
-            records.write.format("kafka")
-            .option("kafka.bootstrap.servers", self.bootstrap)
-            .option("topic", self.topic)
-            .save()
-        )
+        (records.write.format("kafka").options(**self.kafka).option("topic", self.topic).save())
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
         with self._lock:
