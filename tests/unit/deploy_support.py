@@ -157,9 +157,10 @@ def fleetwatch_services() -> dict[str, dict[str, Any]]:
     }
 
 
-def compose_env(service: str) -> dict[str, str]:
+def compose_env(service: str, dotenv: dict[str, str] | None = None) -> dict[str, str]:
+    """A service's environment with .env.example's values, and ``dotenv``'s over them."""
     raw = compose()["services"][service].get("environment", {})
-    return {k: interpolate(str(v), env_example()) for k, v in raw.items()}
+    return {k: interpolate(str(v), env_example() | (dotenv or {})) for k, v in raw.items()}
 
 
 # --- the settings a process gets -------------------------------------------------------------

@@ -24,6 +24,7 @@ import yaml
 
 from fleetwatch.cli.main import app as cli
 from fleetwatch.contracts.settings import Settings, SparkSettings
+from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.mosquitto import MosquittoBroker
 from tests.unit.deploy_support import (
@@ -144,7 +145,9 @@ def test_every_file_compose_mounts_is_in_the_repository_or_kept_out_of_it() -> N
             if path.exists():
                 continue
             # a secret the operator makes on the host: never committed, never made up by Docker
-            assert path.relative_to(REPO).as_posix() in ignored, (name, source)
+            kept_out = path.relative_to(REPO)
+            kept = {Path(i) for i in ignored if i.strip() and not i.startswith(("#", "*"))}
+            assert {kept_out, *kept_out.parents} & kept, (name, source)
             assert volume["bind"]["create_host_path"] is False, (name, source)
 
 
@@ -249,6 +252,125 @@ def test_the_deployed_mosquitto_queues_and_keeps_sessions_as_the_local_stack_s(
     for setting in ("password_file", "acl_file"):
         for path in re.findall(rf"^{setting} (\S+)$", deployed, re.MULTILINE):
             assert path in mounts, path
+    for setting in ("certfile", "keyfile"):
+        for path in re.findall(rf"^{setting} (\S+)$", deployed, re.MULTILINE):
+            assert any(Path(path).is_relative_to(m) for m in mounts), path
+
+
+def mosquitto_listeners(text: str) -> dict[int, dict[str, str]]:
+    """Each listener of a Mosquitto configuration (``per_listener_settings``): its port → its
+    bind address (``bind``, "" for every interface) and the settings between it and the next."""
+    own = ("certfile", "keyfile", "cafile", "allow_anonymous", "password_file", "acl_file")
+    out: dict[int, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "listener":
+            port, *bind = value.split()
+            current = out.setdefault(int(port), {"bind": bind[0] if bind else ""})
+        elif current is not None and key in own:
+            current[key] = value
+    return out
+
+
+def mounted_secret_files(
+    pod: dict[str, Any], container: dict[str, Any]
+) -> dict[str, tuple[str, str]]:
+    """A container's files from Secrets: path → (Secret, key), for volumes that list items."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    out = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        for item in (secret or {}).get("items", []):
+            path = f"{mount['mountPath']}/{item['path']}"
+            out[path] = (secret["secretName"], item["key"])
+    return out
+
+
+def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    listeners = mosquitto_listeners((DEPLOY / "mosquitto" / "mosquitto.conf").read_text())
+    reachable = {port: opts for port, opts in listeners.items() if opts["bind"] != "127.0.0.1"}
+    assert list(reachable) == [8883]  # besides it, only the loopback health-check listener
+    tls = reachable[8883]
+    assert tls["certfile"] == "/mosquitto/certs/tls.crt"
+    assert tls["keyfile"] == "/mosquitto/certs/tls.key"
+    assert tls["allow_anonymous"] == "false"
+
+    # compose: only the TLS port is published; the gateway connects to it over TLS, verifying
+    # the broker with the CA of the folder the broker's certificate comes from
+    mosquitto = compose()["services"]["mosquitto"]
+    assert mosquitto["ports"] == ["8883:8883"]
+    broker_mounts = {v["target"]: v["source"] for v in mosquitto["volumes"] if isinstance(v, dict)}
+    assert broker_mounts["/mosquitto/certs"] == "./mosquitto/certs"
+    env = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
+    gateway = settings_from(env | compose_env("gateway"), monkeypatch, tmp_path).mqtt
+    assert (gateway.host, gateway.port, gateway.tls) == ("mosquitto", 8883, True)
+    gateway_volumes = compose()["services"]["gateway"]["volumes"]
+    gateway_mounts = {v["target"]: v["source"] for v in gateway_volumes if isinstance(v, dict)}
+    assert gateway_mounts[str(gateway.ca_file)] == "./mosquitto/certs/ca.crt"
+
+    # Kubernetes: the Service's port is the TLS listener's; the broker's certificate and key
+    # and the gateway's CA come from the one Secret
+    service = k8s_workload("Service", "mosquitto")
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(8883, "mqtts")]
+    broker_pod = k8s_workload("Deployment", "mosquitto")["spec"]["template"]["spec"]
+    (broker,) = broker_pod["containers"]
+    assert {p["name"]: p["containerPort"] for p in broker["ports"]} == {"mqtts": 8883}
+    files = mounted_secret_files(broker_pod, broker)
+    assert files[tls["certfile"]] == ("mosquitto-tls", "tls.crt")
+    assert files[tls["keyfile"]] == ("mosquitto-tls", "tls.key")
+    secret = k8s_workload("Secret", "mosquitto-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["stringData"]) == {"tls.crt", "tls.key", "ca.crt"}
+    gateway_pod = k8s_workload("StatefulSet", "gateway")["spec"]["template"]["spec"]
+    (container,) = gateway_pod["containers"]
+    k8s = settings_from(container_env(container, k8s_config()), monkeypatch, tmp_path).mqtt
+    assert (k8s.host, k8s.port, k8s.tls) == (service["metadata"]["name"], 8883, True)
+    ca = mounted_secret_files(gateway_pod, container)[str(k8s.ca_file)]
+    assert ca == ("mosquitto-tls", "ca.crt")
+
+
+def test_kafka_security_is_plaintext_as_shipped_and_sasl_from_env_in_compose(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    image = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
+    own_cluster = {
+        "KAFKA_BOOTSTRAP_SERVERS": "kafka-1.example.com:9096",
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+        "KAFKA_SASL_USERNAME": "fleetwatch",
+        "KAFKA_SASL_PASSWORD": "s3cret",
+    }
+    example = (DEPLOY / ".env.example").read_text()
+    for name in own_cluster:
+        assert f"# {name}=" in example, name
+    for service in [*STAGES, "topics"]:
+        shipped = settings_from(image | compose_env(service), monkeypatch, tmp_path).kafka
+        assert client_config(shipped) == {"bootstrap.servers": "kafka:9092"}, service
+        assert spark_options(shipped) == {"kafka.bootstrap.servers": "kafka:9092"}, service
+        own = settings_from(image | compose_env(service, own_cluster), monkeypatch, tmp_path)
+        config = client_config(own.kafka)
+        assert config["bootstrap.servers"] == "kafka-1.example.com:9096", service
+        assert config["security.protocol"] == "SASL_SSL", service
+        assert config["sasl.mechanisms"] == "SCRAM-SHA-256", service
+        assert (config["sasl.username"], config["sasl.password"]) == ("fleetwatch", "s3cret")
+        jaas = spark_options(own.kafka)["kafka.sasl.jaas.config"]
+        assert 'username="fleetwatch" password="s3cret"' in jaas, service
+
+
+def test_kafka_security_in_kubernetes_is_plaintext_as_shipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The ConfigMap names the protocol (its comment shows SASL); every container that reads
+    it gets the same, so one edit there changes every Kafka client."""
+    assert k8s_config()["FLEETWATCH_KAFKA__SECURITY_PROTOCOL"] == "PLAINTEXT"
+    for _, container in fleetwatch_containers():
+        if container.get("envFrom"):
+            env = container_env(container, k8s_config())
+            kafka = settings_from(env, monkeypatch, tmp_path).kafka
+            assert client_config(kafka) == {"bootstrap.servers": "kafka:9092"}
 
 
 def test_the_deployed_kafka_cleans_and_creates_topics_as_the_local_stack_s(
@@ -349,7 +471,8 @@ def test_every_service_selects_pods_and_the_ports_they_name() -> None:
 
 def test_secrets_hold_placeholders_only() -> None:
     secrets = [d for d in k8s_documents() if d["kind"] == "Secret"]
-    assert {s["metadata"]["name"] for s in secrets} == {"fleetwatch-secrets", "mosquitto-passwd"}
+    names = {s["metadata"]["name"] for s in secrets}
+    assert names == {"fleetwatch-secrets", "mosquitto-passwd", "mosquitto-tls"}
     for secret in secrets:
         assert "data" not in secret
         for key, value in secret["stringData"].items():
