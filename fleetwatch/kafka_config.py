@@ -81,11 +81,12 @@ def jaas_config(kafka: KafkaSettings) -> str:
     """The Java client's ``sasl.jaas.config``: the mechanism's login module with the account
     (quotes and backslashes escaped as JAAS reads them)."""
     module = LOGIN_MODULES[kafka.sasl_mechanism]
-    user, password = _quoted(kafka.sasl_username or ""), _quoted(_password(kafka))
+    user, password = quoted(kafka.sasl_username or ""), quoted(_password(kafka))
     return f"{module} required username={user} password={password};"
 
 
-def _quoted(value: str) -> str:
+def quoted(value: str) -> str:
+    """``value`` as a JAAS option's quoted value."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

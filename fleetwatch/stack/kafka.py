@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.kafka_config import client_config
+from fleetwatch.kafka_config import client_config, jaas_config, quoted
 from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
 logger = logging.getLogger(__name__)
@@ -73,16 +73,18 @@ class KafkaBroker:
 
     def render_config(self) -> str:
         k = self.settings.kafka
+        client = k.security_protocol  # PLAINTEXT, or SASL_PLAINTEXT (see start)
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.bootstrap.servers=127.0.0.1:{k.controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
+                f"listeners={client}://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
+                f"advertised.listeners={client}://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
                 "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"inter.broker.listener.name={client}",
+                f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{client}:{client}",
+                *self._sasl_config(),
                 f"log.dirs={self.dir / 'data'}",
                 f"num.partitions={k.partitions}",
                 "offsets.topic.replication.factor=1",
@@ -97,6 +99,21 @@ class KafkaBroker:
                 "",
             ]
         )
+
+    def _sasl_config(self) -> list[str]:
+        """With ``SASL_PLAINTEXT``: the PLAIN login, whose one account is the clients'
+        (``kafka.sasl_username`` / ``sasl_password``), the broker's own included."""
+        k = self.settings.kafka
+        if not k.sasl:
+            return []
+        password = k.sasl_password.get_secret_value() if k.sasl_password else ""
+        accounts = jaas_config(k).removesuffix(";") + f" user_{k.sasl_username}={quoted(password)};"
+        return [
+            "sasl.enabled.mechanisms=PLAIN",
+            "sasl.mechanism.inter.broker.protocol=PLAIN",
+            # a properties file reads a backslash as an escape: the JAAS text's are doubled
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config=" + accounts.replace("\\", "\\\\"),
+        ]
 
     def _java(self, main: str, *args: str, options: list[str] | None = None) -> list[str]:
         return [
@@ -136,17 +153,18 @@ class KafkaBroker:
         """Start unless already running; returns whether it was started now."""
         if self.proc.running():
             return False
-        if self.settings.kafka.security_protocol != "PLAINTEXT":
+        k = self.settings.kafka
+        if k.tls or (k.sasl and k.sasl_mechanism != "PLAIN"):
+            asked = k.security_protocol + (f" with {k.sasl_mechanism}" if k.sasl else "")
             raise self.proc.fail(
-                f"the local broker listens in PLAINTEXT only, not kafka.security_protocol "
-                f"{self.settings.kafka.security_protocol}: that is for a cluster of your own "
-                "(kafka.bootstrap_servers), which the stages use without `fleetwatch stack`"
+                "the local broker listens in PLAINTEXT, or SASL_PLAINTEXT with PLAIN, not "
+                f"{asked}: that is for a cluster of your own (kafka.bootstrap_servers), which "
+                "the stages use without `fleetwatch stack`"
             )
         if not list(self.classpath.glob("kafka_2.13-*.jar")):
             raise self.proc.fail(
                 f"the broker jars are missing from {self.classpath}; run `make setup`"
             )
-        k = self.settings.kafka
         for port in (k.port, k.controller_port):
             if port_in_use("127.0.0.1", port):
                 raise self.proc.fail(
@@ -159,6 +177,8 @@ class KafkaBroker:
                 "stop it or set FLEETWATCH_KAFKA__METRICS_PORT (0: no broker metrics)"
             )
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.touch(mode=0o600)  # with SASL, it holds the account's password
+        self.config_file.chmod(0o600)
         self.config_file.write_text(self.render_config())
         (self.dir / "log4j2.properties").write_text(LOG4J2)
         self._format_storage()

@@ -15,6 +15,8 @@ from pydantic import SecretStr, ValidationError
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_config import client_config, jaas_config, spark_options
+from fleetwatch.stack.errors import StackError
+from fleetwatch.stack.kafka import KafkaBroker
 from tests.tls_files import TestCA
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fleetwatch"
@@ -216,3 +218,45 @@ def test_every_kafka_client_of_the_package_is_configured_from_the_settings() -> 
         if key.search(p.read_text())
     ]
     assert naming == ["kafka_config.py"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"security_protocol": "SSL"},
+        {"security_protocol": "SASL_SSL", "sasl_username": "u", "sasl_password": "p"},
+        {"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p"},
+    ],
+)
+def test_the_local_broker_refuses_what_it_does_not_serve(
+    fields: dict[str, object], tmp_path: Path
+) -> None:
+    """It listens in PLAINTEXT, or SASL_PLAINTEXT with PLAIN (its one account the settings'):
+    TLS and SCRAM are for a cluster of your own."""
+    settings = Settings(run_dir=tmp_path, kafka=KafkaSettings.model_validate(fields))
+    with pytest.raises(StackError, match="is for a cluster of your own"):
+        KafkaBroker(settings).start()
+    assert not (tmp_path / "pids").exists()  # nothing started
+
+
+def test_the_local_broker_s_sasl_listener(tmp_path: Path) -> None:
+    plain = KafkaBroker(Settings(run_dir=tmp_path)).render_config()
+    assert "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in plain
+    assert "sasl." not in plain
+    kafka = KafkaSettings.model_validate(
+        {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_username": "fleetwatch",
+            "sasl_password": "pw",
+        }
+    )
+    config = KafkaBroker(Settings(run_dir=tmp_path, kafka=kafka)).render_config().splitlines()
+    assert "listeners=SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in config
+    assert "inter.broker.listener.name=SASL_PLAINTEXT" in config
+    assert "sasl.mechanism.inter.broker.protocol=PLAIN" in config
+    assert (
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="fleetwatch" password="pw" user_fleetwatch="pw";'
+    ) in config
