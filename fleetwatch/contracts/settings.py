@@ -45,10 +45,11 @@ class KafkaSettings(_Part):
     agent; rules in ``deploy/jvm/jmx-exporter/kafka.yml``); 0: none."""
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    """How every client talks to the cluster (Kafka's ``security.protocol``): ``PLAINTEXT``
-    (the local broker), ``SSL`` (TLS), ``SASL_SSL`` (TLS and a SASL login), ``SASL_PLAINTEXT``
-    (a SASL login on a plain connection: the data travels unencrypted). The stages' clients and
-    Spark's are all configured from these settings (:mod:`fleetwatch.kafka_config`)."""
+    """How every client talks to the cluster (Kafka's ``security.protocol``): ``PLAINTEXT``,
+    ``SSL`` (TLS), ``SASL_SSL`` (TLS and a SASL login), ``SASL_PLAINTEXT`` (a SASL login on a
+    plain connection: the data travels unencrypted). The stages' clients and Spark's are all
+    configured from these settings (:mod:`fleetwatch.kafka_config`). The local broker speaks
+    ``PLAINTEXT``, or ``SASL_PLAINTEXT`` with ``PLAIN`` (its one account the one set here)."""
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
     """The SASL login (with a ``SASL_*`` protocol): ``PLAIN`` sends the password itself, so
     use it over ``SASL_SSL`` only; ``SCRAM-*`` proves it without sending it."""
