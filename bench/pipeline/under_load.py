@@ -19,10 +19,23 @@ batch to ``WARM``).
 
 Peak RSS is of the scorer's whole process tree (Python driver, JVM, Python workers).
 
-    python bench/pipeline/under_load.py [--seconds 60] [--skip-max]
+Where each phase's latency went (:mod:`bench.pipeline.latency_anatomy`): the scorer keeps every
+progress report (``spark.progress_log``) and its JVM logs its GC pauses, and each probe's
+latency is split into ingest, the wait for the micro-batch in progress, its own micro-batch
+and delivery; the slowest 1 % of probes are printed with the batch they waited on and their
+own, the slowest 1 % of batches with their parts (planning, ``addBatch``, state commit and
+RocksDB figures, GC pauses within), and the CPU each process used over the phase (the
+scorer's driver, JVM and Python workers apart) and the Python workers started.
 
-Last line: {"p50_ms_1k", "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
-"max_throughput_rps", "cold_throughput_rps", "peak_rss_mb", ...}
+``--repeat N`` runs the phases N times in a row, each with a fresh scorer, and gives each
+run's p50 / p95 / p99 and p99 / p50 per phase: one lucky run is never the figure.
+``--noise`` is the simulated fleet's (``realistic`` by default, ``gaussian`` the old stream).
+
+    python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max]
+
+Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
+"p99_over_p50_1k", "p99_over_p50_5k", "load_avg_1m", "max_throughput_rps",
+"cold_throughput_rps", "peak_rss_mb", ...}
 """
 
 from __future__ import annotations
