@@ -8,22 +8,19 @@ Runs on a private stack (own ports and run dir), since it kills the broker.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
 from fleetwatch.contracts.telemetry import reading_payload
@@ -32,7 +29,9 @@ from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import wait_for
-from tests.integration.conftest import free_port, login_as
+from tests.integration.acked_fleet import AckedFleet, Message
+from tests.integration.conftest import free_port
+from tests.integration.processes import gone
 from tests.polling import wait_until
 
 logger = logging.getLogger(__name__)
@@ -128,75 +127,24 @@ def raw_contents(settings: Settings) -> tuple[set[Pair], dict[int, int]]:
     return pairs, ends
 
 
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (reaping it when it is our child)."""
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def reading_at(seq: int, now_ms: int) -> bytes:
+    return reading_payload(seq, now_ms, now_ms, {"t": 20.0})
 
 
-class Publisher(threading.Thread):
-    """A device fleet publishing at QoS 1, paced; what the MQTT broker has acknowledged (its
-    PUBACK: the reading is accepted) can be read while it runs."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-        self.sent: list[tuple[Pair, mqtt.MQTTMessageInfo]] = []
-        self.published: set[Pair] = set()
-        self.done = threading.Event()
-
-    def acknowledged(self) -> int:
-        """How many readings, in publishing order, the broker has acknowledged: it acknowledges
-        one connection's messages in the order they came, so these are the first ones sent."""
-        sent = self.sent[:]
-        last = len(sent)
-        while last and not sent[last - 1][1].is_published():
-            last -= 1
-        return last
-
-    def pairs(self, first: int) -> set[Pair]:
-        return {pair for pair, _ in self.sent[:first]}
-
-    def run(self) -> None:
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id="noloss-fleet", protocol=mqtt.MQTTv5
+def fleet_messages(settings: Settings) -> list[Message]:
+    """DEVICES devices, PER_DEVICE readings each, round by round; tagged by (device, seq)."""
+    return [
+        (
+            (f"n{d}", seq),
+            settings.mqtt.telemetry_topic(f"n{d}"),
+            partial(reading_at, seq),
         )
-        client.max_inflight_messages_set(100)
-        login_as(client, self.settings, "sim")
-        client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
-        client.loop_start()
-        start = time.monotonic()
-        try:
-            for seq in range(PER_DEVICE):
-                for d in range(DEVICES):
-                    now = time.time_ns() // 1_000_000
-                    device = f"n{d}"
-                    info = client.publish(
-                        self.settings.mqtt.telemetry_topic(device),
-                        reading_payload(seq, now, now, {"t": 20.0}),
-                        qos=1,
-                    )
-                    self.sent.append(((device, seq), info))
-                pace = start + (seq + 1) * DEVICES / RATE - time.monotonic()
-                time.sleep(max(0.0, pace))  # publishing at RATE, not waiting for an outcome
-            self.done.set()
-            for pair, info in self.sent:
-                info.wait_for_publish(30)
-                if info.is_published():
-                    self.published.add(pair)
-        finally:
-            self.done.set()
-            client.disconnect()
-            client.loop_stop()
+        for seq in range(PER_DEVICE)
+        for d in range(DEVICES)
+    ]
 
 
-def kill_on_a_fresh_acknowledgement(fleet: Publisher, gateway: subprocess.Popen[bytes]) -> int:
+def kill_on_a_fresh_acknowledgement(fleet: AckedFleet, gateway: subprocess.Popen[bytes]) -> int:
     """SIGKILL the gateway the moment the broker has acknowledged another reading (which the
     gateway cannot have in Kafka yet); returns how many readings were acknowledged by then."""
     seen = fleet.acknowledged()
@@ -214,7 +162,7 @@ def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
     settings, env = private_stack
     log = tmp_path / "gateway.log"
     gateways = [start_gateway(env, log)]
-    fleet = Publisher(settings)
+    fleet = AckedFleet(settings, fleet_messages(settings), RATE, "noloss-fleet")
     try:
         wait_until(lambda: subscriptions(log) == 1, 30, "the gateway to subscribe")
         fleet.start()
@@ -229,12 +177,12 @@ def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
             assert end_offsets(settings.kafka, settings.topics.telemetry_raw) == ends, (
                 "the killed gateway wrote after the read"
             )
-            stranded = fleet.pairs(acked) - on_kafka
+            stranded = fleet.tags(acked) - on_kafka
             logger.info(
                 "gateway kill %d: %d readings accepted, %d in Kafka, %d stranded",
                 attempt,
                 acked,
-                len(on_kafka & fleet.pairs(acked)),
+                len(on_kafka & fleet.tags(acked)),
                 len(stranded),
             )
             assert fleet.acknowledged() > acked, "the fleet published on across the kill"
