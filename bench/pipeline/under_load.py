@@ -247,9 +247,9 @@ def latency_phases(
             sent = {k: t for k, t in list(probes.sent.items()) if lo <= t <= hi - 20_000}
             lat = alerts.latencies(sent)
             missed = len(sent) - len(lat)
-            parts = decompose(
-                sent, ingest.arrived, alerts.arrived, batches(progress), gc_pauses(gc_log)
-            )
+            phase = [b for b in batches(progress) if lo <= b.start_ms <= hi]  # not warm-up's
+            pauses = [p for p in gc_pauses(gc_log) if lo <= p[0] <= hi]
+            parts = decompose(sent, ingest.arrived, alerts.arrived, phase, pauses)
             out[label] = {
                 "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),
                 "readings": totals.sent,
