@@ -10,6 +10,8 @@ the start), and its alert reaches a consumer of ``alerts`` at ``alert``. So:
               + batch (its triggerExecution) + deliver (alert - batch end)
 
 ``wait`` is the part of the batch in progress when the reading arrived that was left to run.
+``deliver`` is mostly negative: the sink writes the alert within ``addBatch``, before the
+batch's offsets and commit logs are written and its progress is reported.
 """
 
 from __future__ import annotations

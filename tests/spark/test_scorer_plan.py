@@ -87,12 +87,17 @@ class Steps:
             body = "\n".join(kafka_row(line) for line in lines)
             (self.raw / f"{self.n}.json").write_text(body + "\n")
         if updates:
-            body = "\n".join(json.dumps({"key": k, "value": v}) for k, v in updates)
+            body = "\n".join(  # as Kafka gives them: a place on model.params each
+                json.dumps({"key": k, "value": v, "partition": 0, "offset": 100 * self.n + i})
+                for i, (k, v) in enumerate(updates)
+            )
             (self.params / f"{self.n}.json").write_text(body + "\n")
         raw = self.spark.readStream.schema(
             "key STRING, value STRING, timestamp TIMESTAMP, partition INT, offset LONG"
         ).json(str(self.raw))
-        par = self.spark.readStream.schema("key STRING, value STRING").json(str(self.params))
+        par = self.spark.readStream.schema(
+            "key STRING, value STRING, partition INT, offset LONG"
+        ).json(str(self.params))
         frame = self.plan(scorer_input(raw, par, "1 minute"))
         got: list[dict[str, Any]] = []
 
