@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,3 +259,88 @@ def fleetwatch_containers() -> Iterator[tuple[str, dict[str, Any]]]:
             for container in containers:
                 if container.get("envFrom") or container.get("image") == IMAGE:
                     yield f"{doc['kind']}/{doc['metadata'].get('name', doc['kind'])}", container
+
+
+# --- the Kafka broker the apache/kafka image makes of its environment ------------------------
+
+KAFKA_IMAGE_EXCLUDES = frozenset(
+    {
+        "KAFKA_VERSION",
+        "KAFKA_HEAP_OPT",  # sic: KAFKA_HEAP_OPTS becomes heap.opts, which the broker ignores
+        "KAFKA_LOG4J_OPTS",
+        "KAFKA_OPTS",
+        "KAFKA_JMX_OPTS",
+        "KAFKA_JVM_PERFORMANCE_OPTS",
+        "KAFKA_GC_LOG_OPTS",
+        "KAFKA_LOG4J_ROOT_LOGLEVEL",
+        "KAFKA_LOG4J_LOGGERS",
+        "KAFKA_TOOLS_LOG4J_LOGLEVEL",
+    }
+)
+"""The variables the image leaves out of the broker's properties
+(docker/resources/common-scripts/kafka-propertiesSpec.json of apache/kafka)."""
+
+KAFKA_START = DEPLOY / "kafka" / "start.sh"
+
+
+def kafka_property_name(variable: str) -> str:
+    """The image's ``ConvertKey`` (docker/resources/utility/utility.go): without ``KAFKA_``,
+    ``_`` between two other characters becomes ``.``, then ``___`` ``-`` and ``__`` ``_``,
+    lower-cased. Go's ReplaceAllStringFunc and ``re.sub`` both replace leftmost,
+    non-overlapping matches, so a one-letter word between underscores is kept as Go keeps it."""
+    key = variable.removeprefix("KAFKA")[1:]
+    dotted = re.sub(r"[^_]_[^_]", lambda m: m.group(0).replace("_", "."), key)
+    return dotted.replace("___", "-").replace("__", "_").lower()
+
+
+def kafka_image_properties(env: dict[str, str]) -> dict[str, str]:
+    """The properties the image's ``utility render-properties`` makes of ``env``: every
+    variable starting ``KAFKA`` not excluded, renamed by :func:`kafka_property_name`. Its
+    ``ListToMap`` splits ``NAME=VALUE`` at every ``=`` and keeps only two parts, so a variable
+    whose value holds ``=`` is left out, silently, as the image does."""
+    out = {}
+    for name, value in env.items():
+        if "=" in value or not name.startswith("KAFKA") or name in KAFKA_IMAGE_EXCLUDES:
+            continue
+        out[kafka_property_name(name)] = value
+    return out
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """A properties file of plain ``key=value`` lines (what start.sh and the image write)."""
+    out = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith(("#", "!")):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value
+    return out
+
+
+@dataclass(frozen=True)
+class KafkaBrokerFiles:
+    server: dict[str, str]
+    """The broker's server.properties: start.sh's file, then the image's from the env."""
+    probe: dict[str, str]
+    """The health check's client configuration (``--command-config``)."""
+    probe_file: Path
+
+
+def deployed_kafka(env: dict[str, str], workdir: Path) -> KafkaBrokerFiles:
+    """What the broker container starts with, given its environment: start.sh run as the
+    container runs it (its output in ``workdir``), and the image's properties appended to the
+    file it wrote (docker/resources/common-scripts/configure: a server.properties in
+    /mnt/shared/config gets the env's properties after its own; the later of two equal keys
+    wins in Java's Properties, as in this dict)."""
+    result = subprocess.run(
+        ["bash", str(KAFKA_START), "true"],
+        env={"PATH": os.environ["PATH"], **env, "SASL_CONFIG_DIR": str(workdir)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    written = read_properties((workdir / "server.properties").read_text())
+    probe = workdir / "probe.properties"
+    return KafkaBrokerFiles(
+        written | kafka_image_properties(env), read_properties(probe.read_text()), probe
+    )
