@@ -406,6 +406,11 @@ class GatewaySettings(_Part):
     client_id: str = "fleetwatch-gateway"
     share_group: str = "fleetwatch"
     """MQTT v5 shared-subscription group, so several gateways split the load."""
+    shared: bool = False
+    """Subscribe through the shared group ``share_group``, for several gateway processes or
+    replicas (always with ``workers`` > 1). Off, one gateway holds a plain subscription, which
+    Mosquitto keeps in its persistence across its own restart: it does not keep a shared one
+    (2.0), so until the gateways subscribe again after a broker restart it drops readings."""
     max_payload_bytes: int = Field(256 * 1024, ge=256)
     max_in_flight: int = Field(10_000, ge=1, le=65_535)
     """Unacknowledged MQTT messages at once (MQTT v5 receive-maximum): the backpressure bound."""

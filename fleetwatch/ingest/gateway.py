@@ -50,6 +50,8 @@ from fleetwatch.mqtt_config import configure, connect_failure
 logger = logging.getLogger(__name__)
 
 SESSION_EXPIRY_S = 7 * 24 * 3600
+RECONNECT_MIN_S, RECONNECT_MAX_S = 1, 2
+"""paho's reconnect back-off (its default grows to 2 minutes)."""
 
 
 def now_ms() -> int:
@@ -169,6 +171,9 @@ class Gateway:
             manual_ack=True,
         )
         self.client.max_inflight_messages_set(1000)
+        # back within seconds of a broker restart: readings published before the gateway
+        # subscribes again may have no subscriber (see ``gateway.shared``)
+        self.client.reconnect_delay_set(min_delay=RECONNECT_MIN_S, max_delay=RECONNECT_MAX_S)
         configure(self.client, settings.mqtt)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
@@ -191,14 +196,20 @@ class Gateway:
             self.metrics.mqtt_reconnects.inc()
         self._connected_before = True
         self.metrics.mqtt_connected.set(1)
-        filters = self._filters()
+        filters, other = self._filters(self._shared()), self._filters(not self._shared())
         if self._retiring:
-            client.unsubscribe(filters)
+            client.unsubscribe(filters + other)  # whichever way it had subscribed
             logger.info(
                 "retiring %s: unsubscribed, draining what the broker queued for it", self.client_id
             )
             return
+        # Always again, even when the broker kept the session: Mosquitto does not keep a shared
+        # subscription over its restart, nor a plain one it had not saved yet.
         client.subscribe([(f, 1) for f in filters])
+        if flags.session_present:
+            # a session that subscribed the other way (shared before, plain now, or the
+            # reverse) stops getting both, once the new subscription is in place
+            client.unsubscribe(other)
         logger.info(
             "connected to MQTT as %s (session present: %s), subscribed to %s",
             self.client_id,
@@ -206,17 +217,20 @@ class Gateway:
             ", ".join(filters),
         )
 
-    def _filters(self) -> list[str]:
-        group, mqtt_settings = self.settings.gateway.share_group, self.settings.mqtt
-        return [
-            f"$share/{group}/{mqtt_settings.telemetry_filter}",
-            f"$share/{group}/{mqtt_settings.acks_filter}",
-        ]
+    def _shared(self) -> bool:
+        return self.settings.gateway.shared or self.settings.gateway.workers > 1
+
+    def _filters(self, shared: bool) -> list[str]:
+        """The telemetry and acks filters, through the shared group or plain."""
+        m = self.settings.mqtt
+        prefix = f"$share/{self.settings.gateway.share_group}/" if shared else ""
+        return [f"{prefix}{m.telemetry_filter}", f"{prefix}{m.acks_filter}"]
 
     def _on_unsubscribe(
         self, client: mqtt.Client, userdata: Any, mid: int, reasons: Any, props: Any
     ) -> None:
-        self._unsubscribed.set()
+        if self._retiring:
+            self._unsubscribed.set()
 
     def _on_disconnect(
         self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any

@@ -39,6 +39,9 @@ class AckedFleet(threading.Thread):
         self.published: set[Any] = set()
         """Tags of the messages the broker acknowledged (complete once the thread ended)."""
         self.done = threading.Event()
+        self.no_subscriber: set[int] = set()
+        """Message ids the broker acknowledged with "no matching subscribers" (MQTT v5 reason
+        16): it took them and dropped them."""
         self._halt = threading.Event()
 
     def stop(self) -> None:
@@ -61,6 +64,7 @@ class AckedFleet(threading.Thread):
             CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5
         )
         client.max_inflight_messages_set(100)
+        client.on_publish = self._on_publish
         login_as(client, self.settings, "sim")
         client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
         client.loop_start()
@@ -87,6 +91,17 @@ class AckedFleet(threading.Thread):
             self.done.set()
             client.disconnect()
             client.loop_stop()
+
+    def _on_publish(self, _c: object, _u: object, mid: int, reason: Any, _p: object) -> None:
+        if getattr(reason, "value", 0) == NO_MATCHING_SUBSCRIBERS:
+            self.no_subscriber.add(mid)
+
+    def dropped(self, tags: set[Any]) -> int:
+        """How many of the messages under ``tags`` the broker acknowledged as unrouted."""
+        return sum(1 for tag, info in self.sent if tag in tags and info.mid in self.no_subscriber)
+
+
+NO_MATCHING_SUBSCRIBERS = 16
 
 
 def _acknowledged(info: mqtt.MQTTMessageInfo) -> bool:

@@ -37,12 +37,16 @@ class FakeClient:
     def __init__(self) -> None:
         self.acked: list[tuple[int, int]] = []
         self.subscribed: list[Any] = []
+        self.unsubscribed: list[Any] = []
 
     def ack(self, mid: int, qos: int) -> None:
         self.acked.append((mid, qos))
 
     def subscribe(self, topics: Any) -> None:
         self.subscribed.append(topics)
+
+    def unsubscribe(self, topics: Any) -> None:
+        self.unsubscribed.append(topics)
 
 
 class Delivered:
