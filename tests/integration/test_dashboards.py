@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
 from fleetwatch.contracts.settings import PrometheusSettings, Settings
@@ -209,6 +210,21 @@ def run_sql(database_url: str, query: Query, text: str) -> Answer:
     return Answer(query.dashboard, query.where, query.language, text, len(rows), sample, bool(rows))
 
 
+def exported(isolated: Isolated) -> list[dict[str, Any]]:
+    """Every ``fleetwatch_*`` metric family each stage serves on its ``/metrics``: stage, name,
+    type and label names (written beside the proof, for the record of what is exported)."""
+    ports = {**{s: p for s, p in isolated.metrics_ports.items()}, "api": isolated.api_port}
+    out = []
+    for stage, port in sorted(ports.items()):
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            if not family.name.startswith("fleetwatch_"):
+                continue
+            labels = sorted({k for sample in family.samples for k in sample.labels} - {"le"})
+            out.append({"stage": stage, "name": family.name, "type": family.type, "labels": labels})
+    return out
+
+
 def test_every_panel_of_every_dashboard_shows_data(
     isolated: Isolated,
     prometheus: PrometheusServer,
@@ -322,7 +338,10 @@ def test_every_panel_of_every_dashboard_shows_data(
         (tmp_path / "dashboards-proof.json").write_text(
             json.dumps([asdict(a) for a in answers], indent=2)
         )
+        catalogue = exported(isolated)
+        (tmp_path / "metrics-catalogue.json").write_text(json.dumps(catalogue, indent=2))
 
+    assert {entry["stage"] for entry in catalogue} == {"gateway", "score", "train", "api"}
     empty = [f"{a.dashboard} {a.where}: {a.query}" for a in answers if a.series == 0]
     assert not empty, "queries with no answer (a metric no stage exports?):\n" + "\n".join(empty)
     still = [
