@@ -256,6 +256,7 @@ def dead_letter(
         key = b""
     headers: Headers = [
         ("fw.reason", reason.encode()),
+        ("fw.stage", b"gateway"),
         ("fw.mqtt_topic", topic.encode(errors="replace")[:1024]),
         ("fw.received_ms", str(received_ms).encode()),
     ]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -99,6 +99,27 @@ def producer_config(settings: Settings) -> dict[str, Any]:
 Refused = Callable[[Message, KafkaError, "_PendingAck"], bool]
 """Takes a record Kafka refused for good; ``True`` when a dead letter for it is on its way
 (delivered with the same :class:`_PendingAck`)."""
+
+
+class _NotQueued:
+    """A record ``produce`` refused at once, as its delivery report would name it."""
+
+    __slots__ = ("_key", "_topic", "_value")
+
+    def __init__(self, topic: str, key: bytes, value: bytes) -> None:
+        self._topic, self._key, self._value = topic, key, value
+
+    def topic(self) -> str:
+        return self._topic
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def latency(self) -> None:
+        return None
 
 
 class _PendingAck:
@@ -303,6 +324,7 @@ class Gateway:
         value, cut = capped(record.value() or b"")
         headers: Headers = [
             ("fw.reason", reason.encode()),
+            ("fw.stage", b"gateway"),
             ("fw.source_topic", topic.encode()),
             ("fw.received_ms", str(self.clock()).encode()),
             *cut,
@@ -343,6 +365,12 @@ class Gateway:
                 # The bounded local queue is full (Kafka slow or away). Blocking here blocks MQTT
                 # intake: unacknowledged messages stay with the broker until Kafka catches up.
                 time.sleep(0.05)
+            except KafkaException as exc:
+                # refused before it was queued (larger than the producer takes, say): the
+                # same path as a refusal its delivery report brings, so it is dead-lettered
+                # and its MQTT message acknowledged once that is in, never left waiting
+                on_delivery(exc.args[0], _NotQueued(topic, key, value))  # type: ignore[arg-type]
+                return
 
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:

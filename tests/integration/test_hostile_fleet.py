@@ -91,7 +91,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
 
     # -- every hostile input is accounted for -------------------------------------------------
     accepted = Counter(r.key.decode() for r in raw if r.key)
-    at_gateway = [d for d in dead if d.headers.get("fw.stage") is None]
+    at_gateway = [d for d in dead if d.headers.get("fw.stage") == b"gateway"]
     at_scorer = [d for d in dead if d.headers.get("fw.stage") == b"score"]
     gateway_dead = Counter(d.key.decode() if d.key else "" for d in at_gateway)
     for name, payloads in sent.items():

@@ -136,6 +136,7 @@ def test_a_rejection_says_why_and_keeps_the_raw_bytes(
     assert reason in dl.reason
     assert dl.value == payload
     assert dict(dl.headers)["fw.reason"] == dl.reason.encode()
+    assert dict(dl.headers)["fw.stage"] == b"gateway"
     assert dict(dl.headers)["fw.mqtt_topic"] == topic.encode()
 
 

@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import MAX_DEAD_LETTER_BYTES
@@ -137,3 +138,40 @@ def test_the_gateway_sends_a_refused_record_to_the_dead_letter_topic(
     again(FakeError(), FakeRecord(settings.topics.telemetry_deadletter))  # type: ignore[arg-type]
     assert (4, 1) not in client.acked
     assert gateway.counters.delivery_errors == 1
+
+
+class RefusingProducer:
+    """A producer that refuses the first record at once, as librdkafka does one over its
+    ``message.max.bytes``, and queues the rest (their delivery reports kept to be run)."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[str, bytes, Any]] = []
+        self.refusals = 1
+
+    def produce(self, topic: str, value: bytes, key: bytes, **kwargs: Any) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        self.queued.append((topic, value, kwargs["on_delivery"]))
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
+def test_a_record_produce_refuses_at_once_is_dead_lettered_and_its_message_acknowledged() -> None:
+    settings = Settings()
+    gateway = Gateway(settings, clock=lambda: 1234)
+    producer = RefusingProducer()
+    gateway.producer = producer  # type: ignore[assignment]
+    client = FakeClient()
+    pending = _PendingAck(client, gateway.counters, 5, 1, 1, gateway._on_refused)  # type: ignore[arg-type]
+    gateway._produce(settings.topics.telemetry_raw, b"d1", b'{"seq": 1}', 1234, pending)
+    assert producer.queued == [], "nothing queued: it was refused"
+    assert client.acked == [], "not before its dead letter is in"
+    gateway._redirect_refused()
+    ((topic, value, on_delivery),) = producer.queued
+    assert topic == settings.topics.telemetry_deadletter
+    assert value == b'{"seq": 1}'
+    on_delivery(None, FakeRecord(topic, value))
+    assert client.acked == [(5, 1)]
+    assert gateway.counters.delivery_errors == 0
