@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetwatch.contracts.telemetry import DEVICE_METRICS
+
 
 def _project_home() -> Path:
     """The checkout this package runs from (editable install), else the working directory."""
@@ -325,7 +327,7 @@ class ScoreSettings(_Part):
     """A device silent this long in event time leaves the scorer's state (its next reading
     starts it afresh) and the trainer's, whose tombstone withdraws its parameters from
     ``model.params``."""
-    max_metrics: int = Field(64, ge=1)
+    max_metrics: int = Field(DEVICE_METRICS, ge=1)
     """Metric names a device may report; a reading's names beyond them are refused (dead
     letter, with the reason) and the rest of the reading is scored."""
 

@@ -36,6 +36,10 @@ VALUE_LIMIT = 1e15
 """The largest magnitude of a metric value. Far beyond any sensor's range (a lifetime energy
 counter in Wh included), and small enough that sums of squares over any window stay finite."""
 
+DEVICE_METRICS = 64
+"""Metric names a device may have, by default (``score.max_metrics``): the scorer refuses a
+reading's names beyond them, and the trainer does not learn them."""
+
 EpochMs = Annotated[int, Field(ge=0, lt=10**14)]
 Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MetricValue = Annotated[float, Field(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]

@@ -13,8 +13,8 @@ from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
-from fleetwatch.streaming.trainer.learning import learn_device
-from fleetwatch.streaming.trainer.processor import learn_bucket, seeds
+from fleetwatch.streaming.trainer.learning import detector_of, learn_device
+from fleetwatch.streaming.trainer.processor import FAILED, learn_bucket, seeds
 
 
 def frame(seed: int, start: int, n: int) -> pd.DataFrame:
@@ -50,13 +50,32 @@ def test_each_device_of_a_bucket_learns_as_it_would_alone() -> None:
     assert learn_bucket(bucket, []).empty
 
 
+def test_a_device_learns_at_most_max_metrics_names_those_it_knows_first() -> None:
+    bucket = {"d1": str(learn_device(None, frame(1, 0, 120)))}  # temperature, humidity
+    rng = np.random.default_rng(5)
+    flood = pd.DataFrame(
+        {
+            "event_ms": np.repeat(np.arange(120, 140, dtype=np.int64) * 60_000, 4),
+            "metric": np.tile(np.array(["zz", "temperature", "aa", "humidity"], object), 20),
+            "value": rng.normal(21.0, 0.5, 80),
+        }
+    )
+    learn_bucket(bucket, [("d1", Batch.of(flood))], max_metrics=3)
+    # the two it knew, then the first new name in time order ("zz" before "aa")
+    assert sorted(detector_of(bucket["d1"]).learned_metrics()) == ["humidity", "temperature", "zz"]
+    learn_bucket(bucket, [("d1", Batch.of(flood))], max_metrics=4)
+    assert len(detector_of(bucket["d1"]).learned_metrics()) == 4
+
+
 def test_a_device_whose_learning_fails_is_left_as_it_was_and_the_others_learn() -> None:
     corrupt = '{"kind": "combined", "version": 3}'  # parameters no detector loads
     bucket = {"bad": corrupt, "d1": str(learn_device(None, frame(1, 0, 120)))}
     detectors: dict[str, object] = {}
     batches = [("bad", Batch.of(frame(4, 0, 20))), ("d1", Batch.of(frame(2, 120, 20)))]
     rows = learn_bucket(bucket, batches, detectors)  # type: ignore[arg-type]
-    assert list(rows["device_id"]) == ["d1"]
+    assert list(rows["device_id"]) == ["bad", "d1"]
+    failed = rows.iloc[0]
+    assert failed["version"] == FAILED and failed["value"] is None  # counted, never written
     assert bucket["bad"] == corrupt
     assert "bad" not in detectors
     assert bucket["d1"] == learn_device(learn_device(None, frame(1, 0, 120)), frame(2, 120, 20))

@@ -105,11 +105,16 @@ def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
     spark = FakeSpark()
     during: dict[str, Any] = {}
 
-    def start(spark_: Any, settings_: Settings, observer: Any, backfill_: Any) -> Training:
+    def start(
+        spark_: Any, settings_: Settings, observer: Any, backfill_: Any, on_failed: Any
+    ) -> Training:
         during["observer"] = observer
+        during["on_failed"] = on_failed
         during["listeners"] = list(spark.streams.listeners)
         try:
             during["served"] = scrape(port)
+            on_failed(2)  # two devices of a batch failed to learn
+            during["after_failures"] = scrape(port)
         except OSError:
             during["served"] = None
         return Training(FakeQuery(), None, Path("/nowhere"))  # type: ignore[arg-type]
@@ -128,8 +133,11 @@ def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
         assert during["observer"].inner is inner
         assert len(during["listeners"]) == 1
         assert "fleetwatch_train_params_published_total 0.0" in during["served"]
+        assert "fleetwatch_train_device_failures_total 0.0" in during["served"]
+        assert "fleetwatch_train_device_failures_total 2.0" in during["after_failures"]
     else:
         assert during["observer"] is inner
+        assert during["on_failed"] is None
         assert during["listeners"] == []
         assert during["served"] is None
     with pytest.raises(OSError, match="refused"):

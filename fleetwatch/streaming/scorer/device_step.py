@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts.devices import session_id
+from fleetwatch.contracts.telemetry import DEVICE_METRICS
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import default_detector
@@ -100,7 +101,7 @@ class Policy:
     """When failing devices are quarantined, and for how long."""
     expire_after_ms: int = 30 * 24 * 3_600_000
     """A device silent this long in event time leaves the scorer's state."""
-    max_metrics: int = 64
+    max_metrics: int = DEVICE_METRICS
     """Metric names a device may report (``score.max_metrics``)."""
 
 

@@ -56,6 +56,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,6 +211,7 @@ def start(
     settings: Settings,
     observer: TrainingObserver,
     backfill: Backfill | None = None,
+    on_failed: Callable[[int], None] | None = None,
 ) -> Training:
     checkpoint = (
         versioned(settings.checkpoint_root, JOB, PLAN_VERSION)
@@ -221,8 +223,10 @@ def start(
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)
     expire_after_ms = settings.score.expire_after_s * 1000
-    updates = updates_frame(readings, expire_after_ms, published_params(spark, settings))
-    publisher = BatchPublisher(settings, observer)
+    updates = updates_frame(
+        readings, expire_after_ms, published_params(spark, settings), settings.score.max_metrics
+    )
+    publisher = BatchPublisher(settings, observer, on_failed)
     writer = (
         updates.writeStream.queryName(f"fleetwatch-{JOB}")
         .foreachBatch(publisher)
@@ -263,14 +267,17 @@ def run(
 
     registry = CollectorRegistry()
     port = settings.train.metrics_port if backfill is None else 0
+    on_failed = None
     if port:
-        observer = MeteredObserver(observer, TrainerMetrics(registry))
+        metrics = TrainerMetrics(registry)
+        observer = MeteredObserver(observer, metrics)
+        on_failed = metrics.failed.inc
     with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT"):
         spark = build_session(settings, f"fleetwatch-{JOB}")
         try:
             log = progress_log(settings.spark.progress_log)
             with progress_exported(spark, JOB, registry if port else None, (log,)):
-                _train(spark, settings, stop, observer, backfill)
+                _train(spark, settings, stop, observer, backfill, on_failed)
         finally:
             spark.stop()
 
@@ -281,8 +288,9 @@ def _train(
     stop: threading.Event,
     observer: TrainingObserver,
     backfill: Backfill | None,
+    on_failed: Callable[[int], None] | None = None,
 ) -> None:
-    training = start(spark, settings, observer, backfill)
+    training = start(spark, settings, observer, backfill, on_failed)
     try:
         watch(training.query, stop, logging.INFO)
         if training.query.isActive:

@@ -25,6 +25,11 @@ class TrainerMetrics:
             "Devices' parameter records published to model.params",
             registry=registry,
         )
+        self.failed = Counter(
+            "fleetwatch_train_device_failures",
+            "Devices whose learning of a micro-batch raised (their parameters unchanged)",
+            registry=registry,
+        )
         self.batches = Counter(
             "fleetwatch_train_publishing_batches",
             "Micro-batches that published parameters",

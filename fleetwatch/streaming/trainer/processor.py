@@ -12,11 +12,12 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts import model_params
 from fleetwatch.contracts.errors import ParamsRecordError
-from fleetwatch.contracts.telemetry import VALUE_LIMIT, spark_ddl
+from fleetwatch.contracts.telemetry import DEVICE_METRICS, VALUE_LIMIT, spark_ddl
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
@@ -56,6 +57,9 @@ UPDATE_SCHEMA = (
 for ``model.params`` and the event-time range of the readings it learned in this batch. A
 forgotten device's row has only its ``device_id``: a tombstone."""
 UPDATE_COLUMNS = ("device_id", "version", "batch_from_ms", "batch_to_ms", "value")
+FAILED = -1
+"""The ``version`` of a device's row when its learning raised: counted by the publisher
+(``fleetwatch_train_device_failures_total``), never written."""
 SEED_SCHEMA = "device_id STRING, value STRING, offset BIGINT"
 """``model.params`` records of devices (``value`` null: a tombstone), in offset order per key."""
 _WARM = WarmBuckets()
@@ -99,7 +103,7 @@ def warm_buckets() -> WarmBuckets:
     return _WARM
 
 
-def _bucket_trainer(expire_after_ms: int) -> Any:
+def _bucket_trainer(expire_after_ms: int, max_metrics: int = DEVICE_METRICS) -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
         ExpiredTimerInfo,
@@ -143,7 +147,7 @@ def _bucket_trainer(expire_after_ms: int) -> Any:
             bucket = warm.take(key, stored)
             batches = list(per_device(rows))
             note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
-            updates = learn_bucket(bucket.texts, batches, bucket.detectors)
+            updates = learn_bucket(bucket.texts, batches, bucket.detectors, max_metrics)
             value = stored if updates.empty and stored is not None else encode(bucket.texts)
             self._save(value, seen)
             warm.keep(key, value, bucket)
@@ -213,6 +217,7 @@ def learn_bucket(
     bucket: dict[str, str],
     batches: Iterable[tuple[str, Batch]],
     detectors: dict[str, Detector] | None = None,
+    max_metrics: int = DEVICE_METRICS,
 ) -> pd.DataFrame:
     """Each device learns its batch on top of its parameters in ``bucket`` (updated in place);
     one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed.
@@ -223,14 +228,17 @@ def learn_bucket(
 
     A device whose learning raises is logged and left as it was: one device never fails the
     bucket's batch (the scorer dead-letters and quarantines such a device; the trainer only
-    skips it)."""
-    rows: list[tuple[str, int, int, int, str]] = []
+    skips it). A device learns at most ``max_metrics`` metric names (``score.max_metrics``, the
+    scorer's bound): those it has learned, then new ones in the order they come; readings of
+    the others are not learned (the scorer dead-letters them with the reason)."""
+    rows: list[tuple[str, int, int, int, str | None]] = []
     for device_id, batch in batches:
         previous = bucket.get(device_id)
         detector = None if detectors is None else detectors.pop(device_id, None)
         try:
             if detector is None:
                 detector = detector_of(previous)
+            batch = within_metrics(device_id, batch, detector.learned_metrics(), max_metrics)
             update = learn_update(previous, batch, detector)
         except Exception:
             # its parameters stay as they were (the detector, maybe half-taught, is dropped:
@@ -240,6 +248,7 @@ def learn_bucket(
                 device_id,
                 len(batch),
             )
+            rows.append((device_id, FAILED, int(batch.event_ms[0]), int(batch.event_ms[-1]), None))
             continue
         if detectors is not None:
             detectors[device_id] = detector
@@ -253,6 +262,28 @@ def learn_bucket(
         version = int(update.header["version"])
         rows.append((device_id, version, int(batch.event_ms[0]), int(batch.event_ms[-1]), value))
     return pd.DataFrame(rows, columns=list(UPDATE_COLUMNS))
+
+
+def within_metrics(device_id: str, batch: Batch, learned: list[str], limit: int) -> Batch:
+    """``batch`` without the rows of metric names beyond the ``limit`` a device may have:
+    those in ``learned``, then the batch's new names in the order they come (the rest logged)."""
+    if len(set(learned) | set(batch.names)) <= limit:
+        return batch
+    allowed = set(learned)
+    for code in dict.fromkeys(batch.codes.tolist()):
+        if len(allowed) < limit:
+            allowed.add(batch.names[code])
+    keep = np.isin(batch.codes, [i for i, name in enumerate(batch.names) if name in allowed])
+    names = np.asarray(batch.names, dtype=object)
+    left = sorted(set(batch.names) - allowed)
+    logger.warning(
+        "device %s: %d metric names beyond the %d a device may have are not learned: %s",
+        device_id,
+        len(left),
+        limit,
+        ", ".join(left[:5]) + (", …" if len(left) > 5 else ""),
+    )
+    return Batch.from_arrays(batch.event_ms[keep], names[batch.codes[keep]], batch.value[keep])
 
 
 def seeds(records: pd.DataFrame) -> Iterator[tuple[str, str]]:
@@ -290,7 +321,10 @@ def latest_params(device_id: str, values: Iterable[str | None]) -> str | None:
 
 
 def updates_frame(
-    readings: DataFrame, expire_after_ms: int, seed: DataFrame | None = None
+    readings: DataFrame,
+    expire_after_ms: int,
+    seed: DataFrame | None = None,
+    max_metrics: int = DEVICE_METRICS,
 ) -> DataFrame:
     """Readings (:func:`readings_frame`) → one row per device whose parameters changed, and a
     tombstone row per device forgotten after ``expire_after_ms`` of event-time silence
@@ -303,7 +337,7 @@ def updates_frame(
         seeded = seed.withColumn("bucket", bucket_of(seed["device_id"], BUCKETS))
         initial = seeded.groupBy("bucket")
     return bucketed.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=_bucket_trainer(expire_after_ms),
+        statefulProcessor=_bucket_trainer(expire_after_ms, max_metrics),
         outputStructType=UPDATE_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.streaming.trainer.errors import StopRequested
 from fleetwatch.streaming.trainer.observer import TrainingObserver
+from fleetwatch.streaming.trainer.processor import FAILED
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -26,10 +28,17 @@ class BatchPublisher:
     start after it, so the query never stops between a write and its commit (which would
     re-publish that batch's versions on restart)."""
 
-    def __init__(self, settings: Settings, observer: TrainingObserver) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        observer: TrainingObserver,
+        on_failed: Callable[[int], None] | None = None,
+    ) -> None:
         self.kafka = spark_options(settings.kafka)
         self.topic = settings.topics.model_params
         self.observer = observer
+        self.on_failed = on_failed
+        """Told how many devices of a batch failed to learn (their rows are not written)."""
         self.last_batch: int | None = None
         """The id of the last batch handled (written or empty)."""
         self.refused = False
@@ -63,15 +72,27 @@ class BatchPublisher:
             summary = updates.agg(
                 F.count("*").alias("rows"),
                 F.count("value").alias("n"),
+                F.count(F.when(F.col("version") == FAILED, 1)).alias("failed"),
                 F.min("batch_from_ms").alias("lo"),
                 F.max("batch_to_ms").alias("hi"),
             ).first()
             if summary is None or not summary["rows"]:
                 return
-            self.write(updates.select(F.col("device_id").alias("key"), "value"))
+            written = updates.where(F.col("version").isNull() | (F.col("version") != FAILED))
+            if summary["rows"] > summary["failed"]:
+                self.write(written.select(F.col("device_id").alias("key"), "value"))
         finally:
             updates.unpersist()
-        n, forgotten = int(summary["n"]), int(summary["rows"]) - int(summary["n"])
+        n, failed = int(summary["n"]), int(summary["failed"])
+        forgotten = int(summary["rows"]) - n - failed
+        if failed:
+            logger.warning(
+                "batch %d: %d devices failed to learn; their parameters are unchanged",
+                batch_id,
+                failed,
+            )
+            if self.on_failed is not None:
+                self.on_failed(failed)
         if forgotten:
             logger.info(
                 "batch %d: %d devices silent for score.expire_after_s forgotten (tombstones on %s)",
