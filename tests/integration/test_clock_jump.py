@@ -1,10 +1,10 @@
-"""Time one device cannot bend: a device whose clock jumps days ahead, through the real gateway
-and scorer, makes no other device's readings late and ends no other device's session.
+"""Time one device cannot bend: a device whose clock jumps 50 minutes ahead, through the real
+gateway and scorer, makes no other device's readings late and ends no other device's session.
 
 The scorer's watermark is shared by every device: it follows the largest event time seen. The
 gateway corrects each device's clock by a running median of its offsets, which lags a jump of
 the device's clock by half its window; the readings in between would carry a corrected time
-days ahead. The gateway clamps them to their arrival (``accept.MAX_AHEAD_MS``), which is what
+as far ahead. The gateway clamps them to their arrival (``accept.MAX_AHEAD_MS``), which is what
 this test holds: without the clamp the honest device's next readings go to ``telemetry.late``
 and its session ends (``gap``) when the watermark passes its silence timer.
 """
@@ -25,15 +25,16 @@ from tests.integration.conftest import Isolated
 from tests.integration.topic_reads import read, stable_end
 from tests.polling import wait_until
 
-DAY_MS = 86_400_000
-JUMP_MS = 6 * DAY_MS  # within the gateway's 7-day clock-skew bound: accepted, not refused
+JUMP_MS = 50 * 60_000
+"""Within the gateway's 7-day clock-skew bound (accepted, not refused) and within the hour
+ahead that Kafka's broker takes by default (``log.message.timestamp.after.max.ms``)."""
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def test_a_clock_jumping_days_ahead_makes_no_other_device_late(
+def test_a_clock_jumping_ahead_makes_no_other_device_late(
     isolated: Isolated, tmp_path: Path
 ) -> None:
     lateness = pd.Timedelta(isolated.settings.score.allowed_lateness)
@@ -77,12 +78,6 @@ def test_a_clock_jumping_days_ahead_makes_no_other_device_late(
             publish(honest)
             scored()
 
-    records = [json.loads(r.value) for r in read(isolated, raw) if r.key]
-    jumps = [r for r in records if r["device_id"] == jumper and r["device_event_ms"] > jumped_at]
-    assert len(jumps) == 5
-    for record in jumps:  # clamped to arrival: never ahead of the gateway's clock
-        assert record["event_ms"] == record["received_ms"], record
-
     late = [json.loads(r.value) for r in read(isolated, isolated.topics.telemetry_late)]
     assert not [r for r in late if r["record"]["device_id"] == honest], late
 
@@ -90,3 +85,11 @@ def test_a_clock_jumping_days_ahead_makes_no_other_device_late(
     mine = [s for s in sessions if s["device_id"] == honest]
     assert mine, "the honest device has a session"
     assert all(s["end_reason"] is None for s in mine), mine
+
+    records = [json.loads(r.value) for r in read(isolated, raw) if r.key]
+    jumps = [r for r in records if r["device_id"] == jumper and r["device_event_ms"] > jumped_at]
+    assert len(jumps) == 5
+    # never ahead of the gateway's clock: the first three clamped to arrival (the median of
+    # the offsets still near 0), the rest corrected by the median once the jump is its majority
+    assert all(r["event_ms"] <= r["received_ms"] + MAX_AHEAD_MS for r in jumps), jumps
+    assert [r["event_ms"] == r["received_ms"] for r in jumps][:3] == [True] * 3, jumps
