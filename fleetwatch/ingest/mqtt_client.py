@@ -8,25 +8,38 @@ every packet already buffered before returning to ``select`` (which cannot see b
 here); the broker sends at most the receive-maximum of unacknowledged messages, so such a
 drain ends.
 
+paho also wakes its network thread for every packet another thread queues (a ``send`` on a
+socket pair that breaks the thread's ``select``): the gateway acknowledges each message from
+its Kafka delivery reports on the main thread, so that was a system call per message, 15 % of
+the gateway's samples under ``py-spy`` draining a backlog. :class:`BufferedClient` wakes it only
+when the queue was empty: otherwise a wake-up is already on its way, or the thread is writing
+the queue, or it is in ``select`` waiting to write (paho's thread selects for writing while its
+queue holds a packet). In the one race left — the thread empties the queue after the check and
+before the append — the packet waits for the next packet read or the ``select`` timeout (1 s
+in ``loop_forever``), never longer.
+
 paho also writes each queued packet with a ``send`` of its own. :class:`BufferedClient` joins
 the packets queued at the head of the line into one ``send`` (paho keeps the position of a
 partial write as for any packet); packets that paho acts on once written — a QoS 0 publish
 (``on_publish``) and a disconnect (the socket is closed) — are written on their own, as paho
 does. What the client does with a packet is paho's own, unchanged.
 
-It overrides three of paho's internal methods, ``_sock_recv``, ``loop_read`` and
-``_packet_write``; the ``paho-mqtt`` version range in pyproject.toml is the range it was
+It overrides four of paho's internal methods, ``_sock_recv``, ``loop_read``, ``_packet_queue``
+and ``_packet_write``; the ``paho-mqtt`` version range in pyproject.toml is the range it was
 checked against.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import MQTTErrorCode
 
 READ_BYTES = 65_536
+WAKE = b"0"
+"""What paho writes to its socket pair to break its thread's ``select``."""
 
 
 def _plain(packet: Any) -> bool:
@@ -59,6 +72,41 @@ class BufferedClient(mqtt.Client):
             rc = super().loop_read(max_packets)
             if rc != MQTTErrorCode.MQTT_ERR_SUCCESS or not self._read_buffer:
                 return rc
+
+    def _packet_queue(
+        self,
+        command: int,
+        packet: bytes | bytearray,
+        mid: int,
+        qos: int,
+        info: mqtt.MQTTMessageInfo | None = None,
+    ) -> MQTTErrorCode:
+        # paho's own, but for the wake-up: only when the queue was empty
+        queue = self._out_packet
+        idle = not queue
+        queue.append(
+            {
+                "command": command,
+                "mid": mid,
+                "qos": qos,
+                "pos": 0,
+                "to_process": len(packet),
+                "packet": packet,
+                "info": info,
+            }
+        )
+        if idle and self._sockpairW is not None:
+            with contextlib.suppress(BlockingIOError):
+                self._sockpairW.send(WAKE)
+        if (
+            self._thread is None
+            and self._on_socket_register_write is None
+            and self._in_callback_mutex.acquire(False)
+        ):
+            self._in_callback_mutex.release()
+            return self.loop_write()
+        self._call_socket_register_write()
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
 
     def _packet_write(self) -> MQTTErrorCode:
         # Only the thread that writes takes packets off the head; others append at the tail.
