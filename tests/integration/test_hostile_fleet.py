@@ -1,9 +1,9 @@
 """A normal simulated fleet beside hostile devices, through the real stack (Mosquitto, the
-gateway, Kafka, the Spark scorer, the API): every hostile input is accounted for — dead-lettered
-with its reason by the gateway or the scorer, or scored harmlessly — no stage stops, the API
-shows each hostile device quarantined, absent (all its input refused) or with exactly what its
-valid readings give, and the normal fleet's alerts are exactly those a replay of its own
-readings alone gives (by event id).
+gateway, Kafka, the Spark scorer and trainer, the API): every hostile input is accounted for —
+dead-lettered with its reason by the gateway or the scorer, or scored harmlessly — no stage
+stops (the trainer reads the same records), the API shows each hostile device quarantined,
+absent (all its input refused) or with exactly what its valid readings give, and the normal
+fleet's alerts are exactly those a replay of its own readings alone gives (by event id).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
+from fleetwatch.streaming.trainer.job import JOB as TRAIN_JOB
+from fleetwatch.streaming.trainer.job import PLAN_VERSION as TRAIN_PLAN
 from tests.integration.conftest import Isolated, Record, fleetwatch
 from tests.integration.topic_reads import read, stable_end
 from tests.polling import wait_until
@@ -47,6 +49,17 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     isolated.start("gateway", "gateway")
     isolated.start("score", "score")
     isolated.start("api", "api", "--anonymous-read")
+    # The trainer reads the same records; it publishes to a parameter topic of its own, so
+    # that the scorer's parameters stay those a replay of the normal readings alone has.
+    learning = versioned(tmp_path / "checkpoints", TRAIN_JOB, TRAIN_PLAN)
+    learned = f"{topics.model_params}.trainer"
+    ensure_topics(isolated.settings.kafka, [TopicSpec(learned, "device_id")], 1)
+    trainer_env = {
+        "FLEETWATCH_TOPICS__MODEL_PARAMS": learned,
+        "FLEETWATCH_TRAIN__TRACKING": "false",
+        "FLEETWATCH_TRAIN__TRIGGER_INTERVAL": "2 seconds",
+    }
+    isolated.start("train", "train", env=isolated.env | trainer_env)
     api = f"http://127.0.0.1:{isolated.api_port}"
     wait_until(lambda: (checkpoint / "metadata").exists(), 120, "the scoring query to start")
     hostile_prefix, normal_prefix = f"h{isolated.tag}-", f"dev{isolated.tag}"
@@ -85,6 +98,13 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
         180,
         "the scorer to commit every record",
     )
+    wait_until(  # the trainer read the same hostile records, and goes on
+        lambda: committed_offsets(learning, topics.telemetry_raw) == ends,
+        180,
+        "the trainer to commit every record",
+    )
+    taught = {r.key.decode() for r in read(isolated, learned) if r.key}
+    assert any(k.startswith(normal_prefix) for k in taught), "the trainer learned the fleet"
     stable_end(isolated, topics.telemetry_deadletter)
     raw = read(isolated, topics.telemetry_raw)
     dead = read(isolated, topics.telemetry_deadletter)
