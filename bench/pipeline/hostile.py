@@ -213,7 +213,7 @@ def account(attacker: Hostile, raw: list[Any], dead: list[Any]) -> dict[str, Any
         (m.key() or b"").decode() for m in raw if (m.key() or b"").startswith(prefix)
     )
     letters = [((m.key() or b"").decode(), dict(m.headers() or []).get("fw.stage")) for m in dead]
-    at_gateway = Counter(key for key, stage_name in letters if stage_name is None and key)
+    at_gateway = Counter(key for key, stage_name in letters if stage_name == b"gateway" and key)
     raw_key = f"{attacker.prefix}raw"
     by_scorer = sum(1 for key, stage_name in letters if stage_name == b"score" and key == raw_key)
     mqtt_accounted = sum(min(n, accepted[d] + at_gateway[d]) for d, n in attacker.sent.items())
