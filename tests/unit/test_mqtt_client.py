@@ -186,3 +186,32 @@ def test_a_qos0_publish_is_written_on_its_own_and_reported(writer) -> None:  # t
     assert len(sends) == 3  # a+b joined, c alone, d
     assert published == [fire_and_forget.mid]
     assert fire_and_forget.is_published()
+
+
+class _WakeCounter:
+    """Stands in for paho's socket pair: counts the wake-ups sent to the network thread."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        self.sent.append(data)
+        return len(data)
+
+    def close(self) -> None:
+        return None
+
+
+def test_the_network_thread_is_woken_only_for_a_queue_that_was_empty(writer) -> None:  # type: ignore[no-untyped-def]
+    client, broker, _ = writer
+    wake = _WakeCounter()
+    client._sockpairW = wake
+    for mid in range(1, 6):  # acknowledgements from another thread, back to back
+        client.ack(mid, 1)
+    assert len(wake.sent) == 1  # one wake-up: the thread writes the whole queue
+    assert len(client._out_packet) == 5
+    expected = _queued(client)
+    assert client.loop_write() == MQTTErrorCode.MQTT_ERR_SUCCESS  # the thread writes them
+    assert _received(broker, len(expected)) == expected
+    client.ack(6, 1)  # the queue is empty again: this one wakes it
+    assert len(wake.sent) == 2
