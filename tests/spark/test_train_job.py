@@ -19,7 +19,12 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.streaming.spark_session import build_session
 from fleetwatch.streaming.trainer.learning import learn_device
 from fleetwatch.streaming.trainer.observer import NoopObserver
-from fleetwatch.streaming.trainer.processor import readings_frame, updates_frame
+from fleetwatch.streaming.trainer.processor import (
+    FAILED,
+    UPDATE_SCHEMA,
+    readings_frame,
+    updates_frame,
+)
 from fleetwatch.streaming.trainer.publisher import BatchPublisher
 
 MINUTE_MS = 60_000
@@ -163,3 +168,24 @@ def long_form(rows: list[dict[str, Any]]) -> pd.DataFrame:
             for m, v in r["metrics"].items()
         ]
     )
+
+
+def test_a_failed_device_is_counted_never_written_and_outside_the_learned_range(
+    spark: Any,
+) -> None:
+    observer = Recorder()
+    publisher = Collecting(observer)
+    failures: list[int] = []
+    publisher.on_failed = failures.append
+    updates = spark.createDataFrame(
+        [
+            ("ok", 4, 1_000, 2_000, '{"params": 1}'),
+            ("broken", FAILED, 500, 9_000, None),
+            ("gone", None, None, None, None),
+        ],
+        UPDATE_SCHEMA,
+    )
+    publisher(updates, 7)
+    assert sorted(publisher.records, key=lambda r: r[0]) == [("gone", None), ("ok", {"params": 1})]
+    assert failures == [1]
+    assert observer.batches == [(7, 1, 1_000, 2_000)]  # the failed device's readings: not learned

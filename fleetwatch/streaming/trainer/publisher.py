@@ -68,13 +68,14 @@ class BatchPublisher:
         from pyspark.sql import functions as F
 
         updates.persist()
+        learned = F.col("version") != FAILED  # null for a tombstone, whose range is null too
         try:
             summary = updates.agg(
                 F.count("*").alias("rows"),
                 F.count("value").alias("n"),
                 F.count(F.when(F.col("version") == FAILED, 1)).alias("failed"),
-                F.min("batch_from_ms").alias("lo"),
-                F.max("batch_to_ms").alias("hi"),
+                F.min(F.when(learned, F.col("batch_from_ms"))).alias("lo"),
+                F.max(F.when(learned, F.col("batch_to_ms"))).alias("hi"),
             ).first()
             if summary is None or not summary["rows"]:
                 return
