@@ -3,26 +3,33 @@
 
 Each poll is written in one database transaction, and the Kafka offsets are committed only
 after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
-restart neither loses nor doubles anything. A record that breaks its contract is logged and
-skipped (its offset is committed with the rest). A record that decodes but the database refuses
-(a value out of its range, a character it cannot store) fails the poll's transaction; the poll
-is then written record by record, each in its own transaction, and a record refused on its own
-is logged, counted (``skipped``, topic label ``unwritable:<kind>``) and left out, so one record
-never stalls the rest. Any other failure (the database unreachable) rewinds the poll to be
-tried again."""
+restart neither loses nor doubles anything. A record that breaks its contract is logged,
+counted (``skipped``, its topic as the label) and left out. A record that decodes but the
+database refuses (a value out of its range, a character it cannot store) fails the poll's
+transaction; the poll is then written record by record, each in its own transaction, and a
+record refused on its own is logged, counted (``skipped``, topic label ``unwritable:<kind>``)
+and left out, so one record never stalls the rest. Either way the record goes to the
+dead-letter topic as it was (but a ``telemetry.raw`` record, which the scorer refuses and
+dead-letters), with the reason and its place (``fw.stage`` ``api``,
+:mod:`fleetwatch.contracts.deadletter`), and the poll's offsets are committed once the dead
+letters are in Kafka. Any other failure (the database unreachable, Kafka not taking the dead
+letters) rewinds the poll to be tried again."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from sqlalchemy.exc import DataError, IntegrityError
 
+from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config
 from fleetwatch.serving import decode
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
 from fleetwatch.serving.metrics import Metrics
@@ -39,12 +46,22 @@ REFUSED = (DataError, IntegrityError, OverflowError, ValueError)
 tried: unlike a lost connection, trying it again cannot help."""
 
 
+Refuse = Callable[[Message, str], None]
+"""Told of a record the materialiser leaves out, and why."""
+
+
 def batch_of(
-    messages: list[Message], kinds: dict[str, str], skipped: Callable[[str], None]
+    messages: list[Message],
+    kinds: dict[str, str],
+    refuse: Refuse,
+    sources: dict[int, Message] | None = None,
 ) -> Batch:
-    """Decode a poll into a :class:`Batch`; ``kinds`` maps topic name → record kind."""
+    """Decode a poll into a :class:`Batch`; ``kinds`` maps topic name → record kind. A record
+    that breaks its contract goes to ``refuse``; ``sources`` (when given) maps each decoded
+    record (by ``id``) to its message."""
     batch = Batch()
     for msg in messages:
+        held = len(batch)
         topic = msg.topic() or ""
         kind = kinds.get(topic)
         try:
@@ -67,9 +84,54 @@ def batch_of(
             elif kind == "telemetry":
                 batch.readings.append(decode.decode_reading(msg.value()))
         except ValueError as exc:
-            skipped(topic)
             logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
+            refuse(msg, f"not a valid {kind} record: {first_line(exc)}")
+            continue
+        if sources is not None and len(batch) > held:
+            sources[id(_last(batch, kind))] = msg
     return batch
+
+
+def _last(batch: Batch, kind: str | None) -> object:
+    field = {"state": "states", "sessions": "sessions", "telemetry": "readings"}.get(
+        kind or "", kind or ""
+    )
+    return getattr(batch, field)[-1]
+
+
+def _record(single: Batch, kind: str) -> Any:
+    """The one record of a one-record batch of :meth:`Batch.each`."""
+    return getattr(single, kind)[0]
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's type and first line, short enough for a header."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+
+
+class DeadLetters:
+    """Records the materialiser leaves out, to the dead-letter topic as they were, with the
+    reason and their place; :meth:`flush` before the poll's offsets are committed."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = settings.topics.telemetry_deadletter
+        self.producer = Producer(client_config(settings.kafka, {"enable.idempotence": True}))
+        self.pending = 0
+
+    def __call__(self, msg: Message, reason: str) -> None:
+        place = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+        headers: list[tuple[str, str | bytes | None]] = [
+            (k, v) for k, v in source_headers("api", reason, *place)
+        ]
+        self.producer.produce(self.topic, msg.value(), msg.key(), headers=headers)
+        self.pending += 1
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        if self.pending:
+            left = self.producer.flush(timeout_s)
+            if left:
+                raise KafkaException(f"{left} dead letters not delivered in {timeout_s} s")
+            self.pending = 0
 
 
 class Materialiser(Worker):
@@ -91,6 +153,7 @@ class Materialiser(Worker):
         if self.keep_readings > 0:
             self.kinds[t.telemetry_raw] = "telemetry"
         self.consumer = Consumer(consumer_config(settings.kafka, settings.api.consumer_group))
+        self.dead = DeadLetters(settings)
         self.consumer.subscribe(sorted(self.kinds))
         self.stored = 0
         self._touched: set[str] = set()
@@ -103,11 +166,11 @@ class Materialiser(Worker):
         messages = poll(self.consumer)
         if not messages:
             return 0
-        batch = batch_of(
-            messages, self.kinds, lambda topic: self.metrics.skipped.labels(topic=topic).inc()
-        )
+        sources: dict[int, Message] = {}
+        batch = batch_of(messages, self.kinds, self._refused, sources)
         try:
-            outcomes = self._write(batch)
+            outcomes = self._write(batch, sources)
+            self.dead.flush()
         except Exception:
             rewind(self.consumer, messages)
             raise
@@ -125,8 +188,17 @@ class Materialiser(Worker):
                 self._latest_ts[topic] = max(self._latest_ts.get(topic, 0), ts)
         return 0
 
-    def _write(self, batch: Batch) -> list[AckOutcome]:
-        """The poll in one transaction, or record by record when the database refuses it."""
+    def _refused(self, msg: Message, reason: str) -> None:
+        topic = msg.topic() or ""
+        self.metrics.skipped.labels(topic=topic).inc()
+        if self.kinds.get(topic) != "telemetry":
+            # a telemetry.raw record that is not a reading is the scorer's to dead-letter:
+            # it reads the same record, and one dead letter per bad record is the contract
+            self.dead(msg, reason)
+
+    def _write(self, batch: Batch, sources: dict[int, Message] | None = None) -> list[AckOutcome]:
+        """The poll in one transaction, or record by record when the database refuses it; a
+        record refused on its own goes to the dead letters (its message from ``sources``)."""
         try:
             with self.store.session() as session, session.begin():
                 return write(session, batch, now_ms())
@@ -143,12 +215,10 @@ class Materialiser(Worker):
                     outcomes += write(session, single, now_ms())
             except REFUSED as exc:
                 self.metrics.skipped.labels(topic=f"unwritable:{kind}").inc()
-                logger.error(
-                    "skipping a %s record the store refuses: %s: %s",
-                    kind,
-                    type(exc).__name__,
-                    str(exc).splitlines()[0][:300],
-                )
+                logger.error("skipping a %s record the store refuses: %s", kind, first_line(exc))
+                msg = (sources or {}).get(id(_record(single, kind)))
+                if msg is not None:
+                    self.dead(msg, f"the store refuses it: {first_line(exc)}")
         return outcomes
 
     def _housekeeping(self) -> None:
@@ -189,4 +259,5 @@ class Materialiser(Worker):
             self.metrics.lag_records.labels(topic=topic).set(behind)
 
     def close(self) -> None:
+        self.dead.producer.flush(10)
         self.consumer.close()

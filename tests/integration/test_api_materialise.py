@@ -143,6 +143,18 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
     assert (episode["status"], [e["revision"] for e in episode["events"]]) == ("update", [0, 1])
     metrics = api.get("/metrics").text
     assert f'fleetwatch_api_skipped_records_total{{topic="{t.alerts}"}} 1.0' in metrics
+    # the record that is not JSON: a dead letter, as it was, with the reason and its place
+    wait_until(
+        lambda: sum(isolated.end_offsets(t.telemetry_deadletter).values()) >= 1,
+        30,
+        "the API's dead letter",
+    )
+    dead = isolated.read_all(t.telemetry_deadletter, 1)
+    assert [(d.key, d.value) for d in dead] == [(device.encode(), b"not json")]
+    headers = dead[0].headers
+    assert (headers["fw.stage"], headers["fw.source_topic"]) == (b"api", t.alerts.encode())
+    assert headers["fw.source_offset"] == b"3"  # after the three alert events
+    assert headers["fw.reason"].startswith(b"not a valid alerts record: ")
     wait_until(
         lambda: (
             f'fleetwatch_api_materialiser_lag_records{{topic="{t.alerts}"}} 0.0'

@@ -45,7 +45,7 @@ class FakeMessage:
 
 def test_records_that_break_their_contract_are_skipped_not_fatal() -> None:
     good = make_alert("d1", 1, 1_000)
-    skipped: list[str] = []
+    refused: list[tuple[FakeMessage, str]] = []
     messages = [
         FakeMessage(good.model_dump_json().encode()),
         FakeMessage(b"{broken"),
@@ -56,11 +56,15 @@ def test_records_that_break_their_contract_are_skipped_not_fatal() -> None:
         FakeMessage(json.dumps({"kind": "seasonal", "version": 7}).encode(), TOPICS.model_params),
         FakeMessage(encode_device("d1", PARAMS, 9).encode(), TOPICS.model_params),
     ]
-    batch = batch_of(messages, KINDS, skipped.append)  # type: ignore[arg-type]
+    sources: dict[int, object] = {}
+    batch = batch_of(messages, KINDS, lambda m, r: refused.append((m, r)), sources)  # type: ignore[arg-type]
     assert batch.alerts == [good]
     assert [(m.device_id, m.version) for m in batch.models] == [("d1", 7)]
     assert batch.models[0].params == json.loads(PARAMS)
-    assert len(skipped) == 6  # a model.params record without its parameters among them
+    # a model.params record without its parameters among them, each with the reason
+    assert [m for m, _ in refused] == messages[1:7]
+    assert refused[0][1].startswith("not a valid alerts record: ")
+    assert sources == {id(batch.alerts[0]): messages[0], id(batch.models[0]): messages[7]}
 
 
 def test_an_ack_record_carries_the_device_it_came_from() -> None:
@@ -68,7 +72,7 @@ def test_an_ack_record_carries_the_device_it_came_from() -> None:
     record = {**body, "device_id": "d9", "received_ms": 6}
     message = FakeMessage(json.dumps(record).encode(), TOPICS.device_command_acks)
     kinds = {TOPICS.device_command_acks: "acks"}
-    batch = batch_of([message], kinds, lambda topic: None)  # type: ignore[list-item]
+    batch = batch_of([message], kinds, lambda msg, reason: None)  # type: ignore[list-item]
     assert [(a.ack.command_id, a.device_id) for a in batch.acks] == [("c1", "d9")]
 
 
@@ -76,10 +80,15 @@ def test_a_record_the_store_refuses_is_left_out_and_the_rest_written() -> None:
     store = memory_store()
     materialiser = Materialiser.__new__(Materialiser)  # no consumer: its write step alone
     materialiser.store, materialiser.metrics = store, Metrics()
+    dead: list[tuple[object, str]] = []
+    materialiser.dead = lambda msg, reason: dead.append((msg, reason))  # type: ignore[assignment]
     good = [make_alert("d1", 1, 1_000), make_alert("d2", 2, 2_000)]
     # a record the contract would now refuse, built past it: SQLite cannot hold its seq
     refused = make_alert("d3", 3, 3_000).model_copy(update={"seq": 2**64})
-    materialiser._write(Batch(alerts=[good[0], refused, good[1]]))
+    source = FakeMessage(b"the record as it was read")
+    materialiser._write(Batch(alerts=[good[0], refused, good[1]]), {id(refused): source})  # type: ignore[dict-item]
+    assert [m for m, _ in dead] == [source]  # to the dead letters, with the reason
+    assert dead[0][1].startswith("the store refuses it: OverflowError")
     with store.session() as session:
         stored = session.execute(text("SELECT device_id FROM alerts ORDER BY device_id"))
         assert [row[0] for row in stored] == ["d1", "d2"]
@@ -105,7 +114,21 @@ def test_the_alert_contract_bounds_seq() -> None:
     alert = make_alert("d1", 1, 1_000).model_dump()
     with pytest.raises(ValidationError):
         Alert.model_validate({**alert, "seq": 2**63})
-    skipped: list[str] = []
+    refused: list[object] = []
     too_big = json.dumps({**alert, "seq": 2**63}).encode()
-    assert batch_of([FakeMessage(too_big)], KINDS, skipped.append).alerts == []  # type: ignore[list-item]
-    assert skipped == [TOPICS.alerts]
+    message = FakeMessage(too_big)
+    assert batch_of([message], KINDS, lambda m, r: refused.append(m)).alerts == []  # type: ignore[list-item]
+    assert refused == [message]
+
+
+def test_a_bad_telemetry_record_is_left_to_the_scorer_to_dead_letter() -> None:
+    materialiser = Materialiser.__new__(Materialiser)
+    materialiser.metrics = Metrics()
+    materialiser.kinds = {**KINDS, TOPICS.telemetry_raw: "telemetry"}
+    dead: list[object] = []
+    materialiser.dead = lambda msg, reason: dead.append(msg)  # type: ignore[assignment]
+    bad_reading, bad_alert = FakeMessage(b"{", TOPICS.telemetry_raw), FakeMessage(b"{")
+    batch_of([bad_reading, bad_alert], materialiser.kinds, materialiser._refused)  # type: ignore[list-item]
+    assert dead == [bad_alert]  # the reading: counted and logged, one dead letter (the scorer's)
+    skipped = materialiser.metrics.skipped.labels(topic=TOPICS.telemetry_raw)
+    assert skipped._value.get() == 1

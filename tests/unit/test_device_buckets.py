@@ -75,7 +75,8 @@ def test_a_device_whose_learning_fails_is_left_as_it_was_and_the_others_learn() 
     rows = learn_bucket(bucket, batches, detectors)  # type: ignore[arg-type]
     assert list(rows["device_id"]) == ["bad", "d1"]
     failed = rows.iloc[0]
-    assert failed["version"] == FAILED and failed["value"] is None  # counted, never written
+    assert failed["version"] == FAILED  # counted, never written
+    assert failed["value"] is None
     assert bucket["bad"] == corrupt
     assert "bad" not in detectors
     assert bucket["d1"] == learn_device(learn_device(None, frame(1, 0, 120)), frame(2, 120, 20))

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, quarantined
@@ -121,14 +122,8 @@ def dead_letter_headers(refused: Refused, source_topic: str) -> str:
     """A dead letter's headers as JSON ``[[key, value], ...]``, the gateway's ``fw.reason``
     among them."""
     partition, offset = refused.record.source
-    headers = [
-        ["fw.reason", refused.reason],
-        ["fw.stage", "score"],
-        ["fw.source_topic", source_topic],
-        ["fw.source_partition", str(partition)],
-        ["fw.source_offset", str(offset)],
-    ]
-    return json.dumps(headers, separators=(",", ":"))
+    headers = source_headers("score", refused.reason, source_topic, partition, offset)
+    return json.dumps([list(h) for h in headers], separators=(",", ":"))
 
 
 def _key(device_id: str, role: Role, value: str) -> str:
