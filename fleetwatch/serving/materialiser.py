@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from sqlalchemy.exc import DataError, IntegrityError
@@ -61,18 +60,18 @@ def batch_of(
     record (by ``id``) to its message."""
     batch = Batch()
     for msg in messages:
-        held = len(batch)
         topic = msg.topic() or ""
         kind = kinds.get(topic)
+        record: object = None  # the record decoded, if any (a tombstone or a champion: none)
         try:
             if kind == "alerts":
-                batch.alerts.append(decode.decode_alert(msg.value()))
+                batch.alerts.append(record := decode.decode_alert(msg.value()))
             elif kind == "state":
-                batch.states.append(decode.decode_state(msg.value()))
+                batch.states.append(record := decode.decode_state(msg.value()))
             elif kind == "sessions":
-                batch.sessions.append(decode.decode_session(msg.value()))
+                batch.sessions.append(record := decode.decode_session(msg.value()))
             elif kind == "acks":
-                batch.acks.append(decode.decode_ack(msg.value()))
+                batch.acks.append(record := decode.decode_ack(msg.value()))
             elif kind == "models":
                 key = (msg.key() or b"").decode(errors="replace")
                 if fleet_scope(key) is not None:
@@ -80,28 +79,16 @@ def batch_of(
                 elif msg.value() is None and key and not key.startswith(QUARANTINE_KEY_PREFIX):
                     batch.forget_model(key)  # a tombstone: the trainer forgot the device
                 else:
-                    batch.models.append(decode.decode_model(msg.key(), msg.value()))
+                    batch.models.append(record := decode.decode_model(msg.key(), msg.value()))
             elif kind == "telemetry":
-                batch.readings.append(decode.decode_reading(msg.value()))
+                batch.readings.append(record := decode.decode_reading(msg.value()))
         except ValueError as exc:
             logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
             refuse(msg, f"not a valid {kind} record: {first_line(exc)}")
             continue
-        if sources is not None and len(batch) > held:
-            sources[id(_last(batch, kind))] = msg
+        if sources is not None and record is not None:
+            sources[id(record)] = msg
     return batch
-
-
-def _last(batch: Batch, kind: str | None) -> object:
-    field = {"state": "states", "sessions": "sessions", "telemetry": "readings"}.get(
-        kind or "", kind or ""
-    )
-    return getattr(batch, field)[-1]
-
-
-def _record(single: Batch, kind: str) -> Any:
-    """The one record of a one-record batch of :meth:`Batch.each`."""
-    return getattr(single, kind)[0]
 
 
 def first_line(exc: BaseException) -> str:
@@ -216,7 +203,7 @@ class Materialiser(Worker):
             except REFUSED as exc:
                 self.metrics.skipped.labels(topic=f"unwritable:{kind}").inc()
                 logger.error("skipping a %s record the store refuses: %s", kind, first_line(exc))
-                msg = (sources or {}).get(id(_record(single, kind)))
+                msg = (sources or {}).get(id(getattr(single, kind)[0]))
                 if msg is not None:
                     self.dead(msg, f"the store refuses it: {first_line(exc)}")
         return outcomes

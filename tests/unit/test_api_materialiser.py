@@ -132,3 +132,12 @@ def test_a_bad_telemetry_record_is_left_to_the_scorer_to_dead_letter() -> None:
     assert dead == [bad_alert]  # the reading: counted and logged, one dead letter (the scorer's)
     skipped = materialiser.metrics.skipped.labels(topic=TOPICS.telemetry_raw)
     assert skipped._value.get() == 1
+
+
+def test_a_tombstone_decodes_with_its_sources_kept_to_the_records_read() -> None:
+    model = FakeMessage(encode_device("d2", PARAMS, 9).encode(), TOPICS.model_params, b"d2")
+    tombstone = FakeMessage(None, TOPICS.model_params, b"d1")  # type: ignore[arg-type]
+    sources: dict[int, object] = {}
+    batch = batch_of([tombstone, model], KINDS, lambda m, r: None, sources)  # type: ignore[list-item, arg-type]
+    assert batch.forgotten == ["d1"]
+    assert sources == {id(batch.models[0]): model}
