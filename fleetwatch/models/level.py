@@ -9,11 +9,10 @@ not derived from a noise model, so autocorrelated, quantised or drifting signals
 how far their average normally wanders. Averaging makes a sustained shift of a fraction of the
 noise stand out, while one heavy-tailed reading counts for ``lam`` of itself.
 
-Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history
-of ``|z|`` at the per-reading probability that spends the false-alert budget
-``false_alerts_per_day`` over the device's metrics, at the metric's typical reading interval,
-one excursion of the average lasting about ``(2 - lam) / lam`` readings. The threshold is never
-below ``min_z``.
+Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history:
+the threshold is the level that the metric's excursions of ``|z|`` pass ``false_alerts_per_day``
+times a day, the budget shared by the device's metrics (one excursion is one alert however many
+readings the average stays up). The threshold is never below ``min_z``.
 
 Hysteresis: once a metric alerts it keeps alerting while ``|z|`` stays above ``stay`` times the
 threshold, so a shift that wobbles is one alert, not many.
@@ -213,8 +212,7 @@ class LevelShiftDetector(Detector):
                 continue
             z = np.abs(e) / max(scale, TINY)
             tail = self.tails[m]
-            p = tail.p(self.false_alerts_per_day, self._span(), k)
-            threshold = tail.summary.threshold(p, self.min_z)
+            threshold = tail.threshold(self.false_alerts_per_day, self._span(), k, self.min_z)
             idx = np.arange(rows.size)
             last_set = np.maximum.accumulate(np.where(z > threshold, idx, -1 if on0 else -2))
             low = z <= self.stay * threshold
@@ -262,6 +260,7 @@ class LevelShiftDetector(Detector):
         judged = self._judge(batch, held=False)
         keep = keep.copy()
         for m, j in judged.items():
+            self.tails[m].excursions(j.z)
             self._adopt(m, j.rows, batch.event_ms, keep, j.average)
         shifted = batch.value - self._offsets(batch)
         self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)

@@ -2,8 +2,14 @@
 
 Per device and metric, time-decayed mean and variance per hour-of-day bucket (see
 :class:`~fleetwatch.models.profile.SeasonalProfile`), interpolated between bucket centres. A
-reading's statistic is ``z = (value - expected) / std`` and its surprise the two-sided normal
-tail ``-ln P(|Z| >= |z|)``; a row alerts at ``|z|`` of about 4.9 (``p = 1e-6``).
+reading's statistic is ``|z| = |value - expected| / std``, judged against the metric's own
+history of ``|z|`` (:class:`~fleetwatch.models.tail.StreamTail`): a row alerts when ``|z|`` passes
+the level that the stream's excursions pass ``false_alerts_per_day`` times a day (shared by the
+device's metrics), never below about 4.9 (a normal ``p = 1e-6``); its surprise is the stream's
+own ``-ln P(X >= |z|)``, scaled so that the threshold is the common alert level. Heavy tails,
+bursts and a second regime the profile cannot hold raise the threshold of that stream alone.
+With ``false_alerts_per_day=None`` the surprise is the two-sided normal tail of ``z`` (a model's,
+not the stream's: for noise that is Gaussian).
 
 Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the scorer's flags,
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
@@ -14,26 +20,27 @@ is used once it has ``bucket_warmup`` readings, the metric's overall moments unt
 
 Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None`` never
 forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
-``bucket_warmup``, ``min_std`` (floor of the standard deviation, in the metric's units).
+``bucket_warmup``, ``min_std`` (floor of the standard deviation, in the metric's units),
+``false_alerts_per_day``, ``tail_halflife`` (readings; the tail's memory, its excursions' ten
+times that).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models import budget
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
-from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import Grid, floor_std, shrink
-from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.tail import StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -57,6 +64,19 @@ def new_profile(halflife_hours: float | None, buckets: int, period_hours: float)
     return SeasonalProfile(buckets, period_hours * HOUR_MS, halflife_ms)
 
 
+class Deviation(NamedTuple):
+    """Per row of a batch, against its metric's profile and tail."""
+
+    expected: FloatArray
+    ok: BoolArray
+    """Warm: the profile has enough readings to judge it."""
+    surprise: FloatArray
+    z: FloatArray
+    """``|value - expected| / std`` (0 where not warm)."""
+    band: FloatArray
+    """Half-width of the normal range: the threshold in force times the standard deviation."""
+
+
 class SeasonalBaseline(Detector):
     kind: ClassVar[str] = "seasonal"
 
@@ -69,13 +89,17 @@ class SeasonalBaseline(Detector):
         bucket_warmup: int = 20,
         min_std: float = 1e-3,
         false_alerts_per_day: float | None = 1.0,
+        tail_halflife: float = 2000.0,
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
         if false_alerts_per_day is not None and not false_alerts_per_day > 0:
             raise HyperParameterError(
                 f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
             )
+        if not tail_halflife > 0:
+            raise HyperParameterError(f"tail_halflife must be > 0, got {tail_halflife}")
         self.false_alerts_per_day = false_alerts_per_day
+        self.tail_halflife = tail_halflife
         self.halflife_hours = halflife_hours
         self.buckets = buckets
         self.period_hours = period_hours
@@ -83,26 +107,28 @@ class SeasonalBaseline(Detector):
         self.bucket_warmup = bucket_warmup
         self.min_std = min_std
         self.profile = new_profile(halflife_hours, buckets, period_hours)
-        self.spend = np.zeros((0, budget.WIDTH))
-        """Per metric, its openings against the budget (:mod:`~fleetwatch.models.budget`)."""
+        self.tails: list[StreamTail] = []
+        """Per metric, its own history of ``|z|`` (:mod:`~fleetwatch.models.tail`)."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
-        if self.false_alerts_per_day is not None and self.profile.metrics:
-            surprise = self._deviation(batch)[3]
-            codes = batch.lookup(self.profile.metrics)
-            limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
-            for m, rows in per_metric_runs(codes, self.spend.shape[0]):
-                on = surprise[rows] >= S_ALERT
-                budget.record(self.spend, m, batch.event_ms[rows], on, limit)
+        before = len(self.profile.metrics)
+        z = self._deviation(batch).z if before else np.zeros(len(batch))
         codes = self.profile.learn(batch, keep)
         k = len(self.profile.metrics)
-        self.spend = budget.grow(self.spend, k)
+        self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
         self.grid.learn_rows(codes, batch.value, k)
+        for m, rows in per_metric_runs(codes, k):
+            tail = self.tails[m]
+            tail.observe(batch.event_ms[rows])
+            if m < before:
+                warm = rows[z[rows] > 0]
+                tail.summary.add(np.abs(z[warm[keep[warm]]]))
+                tail.excursions(z[warm])
 
-    def _deviation(self, batch: Batch) -> tuple[FloatArray, FloatArray, BoolArray, FloatArray]:
-        """Per row: expected value, standard deviation, warm or not, and the surprise."""
+    def _deviation(self, batch: Batch) -> Deviation:
+        """Per row: how it deviates from its profile, judged against its stream's tail."""
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
@@ -110,25 +136,30 @@ class SeasonalBaseline(Detector):
         step = self.grid.per_row(codes)
         std = floor_std(std, step)
         deviation = shrink(batch.value - mean, step)
-        z = np.where(ok, deviation / np.where(ok, std, 1.0), 0.0)
-        surprise = np.maximum(np.where(ok, normal_two_sided_surprise(z), 0.0), 0.0)
-        if self.false_alerts_per_day is not None and len(batch) and self.spend.shape[0]:
-            limit = budget.allowed(self.false_alerts_per_day, len(self.profile.metrics))
-            for m, rows in per_metric_runs(codes, self.spend.shape[0]):
-                cut = budget.penalty(self.spend, m, int(batch.event_ms[rows[0]]), limit)
-                if cut > 0:
-                    surprise[rows] = np.maximum(surprise[rows] - cut, 0.0)
-        return mean, std, ok, surprise
+        z = np.where(ok, np.abs(deviation) / np.where(ok, std, 1.0), 0.0)
+        band = ALERT_Z * std + 0.5 * step
+        if self.false_alerts_per_day is None:
+            surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
+            return Deviation(mean, ok, surprise, z, band)
+        surprise = np.zeros(len(batch))
+        k = len(self.profile.metrics)
+        budget = self.false_alerts_per_day
+        for m, rows in per_metric_runs(codes, k):
+            tail = self.tails[m]
+            bar = tail.threshold(budget, 1.0, k, ALERT_Z)
+            judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
+            surprise[rows] = np.where(ok[rows], judged, 0.0)
+            band[rows] = bar * std[rows] + 0.5 * step[rows]
+        return Deviation(mean, ok, surprise, z, band)
 
     def _surprise(self, batch: Batch) -> FloatArray:
-        return self._deviation(batch)[3]
+        return self._deviation(batch).surprise
 
     def _score(self, batch: Batch) -> Scores:
-        mean, std, ok, surprise = self._deviation(batch)
-        reason = np.where(ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
+        d = self._deviation(batch)
+        reason = np.where(d.ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
-        band = ALERT_Z * std + 0.5 * self.grid.per_row(batch.lookup(self.profile.metrics))
-        return Scores.build(self.kind, surprise, names, batch.value, mean, band, reason)
+        return Scores.build(self.kind, d.surprise, names, batch.value, d.expected, d.band, reason)
 
     def learned_metrics(self) -> list[str]:
         return list(self.profile.metrics)
@@ -136,18 +167,16 @@ class SeasonalBaseline(Detector):
     def _state(self) -> dict[str, Any]:
         return {
             **self.profile.state(),
-            "spend": floats(self.spend),
+            "tails": [t.state() for t in self.tails],
             "grid": self.grid.state(),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.profile.load(state)
         k = len(self.profile.metrics)
-        # parameters from before the budget have no spend: nothing opened yet
-        spent = state.get("spend")
-        self.spend = (
-            np.zeros((k, budget.WIDTH))
-            if spent is None
-            else array(state, "spend", (k, budget.WIDTH))
-        )
+        # parameters from before the stream's own tail start one empty
+        tails = state.get("tails") or [StreamTail(self.tail_halflife).state()] * k
+        self.tails = [StreamTail.load(self.tail_halflife, t) for t in tails]
+        if len(self.tails) != k:
+            raise ParamsError(f"seasonal state has {len(self.tails)} tails for {k} metrics")
         self.grid = Grid.load(state.get("grid"), k)

@@ -1,32 +1,34 @@
 """A stream's own tail: where a statistic is improbable relative to its history, not to a model.
 
 A detector's statistic (a non-negative magnitude such as ``|z|``) is calibrated against the
-values it took on the stream's normal readings, not against the distribution a model says it
-should have: real sensor noise has heavy tails, drifts and steps that a Gaussian model would
-call a one-in-a-million event many times a day.
+values it took on the stream itself, not against the distribution a model says it should have:
+real sensor noise has heavy tails, drifts, bursts and regimes that a Gaussian model would call a
+one-in-a-million event many times a day. One mechanism for every detector that has a per-stream
+statistic (the seasonal and level members), in ``fleetwatch detect``, the scorer and the
+trainer's gate alike: its state is part of the detector's parameters.
 
-The summary is a histogram of the statistic on fixed bins (``BIN_WIDTH`` wide up to ``TOP``;
-larger values go in the last bin), its counts decayed by half every ``halflife`` values added:
-bounded (``BINS`` floats), mergeable, JSON-able and the same whatever the batching (up to float
-rounding of the decay). Above the ``1 - P_BODY`` quantile ``u`` of the history the tail is taken
-as exponential (peaks over a threshold, the generalised Pareto tail with shape 0), with the
-mean excess ``beta`` over ``u`` as its scale::
+The body is a histogram of the statistic on the stream's normal readings, on fixed bins
+(``BIN_WIDTH`` wide up to ``LINEAR_TOP``, then geometric up to 32,768; larger values go in the
+last bin), its counts decayed by half every ``halflife`` values added: bounded (``BINS``
+floats), JSON-able and the same whatever the batching (up to float rounding of the decay). Its
+``1 - P_BODY`` quantile is ``u``; above ``u`` the tail is a generalised Pareto distribution
+fitted by probability-weighted moments, its shape kept within ``[0, MAX_SHAPE]`` (never lighter
+than exponential, so a Gaussian statistic gets a conservative threshold; a Student-t one gets its
+power law). :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own share below
+``u``, the fitted tail above, and so ranks rows over the whole range without a mass at the top.
 
-    P(X >= x) ≈ P_BODY · exp(-(x - u) / beta)        for x >= u
-
-An exponential tail is heavier than a Gaussian one, so for a Gaussian statistic the threshold
-is conservative; a statistic with heavier tails (drift, bursts) gets a larger ``beta`` and so a
-higher threshold. For a per-row false-alert probability ``p`` the threshold is
-``u + beta · ln(P_BODY / p)``, never below the detector's floor; until ``MIN_HISTORY`` values
-were seen it is the floor. :meth:`TailSummary.nats` gives ``-ln P(X >= x)``: the history's own
-share below ``u``, the exponential tail above. :class:`StreamTail` adds the stream's reading
-interval, from which a budget of false alerts a day becomes a per-reading ``p``.
+What a budget of false alerts counts is *alerts*, not readings: :class:`StreamTail` also keeps
+the peaks of the stream's excursions above ``u`` (every reading counts, alerting or not) and
+sets the threshold where those peaks pass at the budget's rate (see there). A fault is one
+excursion, so it adds one peak, once it is over: it cannot teach the stream that faults are
+normal by lasting.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -34,14 +36,122 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 BIN_WIDTH = 0.125
-TOP = 16.0
-BINS = int(TOP / BIN_WIDTH)
+LINEAR_TOP = 8.0
+"""Bins are ``BIN_WIDTH`` wide up to here, then each ``2^(1/GEOMETRIC_STEPS)`` times the last."""
+GEOMETRIC_STEPS = 8
+LINEAR_BINS = int(LINEAR_TOP / BIN_WIDTH)
+BINS = LINEAR_BINS + 12 * GEOMETRIC_STEPS
+"""Up to ``LINEAR_TOP · 2^12`` (32,768); larger values go in the last bin."""
 P_BODY = 0.1
 """The tail above the ``1 - P_BODY`` quantile is the one extrapolated."""
+_BODY_NATS = -math.log(P_BODY)
 MIN_HISTORY = 200.0
 """Weight of history below which the history is not trusted (the floor is used)."""
 MIN_BETA = BIN_WIDTH
-_CENTRES = (np.arange(BINS) + 0.5) * BIN_WIDTH
+MIN_PEAKS = 20.0
+"""Weight of excursion peaks below which a threshold is taken from the body alone."""
+PEAK_MEMORY = 10.0
+"""The excursion peaks are remembered this many times longer than the body."""
+P_PEAKS = 0.25
+"""The tail of the excursion peaks is fitted above their ``1 - P_PEAKS`` quantile."""
+MAX_SHAPE = 0.75
+"""The heaviest tail extrapolated: a power law of index ``1 / MAX_SHAPE``."""
+EDGES = np.concatenate(
+    [
+        np.arange(LINEAR_BINS) * BIN_WIDTH,
+        LINEAR_TOP * 2.0 ** (np.arange(BINS - LINEAR_BINS + 1) / GEOMETRIC_STEPS),
+    ]
+)
+"""The lower edge of each bin, and the upper edge of the last finite one."""
+_CENTRES = np.concatenate(
+    [
+        EDGES[:LINEAR_BINS] + 0.5 * BIN_WIDTH,
+        np.sqrt(EDGES[LINEAR_BINS:-1] * EDGES[LINEAR_BINS + 1 :]),
+    ]
+)
+_OLD_BINS = 128
+"""Summaries written before the geometric bins: 128 bins of ``BIN_WIDTH``."""
+
+
+def bin_of(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
+    x = np.abs(np.asarray(values, dtype=np.float64))
+    geometric = LINEAR_BINS + np.floor(
+        GEOMETRIC_STEPS * np.log2(np.maximum(x, LINEAR_TOP) / LINEAR_TOP)
+    )
+    out = np.where(x < LINEAR_TOP, np.floor(x / BIN_WIDTH), geometric)
+    return np.minimum(out, BINS - 1).astype(np.intp)
+
+
+def _bin(x: float) -> int:
+    """:func:`bin_of` of one value."""
+    if x < LINEAR_TOP:
+        return int(x / BIN_WIDTH)
+    return min(LINEAR_BINS + int(GEOMETRIC_STEPS * math.log2(x / LINEAR_TOP)), BINS - 1)
+
+
+def _upgraded(counts: FloatArray) -> FloatArray:
+    """Counts on today's bins from a summary written with 128 linear bins."""
+    out = np.zeros(BINS)
+    np.add.at(out, bin_of((np.arange(_OLD_BINS) + 0.5) * BIN_WIDTH), counts)
+    return out
+
+
+class Tail(NamedTuple):
+    """The history's tail above its ``1 - P_BODY`` quantile ``u``: a generalised Pareto
+    distribution of the excess over ``u`` with ``shape`` (0: exponential) and ``scale``."""
+
+    u: float
+    shape: float
+    scale: float
+    above: FloatArray
+    """The history's share at or above each bin."""
+    scale_exp: float = MIN_BETA
+
+    def excess(self, ratio: float) -> float:
+        """The excess over ``u`` exceeded with probability ``P_BODY / ratio``."""
+        return excess(self.shape, self.scale, ratio)
+
+    def nats_above(self, x: FloatArray) -> FloatArray:
+        """``-ln P(X >= x) + ln P_BODY`` for ``x >= u``."""
+        y = np.maximum(x - self.u, 0.0) / self.scale
+        out: FloatArray = np.log1p(self.shape * y) / self.shape if self.shape > 0 else y
+        return out
+
+
+def excess(shape: float, scale: float, ratio: float) -> float:
+    """The excess of a generalised Pareto distribution exceeded with probability ``1 / ratio``."""
+    r = math.log(ratio)
+    return scale * r if shape <= 0 else scale * math.expm1(shape * r) / shape
+
+
+def fit_excess(counts: FloatArray, k: int) -> tuple[float, float]:
+    """``(shape, scale)`` of the excess over ``EDGES[k]`` of the binned values in bins ``k`` and
+    up, by probability-weighted moments (Hosking and Wallis 1987): ``a0 = E[Y]``,
+    ``a1 = E[Y (1 - F(Y))]``, ``shape = (r - 2) / (r - 1)`` with ``r = a0 / (2 a1)``,
+    ``scale = a0 (1 - shape)``; the shape is kept within ``[0, MAX_SHAPE]`` (never lighter than
+    exponential)."""
+    w = counts[k:]
+    weight = float(w.sum())
+    if weight <= 0:
+        return 0.0, MIN_BETA
+    y = _CENTRES[k:] - EDGES[k]
+    below = (np.cumsum(w) - 0.5 * w) / weight
+    a0 = float(np.dot(w, y)) / weight
+    a1 = float(np.dot(w, y * (1.0 - below))) / weight
+    r = a0 / (2.0 * a1) if a1 > 0 else 2.0
+    shape = min(max((r - 2.0) / (r - 1.0), 0.0), MAX_SHAPE) if r > 2.0 else 0.0
+    return shape, max(a0 * (1.0 - shape), MIN_BETA)
+
+
+def fit_tail(counts: FloatArray) -> Tail:
+    """``u``, the ``1 - P_BODY`` quantile of the history, and the tail of the excess over it."""
+    total = float(counts.sum())
+    above = np.cumsum(counts[::-1])[::-1]  # weight at or above each bin
+    k = int(np.flatnonzero(above >= P_BODY * total)[-1])
+    shape, scale = fit_excess(counts, k)
+    w = counts[k:]
+    mean = float(np.dot(w, _CENTRES[k:] - EDGES[k]) / w.sum()) if w.sum() > 0 else MIN_BETA
+    return Tail(float(EDGES[k]), shape, scale, above / total, max(mean, MIN_BETA))
 
 
 class TailSummary:
@@ -52,75 +162,101 @@ class TailSummary:
         self.counts: FloatArray = (
             np.zeros(BINS) if counts is None else np.asarray(counts, dtype=np.float64)
         )
+        if self.counts.shape == (_OLD_BINS,):
+            self.counts = _upgraded(self.counts)
         if self.counts.shape != (BINS,):
             raise ValueError(f"a tail summary has {BINS} bins, got {self.counts.shape}")
-        self._memo: tuple[float, float, FloatArray] | None = None
-        """``(u, beta, share at or above each bin)``, until the next :meth:`add`."""
+        self._memo: Tail | None = None
+        """The fitted tail, until the next :meth:`add`."""
+        self._weight = float(self.counts.sum())
+        self.version = 0
+        """Counts the changes: what was derived from the summary is good until it moves."""
 
     @property
     def weight(self) -> float:
-        return float(self.counts.sum())
+        return self._weight
 
     def add(self, values: FloatArray) -> None:
         """Take in ``values`` (the statistic on readings judged normal), decaying the past."""
         if values.size == 0:
             return
         self._memo = None
+        self.version += 1
         self.counts *= 2.0 ** (-values.size / self.halflife)
-        bins = np.minimum((np.abs(values) / BIN_WIDTH).astype(np.intp), BINS - 1)
-        self.counts += np.bincount(bins, minlength=BINS)
+        self.counts += np.bincount(bin_of(values), minlength=BINS)
+        self._weight = float(self.counts.sum())
 
-    def body_and_scale(self) -> tuple[float, float]:
-        """``(u, beta)``: the ``1 - P_BODY`` quantile and the mean excess above it."""
-        return self._derived()[:2]
-
-    def _derived(self) -> tuple[float, float, FloatArray]:
+    def tail(self) -> Tail:
         if self._memo is None:
-            total = self.weight
-            above = np.cumsum(self.counts[::-1])[::-1]  # weight at or above each bin
-            k = int(np.flatnonzero(above >= P_BODY * total)[-1])
-            u = float(k * BIN_WIDTH)
-            w = self.counts[k:]
-            beta = float(np.dot(w, _CENTRES[k:] - u) / w.sum()) if w.sum() > 0 else MIN_BETA
-            self._memo = (u, max(beta, MIN_BETA), above / total)
+            self._memo = fit_tail(self.counts)
         return self._memo
 
     def threshold(self, p: float, floor: float) -> float:
         """The value exceeded with probability ``p`` per reading, not below ``floor``."""
         if self.weight < MIN_HISTORY:
             return floor
-        u, beta = self.body_and_scale()
-        return max(floor, u + beta * math.log(P_BODY / p))
+        tail = self.tail()
+        return max(floor, tail.u + excess(0.0, tail.scale_exp, P_BODY / p))
 
     def nats(self, values: FloatArray) -> FloatArray:
         """``-ln P(X >= x)``: the history's own share at or above ``x`` below ``u``, the
-        exponential tail above it; without enough history, ``x`` itself (a placeholder that
-        only keeps the order)."""
+        fitted tail above it; without enough history, ``x`` itself (a placeholder that only
+        keeps the order)."""
         x = np.abs(np.asarray(values, dtype=np.float64))
-        if self.weight < MIN_HISTORY:
+        if self._weight < MIN_HISTORY:
             return x
-        u, beta, above = self._derived()
-        bins = np.minimum((x / BIN_WIDTH).astype(np.intp), BINS - 1)
-        body = -np.log(np.maximum(above[bins], P_BODY))
-        out: FloatArray = np.where(x < u, np.minimum(body, -math.log(P_BODY)), 0.0)
-        out = np.where(x >= u, -math.log(P_BODY) + (x - u) / beta, out)
+        tail = self.tail()
+        bins = np.minimum(np.searchsorted(EDGES, x, side="right") - 1, BINS - 1)
+        body = np.minimum(-np.log(np.maximum(tail.above[bins], P_BODY)), _BODY_NATS)
+        out: FloatArray = np.where(x < tail.u, body, _BODY_NATS + tail.nats_above(x))
         return out
+
+    def nats_of(self, x: float) -> float:
+        """:meth:`nats` of one value."""
+        x = abs(x)
+        if self._weight < MIN_HISTORY:
+            return x
+        tail = self.tail()
+        if x >= tail.u:
+            y = (x - tail.u) / tail.scale
+            above = math.log1p(tail.shape * y) / tail.shape if tail.shape > 0 else y
+            return _BODY_NATS + above
+        share = float(tail.above[min(int(np.searchsorted(EDGES, x, side="right")) - 1, BINS - 1)])
+        return min(-math.log(max(share, P_BODY)), _BODY_NATS)
 
 
 DAY_MS = 86_400_000.0
 
 
 class StreamTail:
-    """One stream's calibration: the tail of its statistic and how often it reads.
+    """One stream's calibration: the tail of its statistic, its excursions and how often it
+    reads.
 
-    ``p(budget, span, streams)`` is the per-reading probability at which a stream of a device of
-    ``streams`` streams spends ``budget`` false alerts a day, when one excursion of the statistic
-    lasts about ``span`` readings (1 for a statistic of one reading)."""
+    An *excursion* is a run of consecutive readings whose statistic is at or above the body's
+    ``u`` (every reading counts, alerting or not); once it ends, its peak goes into a histogram
+    decayed per reading like the body's. A false alert is an excursion whose peak passes the
+    threshold, so the threshold for a budget of false alerts a day is the level that the
+    stream's excursion peaks pass at that rate: ``u`` plus the generalised Pareto quantile of
+    the peaks' excess, at the budget's share of the excursions. Counting excursions, not
+    readings, is what makes the rate hold whatever the stream's shape: an average that stays
+    up for one reading or for fifty after a heavy-tailed spike is one excursion, and a long
+    fault adds one peak to the history, once it is over, whatever its length.
+
+    Until ``MIN_PEAKS`` excursions were seen, the threshold is the body's quantile at the
+    per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span`` readings)."""
 
     def __init__(self, halflife: float) -> None:
         self.summary = TailSummary(halflife)
+        self.peaks: FloatArray = np.zeros(BINS)
+        """Decayed histogram of the peaks of ended excursions."""
+        self.readings = 0.0
+        """Decayed count of the readings the excursions were taken from."""
+        self.peak = 0.0
+        """The peak so far of the excursion still going on (0: none)."""
         self.interval_ms = 0.0
         self.last_ms: int | None = None
+        self._thresholds: dict[tuple[object, ...], float] = {}
+        """Thresholds asked for since the stream last changed, by their arguments."""
 
     def observe(self, event_ms: npt.NDArray[np.int64]) -> None:
         """Learn the typical interval between the stream's readings (time-decayed mean)."""
@@ -138,21 +274,98 @@ class StreamTail:
             )
         self.last_ms = int(event_ms[-1]) if before is None else max(before, int(event_ms[-1]))
 
+    def excursions(self, values: FloatArray) -> None:
+        """Take in the statistic on the stream's next readings, in order, all of them."""
+        n = values.size
+        if n == 0:
+            return
+        keep = 2.0 ** (-1.0 / (PEAK_MEMORY * self.summary.halflife))
+        fade = keep**n
+        self.peaks *= fade
+        self.readings = self.readings * fade + (1.0 - fade) / (1.0 - keep)
+        if self.summary.weight < MIN_HISTORY:
+            return
+        x = np.abs(values)
+        up = x >= self.summary.tail().u
+        if self.peak <= 0 and not up.any():
+            return
+        flags = np.empty(n + 2, dtype=np.int8)
+        flags[0], flags[-1] = self.peak > 0, 0
+        flags[1:-1] = up
+        step = np.diff(flags)
+        starts = np.flatnonzero(step == 1).tolist()
+        ends = np.flatnonzero(step == -1).tolist()
+        carried = self.peak
+        if carried > 0:
+            starts.insert(0, 0)
+        self.peak = 0.0
+        for lo, hi in zip(starts, ends, strict=True):
+            top = max(float(x[lo:hi].max()) if hi > lo else 0.0, carried if lo == 0 else 0.0)
+            if hi == n:
+                self.peak = top
+            else:  # ended before reading ``hi``: weighed as of then
+                self.peaks[_bin(top)] += keep ** (n - 1 - hi)
+
     def p(self, budget: float, span: float, streams: int) -> float:
-        per_day = DAY_MS / self.interval_ms if self.interval_ms > 0 else DAY_MS / 1000.0
-        return min(0.05, budget / (max(per_day / span, 1.0) * max(streams, 1)))
+        """The per-reading probability that spends ``budget`` over the day's readings, an
+        excursion lasting ``span`` readings, shared by ``streams`` streams."""
+        return min(0.05, budget / (max(self._per_day() / span, 1.0) * max(streams, 1)))
+
+    def threshold(self, budget: float, span: float, streams: int, floor: float) -> float:
+        """The level that false alerts pass ``budget`` times a day, shared by ``streams``
+        streams; never below ``floor``."""
+        key = (budget, span, streams, floor, self.summary.version, self.readings, self.interval_ms)
+        known = self._thresholds.get(key)
+        if known is None:
+            if len(self._thresholds) > 8:
+                self._thresholds.clear()
+            known = self._thresholds[key] = self._threshold(budget, span, streams, floor)
+        return known
+
+    def _threshold(self, budget: float, span: float, streams: int, floor: float) -> float:
+        summary = self.summary
+        if summary.weight < MIN_HISTORY:
+            return floor
+        u = summary.tail().u
+        k = _bin(u)
+        seen = float(self.peaks[k:].sum())
+        if seen < MIN_PEAKS or self.readings <= 0:
+            return summary.threshold(self.p(budget, span, streams), floor)
+        rate = seen / self.readings
+        allowed = budget / (self._per_day() * max(streams, 1))
+        if allowed >= rate:
+            return max(floor, u)
+        # the fit starts at the upper P_PEAKS of the peaks (the tail's shape shows far out)
+        above = np.cumsum(self.peaks[::-1])[::-1]
+        top = max(k, int(np.flatnonzero(above >= max(P_PEAKS * seen, MIN_PEAKS))[-1]))
+        rate *= float(above[top]) / seen
+        if allowed >= rate:
+            return max(floor, float(EDGES[top]))
+        shape, scale = fit_excess(self.peaks, top)
+        return max(floor, float(EDGES[top]) + excess(shape, scale, rate / allowed))
+
+    def _per_day(self) -> float:
+        return DAY_MS / self.interval_ms if self.interval_ms > 0 else DAY_MS / 1000.0
 
     def state(self) -> dict[str, object]:
         return {
             "counts": [float(c) for c in self.summary.counts],
+            "peaks": [float(c) for c in self.peaks],
+            "readings": self.readings,
+            "peak": self.peak,
             "interval_ms": self.interval_ms,
             "last_ms": self.last_ms,
         }
 
     @classmethod
     def load(cls, halflife: float, state: dict[str, object]) -> StreamTail:
+        """From :meth:`state`; a state written before excursions were counted has none yet."""
         out = cls(halflife)
         out.summary = TailSummary(halflife, state["counts"])  # type: ignore[arg-type]
+        if "peaks" in state:
+            out.peaks = TailSummary(halflife, state["peaks"]).counts  # type: ignore[arg-type]
+            out.readings = float(state["readings"])  # type: ignore[arg-type]
+            out.peak = float(state["peak"])  # type: ignore[arg-type]
         out.interval_ms = float(state["interval_ms"])  # type: ignore[arg-type]
         last = state["last_ms"]
         out.last_ms = None if last is None else int(last)  # type: ignore[call-overload]
@@ -164,6 +377,9 @@ def calibrated_surprise(
 ) -> FloatArray:
     """``|z|`` as a surprise on the common scale: the stream's own ``-ln P(X >= |z|)`` scaled
     so that ``bar`` (the threshold in force, per row or for all) maps to ``s_alert``."""
-    at_bar = np.maximum(tail.summary.nats(np.asarray(bar, dtype=np.float64)), 1e-9)
+    if isinstance(bar, float):
+        at_bar: float | FloatArray = max(tail.summary.nats_of(bar), 1e-9)
+    else:
+        at_bar = np.maximum(tail.summary.nats(bar), 1e-9)
     out: FloatArray = tail.summary.nats(z) * (s_alert / at_bar)
     return out

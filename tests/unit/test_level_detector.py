@@ -1,11 +1,9 @@
 """The level-shift detector and the stream tail it calibrates with: what they promise beyond the
-check suite (test_detector_checks): thresholds that follow a stream's own tail, a budget that
+check suite (test_detector_checks; its tail's own in test_stream_tail): a budget that
 moves them, one alert for a wobbling shift, adoption of a lasting step when asked, and state
 that survives a round trip."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
@@ -15,7 +13,7 @@ from fleetwatch.models import params
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.level import LevelShiftDetector, moving_average
 from fleetwatch.models.registry import load_params
-from fleetwatch.models.tail import MIN_HISTORY, P_BODY, StreamTail, TailSummary
+from fleetwatch.models.tail import StreamTail
 
 STEP_MS = 1000
 
@@ -40,48 +38,6 @@ def fed(detector: LevelShiftDetector, values: np.ndarray, chunk: int = 50) -> np
         detector.learn(part, exclude=alerts)
         out.append(alerts)
     return np.concatenate(out)
-
-
-def test_a_tail_with_heavier_history_sets_a_higher_threshold() -> None:
-    rng = np.random.default_rng(0)
-    light, heavy = TailSummary(2000.0), TailSummary(2000.0)
-    light.add(np.abs(rng.normal(size=5000)))
-    heavy.add(np.abs(rng.standard_t(2, size=5000)))
-    p = 1e-5
-    assert heavy.threshold(p, 1.0) > light.threshold(p, 1.0) + 2.0
-    # Gaussian history: the exponential tail is conservative, above the exact quantile
-    exact = 4.42  # two-sided normal quantile at 1e-5
-    assert exact < light.threshold(p, 1.0) < exact + 2.5
-    assert light.threshold(p, 9.0) == 9.0, "never below the floor"
-
-
-def test_a_tail_without_enough_history_uses_the_floor() -> None:
-    tail = TailSummary(2000.0)
-    tail.add(np.ones(int(MIN_HISTORY) - 1))
-    assert tail.threshold(1e-6, 4.5) == 4.5
-
-
-def test_the_tails_surprise_is_its_own_share_then_the_exponential_tail() -> None:
-    rng = np.random.default_rng(1)
-    tail = TailSummary(10_000.0)
-    history = np.abs(rng.normal(size=20_000))
-    tail.add(history)
-    u, beta = tail.body_and_scale()
-    below = np.array([0.5, 1.0])
-    shares = [(history >= x).mean() for x in below]
-    np.testing.assert_allclose(np.exp(-tail.nats(below)), shares, atol=0.03)
-    above = np.array([u + 1.0, u + 2.0])
-    np.testing.assert_allclose(tail.nats(above), -math.log(P_BODY) + (above - u) / beta)
-    assert np.all(np.diff(tail.nats(np.linspace(0, 12, 200))) >= 0), "never decreasing"
-
-
-def test_a_tail_forgets_at_its_half_life() -> None:
-    tail = TailSummary(100.0)
-    tail.add(np.full(100, 1.0))
-    tail.add(np.full(100, 5.0))
-    ones = tail.counts[int(1.0 / 0.125)]
-    fives = tail.counts[int(5.0 / 0.125)]
-    assert ones == pytest.approx(fives / 2, rel=0.02)
 
 
 def test_the_budget_spreads_over_the_days_readings_and_metrics() -> None:

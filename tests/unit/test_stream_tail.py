@@ -1,0 +1,154 @@
+"""A stream's own calibration (fleetwatch.models.tail): excursions, not readings, are counted;
+the threshold for a budget of false alerts a day holds whatever the shape of the noise's tail;
+the seasonal detector on heavy-tailed noise keeps to its budget where a Gaussian model of the
+same noise alerts all day; and the state survives a round trip, from before excursions too."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.models.tail import BIN_WIDTH, BINS, MIN_HISTORY, StreamTail, TailSummary, bin_of
+
+STEP_MS = 10_000
+PER_DAY = 86_400_000 // STEP_MS
+
+
+def warm(values: np.ndarray, halflife: float = 2000.0) -> StreamTail:
+    """A tail whose body has seen ``values`` (so excursions are counted from here on)."""
+    tail = StreamTail(halflife)
+    tail.summary.add(values)
+    tail.observe(np.arange(values.size, dtype=np.int64) * STEP_MS)
+    return tail
+
+
+def test_a_long_excursion_is_one_peak_when_it_ends_and_short_ones_each_count() -> None:
+    body = np.tile(np.linspace(0.0, 1.0, 10), 30)  # u is near 0.9
+    tail = warm(body)
+    long = np.concatenate([np.full(5, 0.1), np.full(40, 7.0), [9.0], np.full(4, 0.1)])
+    tail.excursions(long)
+    assert tail.peaks.sum() == pytest.approx(1.0, rel=0.01)
+    assert tail.peaks[bin_of(np.asarray([9.0]))[0]] > 0.99, "its peak, once"
+    short = np.where(np.arange(100) % 10 == 0, 3.0, 0.1)
+    tail.excursions(short)
+    assert tail.peaks.sum() == pytest.approx(11.0, rel=0.01)
+
+
+def test_an_excursion_across_batches_is_one_peak_with_its_maximum() -> None:
+    tail = warm(np.tile(np.linspace(0.0, 1.0, 10), 30))
+    tail.excursions(np.array([0.1, 5.0, 12.0]))
+    assert tail.peaks.sum() == 0.0, "still going on"
+    tail.excursions(np.array([6.0, 0.1]))
+    assert tail.peaks.sum() == pytest.approx(1.0, rel=0.01)
+    assert tail.peaks[bin_of(np.asarray([12.0]))[0]] > 0.99
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda rng, n: rng.normal(size=n),
+        lambda rng, n: rng.standard_t(3, n),
+        lambda rng, n: rng.standard_t(2, n),
+        lambda rng, n: rng.laplace(size=n),
+    ],
+    ids=["normal", "student_t3", "student_t2", "laplace"],
+)
+def test_the_threshold_is_passed_about_budget_times_a_day(draw: object) -> None:
+    """Learned from 10 days of readings every 10 s (independent: every excursion is a reading),
+    the threshold for 1 alert a day is passed at most twice a day by fresh data, and not so
+    rarely that it is blind (a light tail is extrapolated as exponential: conservative)."""
+    rng = np.random.default_rng(7)
+    x = np.abs(draw(rng, 10 * PER_DAY))  # type: ignore[operator]
+    tail = StreamTail(20_000.0)
+    for part in np.array_split(x, 200):
+        tail.summary.add(part)
+        tail.excursions(part)
+    tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    threshold = tail.threshold(1.0, 1.0, 1, 0.0)
+    fresh = np.abs(draw(rng, 200 * PER_DAY))  # type: ignore[operator]
+    per_day = float((fresh > threshold).mean()) * PER_DAY
+    assert 0.1 <= per_day <= 2.0, (threshold, per_day)
+
+
+def test_a_heavier_tail_sets_a_higher_threshold_and_the_floor_holds() -> None:
+    rng = np.random.default_rng(0)
+    light, heavy = TailSummary(2000.0), TailSummary(2000.0)
+    light.add(np.abs(rng.normal(size=5000)))
+    heavy.add(np.abs(rng.standard_t(2, size=5000)))
+    assert heavy.threshold(1e-5, 1.0) > light.threshold(1e-5, 1.0) + 2.0
+    assert light.threshold(1e-5, 9.0) == 9.0, "never below the floor"
+    young = TailSummary(2000.0)
+    young.add(np.ones(int(MIN_HISTORY) - 1))
+    assert young.threshold(1e-6, 4.5) == 4.5, "too little history: the floor"
+
+
+def test_the_surprise_never_decreases_and_is_the_history_share_in_the_body() -> None:
+    rng = np.random.default_rng(1)
+    tail = TailSummary(10_000.0)
+    history = np.abs(rng.normal(size=20_000))
+    tail.add(history)
+    below = np.array([0.5, 1.0])
+    shares = [(history >= x).mean() for x in below]
+    np.testing.assert_allclose(np.exp(-tail.nats(below)), shares, atol=0.03)
+    assert np.all(np.diff(tail.nats(np.linspace(0, 5000, 20_000))) >= 0), "never decreasing"
+
+
+def test_a_tail_forgets_at_its_half_life() -> None:
+    tail = TailSummary(100.0)
+    tail.add(np.full(100, 1.0))
+    tail.add(np.full(100, 5.0))
+    ones = tail.counts[int(1.0 / BIN_WIDTH)]
+    fives = tail.counts[int(5.0 / BIN_WIDTH)]
+    assert ones == pytest.approx(fives / 2, rel=0.02)
+
+
+def test_the_state_round_trips_and_a_state_from_before_excursions_loads() -> None:
+    rng = np.random.default_rng(2)
+    tail = warm(np.abs(rng.normal(size=3000)))
+    tail.excursions(np.abs(rng.standard_t(3, 3000)))
+    tail.excursions(np.array([0.1, 50.0]))  # one still going on
+    back = StreamTail.load(2000.0, tail.state())
+    assert back.threshold(1.0, 1.0, 2, 0.0) == tail.threshold(1.0, 1.0, 2, 0.0)
+    assert back.peak == 50.0
+    counts = [0.0] * 128
+    counts[8] = 300.0  # 300 values of 1.0 on the 128 bins of 0.125
+    old: dict[str, object] = {"counts": counts, "interval_ms": 1000.0, "last_ms": 5}
+    loaded = StreamTail.load(2000.0, old)
+    assert loaded.summary.counts.shape == (BINS,)
+    assert loaded.summary.counts[bin_of(np.asarray([1.06]))[0]] == 300.0
+    assert loaded.peaks.sum() == 0.0
+
+
+def heavy_tailed(days: float, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = int(days * PER_DAY)
+    t = 1_767_225_600_000 + np.arange(n, dtype=np.int64) * STEP_MS
+    return pd.DataFrame({"event_ms": t, "metric": "t", "value": 20.0 + 0.5 * rng.standard_t(2, n)})
+
+
+def openings(detector: SeasonalBaseline, data: pd.DataFrame, chunk: int = 500) -> list[int]:
+    """Alerts opened per day while scoring ``data`` online (score a chunk, then learn it)."""
+    opened, was = [], False
+    for lo in range(0, len(data), chunk):
+        part = data.iloc[lo : lo + chunk]
+        on = detector.score(part).surprise >= S_ALERT
+        prev = np.concatenate([[was], on[:-1]])
+        opened += (lo + np.flatnonzero(on & ~prev)).tolist()
+        was = bool(on[-1])
+        detector.learn(part)
+    per_day: list[int] = np.bincount(np.asarray(opened, dtype=int) // PER_DAY, minlength=4).tolist()
+    return per_day
+
+
+def test_the_seasonal_detector_on_student_t_noise_keeps_to_its_budget() -> None:
+    data = heavy_tailed(4, seed=5)
+    gaussian = openings(SeasonalBaseline(false_alerts_per_day=None), data)
+    own = openings(SeasonalBaseline(), data)
+    assert sum(gaussian[1:]) > 100, "a Gaussian model of Student-t noise: alert after alert"
+    assert sum(own[1:]) <= 2 * 3, f"at most twice the budget a day once learned: {own}"
+    assert math.isfinite(sum(own))
