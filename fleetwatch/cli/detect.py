@@ -92,13 +92,14 @@ def detect(
     ] = None,
 ) -> None:
     """Score a recorded CSV online and causally: per device, in timestamp order, each row is
-    scored before the model learns from it, with the streaming path's default detector.
+    scored before the model learns from it, with the streaming path's default detector (held
+    to score.false_alerts_per_device_day false alerts a device-day).
     Writes every input row with anomaly_score (0-1), alert, alert_metric and reason."""
-    load_settings()
+    settings = load_settings()
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")
     try:
-        make = detector_factory(detectors)
+        make = detector_factory(detectors, settings.score.false_alerts_per_device_day)
         summary = detect_csv(
             file, out, timestamp, device, _values(values), chunk_rows, piece_rows, make
         )

@@ -330,6 +330,13 @@ class ScoreSettings(_Part):
     max_metrics: int = Field(DEVICE_METRICS, ge=1)
     """Metric names a device may report; a reading's names beyond them are refused (dead
     letter, with the reason) and the rest of the reading is scored."""
+    false_alerts_per_device_day: float = Field(1.0, gt=0)
+    """The false-alert budget: on normal data however noisy (heavy tails, drift, regimes), each
+    of the two calibrated members of a device's detector (seasonal, level) opens about this
+    many alerts a day or fewer once it has learned the streams, so the device up to twice as
+    many (measured: 0.03 to 1.97 times it over 7 days of seven noise shapes). It is a
+    hyperparameter of the detector a device starts with (the trainer's, and ``fleetwatch
+    detect``'s): a device keeps the one it started with."""
 
     @model_validator(mode="after")
     def _windows_fit(self) -> ScoreSettings:

@@ -41,8 +41,18 @@ from fleetwatch.models.scores import Scores
 from fleetwatch.models.seasonal import SeasonalBaseline
 
 
-def default_members() -> list[Detector]:
-    return [SeasonalBaseline(), LevelShiftDetector(), FlatlineDetector(), PcaDetector()]
+def default_members(false_alerts_per_day: float = 1.0) -> list[Detector]:
+    """The default members; the seasonal and the level member are each held to the device's
+    budget of false alerts a day (each of the device's metrics has its share of it), so on
+    normal data the device opens up to twice as many. Halving their shares brings Student-t and
+    on/off streams under the budget after their first day but costs SKAB's faults (F1 0.804 →
+    0.799, missed rows 12.8 → 14.2 %)."""
+    return [
+        SeasonalBaseline(false_alerts_per_day=false_alerts_per_day),
+        LevelShiftDetector(false_alerts_per_day=false_alerts_per_day),
+        FlatlineDetector(),
+        PcaDetector(),
+    ]
 
 
 class CombinedDetector(Detector):

@@ -8,12 +8,13 @@ imported). The check suite in ``tests/unit/test_detector_checks.py`` runs over :
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from fleetwatch.models.base import Detector, detector_class, load_params, registered_kinds
 from fleetwatch.models.change import ChangeDetector
-from fleetwatch.models.combiner import CombinedDetector
-from fleetwatch.models.errors import UnknownDetector
+from fleetwatch.models.combiner import CombinedDetector, default_members
+from fleetwatch.models.errors import HyperParameterError, UnknownDetector
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
@@ -41,17 +42,23 @@ def create(kind: str, **hyper: Any) -> Detector:
     return detector_class(kind)(**hyper)
 
 
-def default_detector() -> CombinedDetector:
-    """What the scorer runs per device: the default members, combined."""
-    return CombinedDetector()
+def default_detector(false_alerts_per_day: float = 1.0) -> CombinedDetector:
+    """What the scorer runs per device: the default members, combined, held to
+    ``false_alerts_per_day`` false alerts a device-day (``score.false_alerts_per_device_day``)."""
+    if not false_alerts_per_day > 0:
+        raise HyperParameterError(f"false_alerts_per_day must be > 0, got {false_alerts_per_day}")
+    return CombinedDetector(default_members(false_alerts_per_day))
 
 
-def detector_factory(kinds: str | None) -> Callable[[], Detector]:
-    """What builds each device's detector: the default one, or (``kinds``: comma-separated
-    registered kinds) a combined detector of those kinds with their default hyperparameters.
-    An unknown kind fails here, naming the known ones."""
+def detector_factory(
+    kinds: str | None, false_alerts_per_day: float = 1.0
+) -> Callable[[], Detector]:
+    """What builds each device's detector: the default one (held to ``false_alerts_per_day``
+    a device-day), or (``kinds``: comma-separated registered kinds) a combined detector of
+    those kinds with their default hyperparameters. An unknown kind fails here, naming the
+    known ones."""
     if not kinds:
-        return default_detector
+        return partial(default_detector, false_alerts_per_day)
     names = [k.strip() for k in kinds.split(",") if k.strip()]
     if not names:
         raise UnknownDetector(f"no detector kind in {kinds!r}")

@@ -123,3 +123,29 @@ def test_a_chosen_combination_of_detectors(run: Invoke, tmp_path: Path) -> None:
     assert bad.exit_code == 1
     assert "unknown detector kind 'nope'" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_the_false_alert_budget_is_a_setting(
+    run: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``score.false_alerts_per_device_day``: a looser budget alerts more on the same heavy-tailed
+    noise; a budget that is not positive is refused, naming the setting."""
+    source = tmp_path / "in.csv"
+    rng = np.random.default_rng(11)
+    n = 6000
+    times = pd.Timestamp("2026-01-05T00:00:00Z") + pd.to_timedelta(np.arange(n) * 10, unit="s")
+    frame = pd.DataFrame({"timestamp": times.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": 0.0})
+    frame["value"] = 20.0 + rng.standard_t(3, n)
+    frame.to_csv(source, index=False)
+    counts = {}
+    for budget in ("1", "500"):
+        monkeypatch.setenv("FLEETWATCH_SCORE__FALSE_ALERTS_PER_DEVICE_DAY", budget)
+        out = tmp_path / f"out-{budget}.csv"
+        result = run(source, "--out", out)
+        assert result.exit_code == 0, result.output
+        counts[budget] = int(pd.read_csv(out)["alert"].sum())
+    assert counts["500"] > counts["1"], counts
+    monkeypatch.setenv("FLEETWATCH_SCORE__FALSE_ALERTS_PER_DEVICE_DAY", "0")
+    refused = run(source, "--out", tmp_path / "out-0.csv")
+    assert refused.exit_code != 0
+    assert "false_alerts_per_device_day" in refused.output

@@ -67,6 +67,24 @@ def test_a_device_learns_at_most_max_metrics_names_those_it_knows_first() -> Non
     assert len(detector_of(bucket["d1"]).learned_metrics()) == 4
 
 
+def budgets(text: str) -> dict[str, float]:
+    """The false-alert budget of each member of a combined detector's parameters."""
+    members = json.loads(text)["hyper"]["detectors"]
+    return {
+        m["kind"]: m["hyper"]["false_alerts_per_day"]
+        for m in members
+        if "false_alerts_per_day" in m["hyper"]
+    }
+
+
+def test_a_new_device_starts_with_the_budget_it_is_given_and_a_known_one_keeps_its_own() -> None:
+    bucket = {"old": str(learn_device(None, frame(1, 0, 120)))}
+    batches = [("old", Batch.of(frame(2, 120, 20))), ("new", Batch.of(frame(3, 0, 20)))]
+    learn_bucket(bucket, batches, false_alerts_per_day=3.0)
+    assert budgets(bucket["new"]) == {"seasonal": 3.0, "level": 3.0}
+    assert budgets(bucket["old"]) == {"seasonal": 1.0, "level": 1.0}
+
+
 def test_a_device_whose_learning_fails_is_left_as_it_was_and_the_others_learn() -> None:
     corrupt = '{"kind": "combined", "version": 3}'  # parameters no detector loads
     bucket = {"bad": corrupt, "d1": str(learn_device(None, frame(1, 0, 120)))}

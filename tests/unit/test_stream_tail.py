@@ -75,6 +75,19 @@ def test_the_threshold_is_passed_about_budget_times_a_day(draw: object) -> None:
     assert 0.1 <= per_day <= 2.0, (threshold, per_day)
 
 
+def test_a_larger_budget_a_lower_threshold_and_the_budget_is_shared_by_the_streams() -> None:
+    rng = np.random.default_rng(3)
+    x = np.abs(rng.standard_t(3, 5 * PER_DAY))
+    tail = StreamTail(20_000.0)
+    for part in np.array_split(x, 100):
+        tail.summary.add(part)
+        tail.excursions(part)
+    tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    one = tail.threshold(1.0, 1.0, 1, 0.0)
+    assert tail.threshold(10.0, 1.0, 1, 0.0) < one < tail.threshold(0.1, 1.0, 1, 0.0)
+    assert tail.threshold(1.0, 1.0, 4, 0.0) == tail.threshold(0.25, 1.0, 1, 0.0)
+
+
 def test_a_heavier_tail_sets_a_higher_threshold_and_the_floor_holds() -> None:
     rng = np.random.default_rng(0)
     light, heavy = TailSummary(2000.0), TailSummary(2000.0)

@@ -169,7 +169,10 @@ def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) 
         "to_ms": backfill.to_ms if backfill else None,
         "trigger_interval": None if backfill else settings.train.trigger_interval,
         "dedup_window": settings.score.dedup_window,
-        "detector": {"kind": default_detector().kind, "hyper": default_detector().hyper_json()},
+        "detector": {
+            "kind": default_detector().kind,
+            "hyper": default_detector(settings.score.false_alerts_per_device_day).hyper_json(),
+        },
         "checkpoint": str(checkpoint),
     }
 
@@ -224,7 +227,11 @@ def start(
         readings = within(readings, backfill.from_ms, backfill.to_ms)
     expire_after_ms = settings.score.expire_after_s * 1000
     updates = updates_frame(
-        readings, expire_after_ms, published_params(spark, settings), settings.score.max_metrics
+        readings,
+        expire_after_ms,
+        published_params(spark, settings),
+        settings.score.max_metrics,
+        settings.score.false_alerts_per_device_day,
     )
     publisher = BatchPublisher(settings, observer, on_failed)
     writer = (

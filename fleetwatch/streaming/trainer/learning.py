@@ -64,6 +64,9 @@ def learn_update(
     return Update(updated, {name: new[name] for name in HEADER})
 
 
-def detector_of(previous: str | None) -> Detector:
-    """The detector of parameters text (``None``: a new device's :func:`default_detector`)."""
-    return default_detector() if previous is None else load_params(params.loads(previous))
+def detector_of(previous: str | None, false_alerts_per_day: float = 1.0) -> Detector:
+    """The detector of parameters text (``None``: a new device's :func:`default_detector`,
+    held to ``false_alerts_per_day``)."""
+    if previous is None:
+        return default_detector(false_alerts_per_day)
+    return load_params(params.loads(previous))
