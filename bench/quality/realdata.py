@@ -28,7 +28,10 @@ hyperparameters) instead of the default one, to compare candidates on the same f
 
 Last line: {"outlier_f1", "far_pct", "mar_pct", "nab_standard", "nab_low_fp", "nab_low_fn",
 "nab_standard_openings", "nab_low_fp_openings", "nab_low_fn_openings", "nab_standard_rows",
-"episodes", "anomalies", "episodes_per_anomaly", "rows" (run through the engine), "detectors",
+"episodes", "anomalies", "episodes_per_anomaly", "score_ap" (average precision of
+``anomaly_score`` against the row labels, pooled over the scored rows: whether the score ranks),
+"score_ap_random" (what a random order gives), "score_saturated_pct" (rows scoring >= 0.999),
+"rows" (run through the engine), "detectors",
 "scored_rows", "files", "rows_per_s" (the engine's), "seconds", "train_rows", "loadavg_1m"
 (at the start), "loadavg_1m_end", "categories": {category: figures}, "whole_file": figures}
 """
@@ -49,6 +52,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.evaluation.changepoints import LOW_FN, LOW_FP, SKAB_WINDOW_MS, STANDARD
+from fleetwatch.evaluation.ranking import average_precision, saturated_share
 from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
 from fleetwatch.models.base import Detector
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
@@ -101,15 +105,17 @@ def times_ms(frame: pd.DataFrame) -> npt.NDArray[np.int64]:
 
 def detect(
     frame: pd.DataFrame, chunk_rows: int, make: Callable[[], Detector] = default_detector
-) -> tuple[npt.NDArray[np.bool_], float]:
-    """The engine's alert flag of every row (the sensors only, labels kept out), and its time."""
+) -> tuple[npt.NDArray[np.bool_], float, npt.NDArray[np.float64]]:
+    """The engine's alert flag of every row (the sensors only, labels kept out), its time, and
+    every row's ``anomaly_score``."""
     started = time.perf_counter()
     columns = sensors(frame)
     scored = detect_frame(frame[[TIME, *columns]], TIME, None, columns, chunk_rows, make)
     seconds = time.perf_counter() - started
     if scored["anomaly_score"].isna().any():
         raise SystemExit(f"file mode left {scored['anomaly_score'].isna().sum()} rows unscored")
-    return scored["alert"].to_numpy(dtype=bool), seconds
+    scores = scored["anomaly_score"].to_numpy(dtype=np.float64)
+    return scored["alert"].to_numpy(dtype=bool), seconds, scores
 
 
 def score_frame(
@@ -187,9 +193,12 @@ def main() -> None:
     whole = SkabTally()
     rows = 0
     engine_s = 0.0
+    ranked: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = []
     for category, path in files:
         frame = read_skab(path)
-        frame[FLAG], seconds = detect(frame, args.chunk_rows, make)
+        frame[FLAG], seconds, scores = detect(frame, args.chunk_rows, make)
+        labelled = frame["anomaly"].to_numpy() > 0
+        ranked.append((labelled[args.train_rows :], scores[args.train_rows :]))
         engine_s += seconds
         rows += len(frame)
         tally = score_frame(frame, args.train_rows)
@@ -202,8 +211,20 @@ def main() -> None:
         print(line(category, tally))
     print(line("overall", overall))
     print(line("whole", whole) + "  (every row scored)")
+    labels = np.concatenate([r[0] for r in ranked])
+    scores_all = np.concatenate([r[1] for r in ranked])
+    ranking = {
+        "score_ap": _r(average_precision(labels, scores_all), 3),
+        "score_ap_random": _r(float(labels.mean()), 3),
+        "score_saturated_pct": _r(100.0 * saturated_share(scores_all), 2),
+    }
+    print(
+        f"anomaly_score ranking: average precision {ranking['score_ap']} (random order "
+        f"{ranking['score_ap_random']}), rows scoring >= 0.999: {ranking['score_saturated_pct']} %"
+    )
     result = {
         **figures(overall),
+        **ranking,
         "rows": rows,
         "rows_per_s": round(rows / engine_s) if engine_s else None,
         "seconds": round(time.perf_counter() - began, 2),

@@ -232,12 +232,14 @@ def test_skab_split_scores_from_the_given_row_and_a_run_under_way_counts_there(
 def test_the_bench_runs_the_engine_on_the_sensors_only(
     realdata: ModuleType, hand_labelled: pd.DataFrame
 ) -> None:
-    flags, _ = realdata.detect(hand_labelled, 5)
+    flags, _, scores = realdata.detect(hand_labelled, 5)
     relabelled = hand_labelled.assign(anomaly=1.0, changepoint=1.0, alert=1)
-    again, _ = realdata.detect(relabelled, 5)
+    again, _, _ = realdata.detect(relabelled, 5)
     assert flags.dtype == np.bool_
     assert flags.shape == (20,)
     assert flags.tolist() == again.tolist()
+    assert scores.shape == (20,)
+    assert np.all((scores >= 0) & (scores <= 1))
 
 
 def test_the_bench_runs_a_chosen_combination_of_detectors(
@@ -246,8 +248,8 @@ def test_the_bench_runs_a_chosen_combination_of_detectors(
     make = detector_factory("seasonal,flatline")
     assert [m.kind for m in make().members()] == ["seasonal", "flatline"]
     assert make() is not make(), "one detector per device"
-    flags, _ = realdata.detect(hand_labelled, 5, make)
+    flags, _, _ = realdata.detect(hand_labelled, 5, make)
     assert flags.shape == (20,)
-    assert detector_factory(None) is default_detector
+    assert detector_factory(None)().hyper_json() == default_detector().hyper_json()
     with pytest.raises(UnknownDetector, match="'nope'"):
         detector_factory("seasonal,nope")
