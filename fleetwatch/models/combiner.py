@@ -15,10 +15,11 @@ Members learn from the same batch with the same exclusion mask; when none is giv
 pre-batch alerts are excluded from every member, so a spike seen by one detector does not leak into
 the others' statistics. Except for a lasting change of the whole device: once every metric has
 alerted on every reading for ``adapt_s`` seconds of event time, the readings are learned again,
-alerts and all, until the device has gone ``adapt_s`` without an alert. A machine that stops or
-starts moves all its signals at once and stays so for many minutes; it becomes one of the device's
-normal states (alerted on when first seen, then learned) instead of alerting until it ends. A single
-metric off on its own — a failing sensor, however long — stays out. ``None`` never adapts.
+alerts and all, for another ``adapt_s``, and on while the joint (multivariate) member alone still
+alerts. A machine that stops or starts moves all its signals at once and stays so for many minutes;
+it becomes one of the device's normal states (alerted on when first seen, then learned) instead of
+alerting until it ends. A single metric off on its own — a failing sensor, however long — stays out.
+``None`` never adapts.
 """
 
 from __future__ import annotations
@@ -93,12 +94,14 @@ class CombinedDetector(Detector):
         """The pre-batch alerts are left out, but for a device in a lasting new state: a row is
         learned once every metric of the batch has alerted without a break for ``adapt_s``, each on
         its own (a per-metric member's alert; the multivariate one flags every metric of a broken
-        reading), and from then on until no member has alerted for another ``adapt_s``: the members
-        take in the new state at their own pace, and a metric whose band has widened enough stops
-        alerting before the others have learned it (were the learning to stop with it, the others
-        would alert for as long as the state lasts). One metric off on its own is a fault of that
-        sensor, and stays out, as does any lasting change of a device of one metric. "Every metric"
-        is every metric the device has: one a batch lacks keeps its streak from earlier batches."""
+        reading), and from then on for another ``adapt_s``, extended while only the joint member
+        alerts (it takes a new state in last; a per-metric alert, a single sensor's fault, never
+        extends it): the members take in the new state at their own pace, and a metric whose band
+        has widened enough stops alerting before the others have learned it (were the learning to
+        stop with it, the others would alert for as long as the state lasts). One metric off on its
+        own is a fault of that sensor, and stays out, as does any lasting change of a device of one
+        metric. "Every metric" is every metric the device has: one a batch lacks keeps its streak
+        from earlier batches."""
         each = [m._surprise(batch) for m in self.detectors]
         alerts = score_from_surprise(np.max(each, axis=0)) >= ALERT_SCORE
         if self.adapt_s is None or (not alerts.any() and not self.alerting):
@@ -130,8 +133,8 @@ class CombinedDetector(Detector):
                 until = max(until or 0, t + int(limit))
             if alerts[i]:
                 keep[i] = until is not None and t <= until
-                if keep[i]:
-                    # learning goes on until every member has taken the new state in
+                if keep[i] and not moved[i]:
+                    # only the joint model still alerts: it has not taken the new state in yet
                     until = max(until or 0, t + int(limit))
         self.alerting = {m: s for m, s in since.items() if s is not None}
         self.adapting_until = until

@@ -114,7 +114,7 @@ class SeasonalBaseline(Detector):
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         before = len(self.profile.metrics)
-        z = self._deviation(batch).z if before else np.zeros(len(batch))
+        judged = self._deviation(batch) if before else None
         codes = self.profile.learn(batch, keep)
         k = len(self.profile.metrics)
         self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
@@ -122,10 +122,12 @@ class SeasonalBaseline(Detector):
         for m, rows in per_metric_runs(codes, k):
             tail = self.tails[m]
             tail.observe(batch.event_ms[rows])
-            if m < before:
-                warm = rows[z[rows] > 0]
-                tail.summary.add(np.abs(z[warm[keep[warm]]]))
-                tail.excursions(z[warm])
+            if judged is not None and m < before:
+                # every warm reading, |z| of 0 too; the body first (taking the batch's excursions
+                # against the previous body instead: on/off streams 1.69 -> 2.03 alerts a day)
+                warm = rows[judged.ok[rows]]
+                tail.summary.add(judged.z[warm[keep[warm]]])
+                tail.excursions(judged.z[warm])
 
     def _deviation(self, batch: Batch) -> Deviation:
         """Per row: how it deviates from its profile, judged against its stream's tail."""

@@ -74,19 +74,16 @@ _OLD_BINS = 128
 
 
 def bin_of(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
+    """The bin of each ``|value|``: the last whose lower edge it reaches (an infinity in the
+    last bin)."""
     x = np.abs(np.asarray(values, dtype=np.float64))
-    geometric = LINEAR_BINS + np.floor(
-        GEOMETRIC_STEPS * np.log2(np.maximum(x, LINEAR_TOP) / LINEAR_TOP)
-    )
-    out = np.where(x < LINEAR_TOP, np.floor(x / BIN_WIDTH), geometric)
-    return np.minimum(out, BINS - 1).astype(np.intp)
+    out: npt.NDArray[np.intp] = np.minimum(np.searchsorted(EDGES, x, side="right") - 1, BINS - 1)
+    return out
 
 
 def _bin(x: float) -> int:
     """:func:`bin_of` of one value."""
-    if x < LINEAR_TOP:
-        return int(x / BIN_WIDTH)
-    return min(LINEAR_BINS + int(GEOMETRIC_STEPS * math.log2(x / LINEAR_TOP)), BINS - 1)
+    return min(int(np.searchsorted(EDGES, abs(x), side="right")) - 1, BINS - 1)
 
 
 def _upgraded(counts: FloatArray) -> FloatArray:
@@ -206,8 +203,7 @@ class TailSummary:
         if self._weight < MIN_HISTORY:
             return x
         tail = self.tail()
-        bins = np.minimum(np.searchsorted(EDGES, x, side="right") - 1, BINS - 1)
-        body = np.minimum(-np.log(np.maximum(tail.above[bins], P_BODY)), _BODY_NATS)
+        body = np.minimum(-np.log(np.maximum(tail.above[bin_of(x)], P_BODY)), _BODY_NATS)
         out: FloatArray = np.where(x < tail.u, body, _BODY_NATS + tail.nats_above(x))
         return out
 
@@ -221,7 +217,7 @@ class TailSummary:
             y = (x - tail.u) / tail.scale
             above = math.log1p(tail.shape * y) / tail.shape if tail.shape > 0 else y
             return _BODY_NATS + above
-        share = float(tail.above[min(int(np.searchsorted(EDGES, x, side="right")) - 1, BINS - 1)])
+        share = float(tail.above[_bin(x)])
         return min(-math.log(max(share, P_BODY)), _BODY_NATS)
 
 
@@ -255,6 +251,8 @@ class StreamTail:
         """The peak so far of the excursion still going on (0: none)."""
         self.interval_ms = 0.0
         self.last_ms: int | None = None
+        self.changes = 0
+        """Counts what moved the excursions: a threshold is good until it moves."""
         self._thresholds: dict[tuple[object, ...], float] = {}
         """Thresholds asked for since the stream last changed, by their arguments."""
 
@@ -277,16 +275,16 @@ class StreamTail:
     def excursions(self, values: FloatArray) -> None:
         """Take in the statistic on the stream's next readings, in order, all of them."""
         n = values.size
-        if n == 0:
+        if n == 0 or self.summary.weight < MIN_HISTORY:
             return
+        self.changes += 1
         keep = 2.0 ** (-1.0 / (PEAK_MEMORY * self.summary.halflife))
         fade = keep**n
         self.peaks *= fade
         self.readings = self.readings * fade + (1.0 - fade) / (1.0 - keep)
-        if self.summary.weight < MIN_HISTORY:
-            return
-        x = np.abs(values)
-        up = x >= self.summary.tail().u
+        x = np.minimum(np.abs(values), EDGES[-1])  # finite, whatever the statistic
+        u = self.summary.tail().u
+        up = x >= u if u > 0 else x > 0  # above a body all at 0, anything is
         if self.peak <= 0 and not up.any():
             return
         flags = np.empty(n + 2, dtype=np.int8)
@@ -314,7 +312,7 @@ class StreamTail:
     def threshold(self, budget: float, span: float, streams: int, floor: float) -> float:
         """The level that false alerts pass ``budget`` times a day, shared by ``streams``
         streams; never below ``floor``."""
-        key = (budget, span, streams, floor, self.summary.version, self.readings, self.interval_ms)
+        key = (budget, span, streams, floor, self.summary.version, self.changes, self.interval_ms)
         known = self._thresholds.get(key)
         if known is None:
             if len(self._thresholds) > 8:

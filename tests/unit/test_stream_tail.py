@@ -13,7 +13,15 @@ import pytest
 
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.seasonal import SeasonalBaseline
-from fleetwatch.models.tail import BIN_WIDTH, BINS, MIN_HISTORY, StreamTail, TailSummary, bin_of
+from fleetwatch.models.tail import (
+    BIN_WIDTH,
+    BINS,
+    MIN_HISTORY,
+    PEAK_MEMORY,
+    StreamTail,
+    TailSummary,
+    bin_of,
+)
 
 STEP_MS = 10_000
 PER_DAY = 86_400_000 // STEP_MS
@@ -118,6 +126,35 @@ def test_a_tail_forgets_at_its_half_life() -> None:
     ones = tail.counts[int(1.0 / BIN_WIDTH)]
     fives = tail.counts[int(5.0 / BIN_WIDTH)]
     assert ones == pytest.approx(fives / 2, rel=0.02)
+
+
+def test_a_threshold_follows_excursions_that_leave_the_body_unchanged() -> None:
+    """Batches with no normal reading (all excluded) still move the excursions: the threshold
+    asked for after them is the one a detector loaded from the state would set."""
+    rng = np.random.default_rng(4)
+    tail = warm(np.abs(rng.normal(size=3000)))
+    for _ in range(40):
+        tail.excursions(np.abs(rng.standard_t(3, 200)))
+    keep = 2.0 ** (-1.0 / (PEAK_MEMORY * 2000.0))
+    tail.readings = 1.0 / (1.0 - keep)  # the count a long stream settles at: it stops moving
+    before = tail.threshold(1.0, 1.0, 1, 0.0)
+    for _ in range(200):
+        tail.excursions(np.array([0.0, 30.0, 0.0]))  # one large excursion each, no body change
+    live = tail.threshold(1.0, 1.0, 1, 0.0)
+    assert live == StreamTail.load(2000.0, tail.state()).threshold(1.0, 1.0, 1, 0.0)
+    assert live > before
+
+
+def test_values_on_a_bins_edge_fall_in_that_bin_and_an_infinity_in_the_last() -> None:
+    from fleetwatch.models.tail import EDGES
+
+    edges = EDGES[:-1]
+    assert bin_of(edges).tolist() == list(range(BINS))
+    assert bin_of(np.asarray([np.inf]))[0] == BINS - 1
+    tail = warm(np.abs(np.random.default_rng(5).normal(size=300)))
+    tail.excursions(np.array([0.1, np.inf, 0.1]))
+    assert math.isfinite(tail.peaks.sum())
+    assert tail.peaks[BINS - 1] > 0
 
 
 def test_the_state_round_trips_and_a_state_from_before_excursions_loads() -> None:
