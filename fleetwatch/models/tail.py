@@ -103,10 +103,8 @@ class Tail(NamedTuple):
     above: FloatArray
     """The history's share at or above each bin."""
     scale_exp: float = MIN_BETA
-
-    def excess(self, ratio: float) -> float:
-        """The excess over ``u`` exceeded with probability ``P_BODY / ratio``."""
-        return excess(self.shape, self.scale, ratio)
+    """The mean excess over ``u``: the scale of an exponential tail, which the body-only
+    threshold extrapolates (a short history's fitted shape, taken that far, overshoots)."""
 
     def nats_above(self, x: FloatArray) -> FloatArray:
         """``-ln P(X >= x) + ln P_BODY`` for ``x >= u``."""
@@ -189,7 +187,8 @@ class TailSummary:
         return self._memo
 
     def threshold(self, p: float, floor: float) -> float:
-        """The value exceeded with probability ``p`` per reading, not below ``floor``."""
+        """The value exceeded with probability ``p`` per reading under the body's exponential
+        tail, not below ``floor``."""
         if self.weight < MIN_HISTORY:
             return floor
         tail = self.tail()

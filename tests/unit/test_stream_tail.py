@@ -35,6 +35,17 @@ def warm(values: np.ndarray, halflife: float = 2000.0) -> StreamTail:
     return tail
 
 
+def learned(values: np.ndarray, batches: int) -> StreamTail:
+    """A tail that has learned ``values`` (all normal) in ``batches`` batches, a reading every
+    ``STEP_MS``."""
+    tail = StreamTail(20_000.0)
+    for part in np.array_split(values, batches):
+        tail.summary.add(part)
+        tail.excursions(part)
+    tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    return tail
+
+
 def test_a_long_excursion_is_one_peak_when_it_ends_and_short_ones_each_count() -> None:
     body = np.tile(np.linspace(0.0, 1.0, 10), 30)  # u is near 0.9
     tail = warm(body)
@@ -71,12 +82,7 @@ def test_the_threshold_is_passed_about_budget_times_a_day(draw: object) -> None:
     the threshold for 1 alert a day is passed at most twice a day by fresh data, and not so
     rarely that it is blind (a light tail is extrapolated as exponential: conservative)."""
     rng = np.random.default_rng(7)
-    x = np.abs(draw(rng, 10 * PER_DAY))  # type: ignore[operator]
-    tail = StreamTail(20_000.0)
-    for part in np.array_split(x, 200):
-        tail.summary.add(part)
-        tail.excursions(part)
-    tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    tail = learned(np.abs(draw(rng, 10 * PER_DAY)), 200)  # type: ignore[operator]
     threshold = tail.threshold(1.0, 1.0, 1, 0.0)
     fresh = np.abs(draw(rng, 200 * PER_DAY))  # type: ignore[operator]
     per_day = float((fresh > threshold).mean()) * PER_DAY
@@ -85,12 +91,7 @@ def test_the_threshold_is_passed_about_budget_times_a_day(draw: object) -> None:
 
 def test_a_larger_budget_a_lower_threshold_and_the_budget_is_shared_by_the_streams() -> None:
     rng = np.random.default_rng(3)
-    x = np.abs(rng.standard_t(3, 5 * PER_DAY))
-    tail = StreamTail(20_000.0)
-    for part in np.array_split(x, 100):
-        tail.summary.add(part)
-        tail.excursions(part)
-    tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    tail = learned(np.abs(rng.standard_t(3, 5 * PER_DAY)), 100)
     one = tail.threshold(1.0, 1.0, 1, 0.0)
     assert tail.threshold(10.0, 1.0, 1, 0.0) < one < tail.threshold(0.1, 1.0, 1, 0.0)
     assert tail.threshold(1.0, 1.0, 4, 0.0) == tail.threshold(0.25, 1.0, 1, 0.0)
