@@ -227,18 +227,19 @@ class StreamTail:
     """One stream's calibration: the tail of its statistic, its excursions and how often it
     reads.
 
-    An *excursion* is a run of consecutive readings whose statistic is at or above the body's
-    ``u`` (every reading counts, alerting or not); once it ends, its peak goes into a histogram
-    decayed per reading like the body's. A false alert is an excursion whose peak passes the
-    threshold, so the threshold for a budget of false alerts a day is the level that the
-    stream's excursion peaks pass at that rate: ``u`` plus the generalised Pareto quantile of
-    the peaks' excess, at the budget's share of the excursions. Counting excursions, not
-    readings, is what makes the rate hold whatever the stream's shape: an average that stays
-    up for one reading or for fifty after a heavy-tailed spike is one excursion, and a long
-    fault adds one peak to the history, once it is over, whatever its length.
+    An *excursion* is a run of consecutive readings whose statistic is at or above the body's ``u``
+    (every reading counts, alerting or not); once it ends, its peak goes into a histogram decayed
+    per reading, remembered ``PEAK_MEMORY`` times longer than the body. A false alert is an
+    excursion whose peak passes the threshold, so the threshold for a budget of false alerts a day
+    is the level that the stream's excursion peaks pass at that rate: ``u`` plus the generalised
+    Pareto quantile of the peaks' excess, at the budget's share of the excursions. Counting
+    excursions, not readings, is what makes the rate hold whatever the stream's shape: an average
+    that stays up for one reading or for fifty after a heavy-tailed spike is one excursion, and a
+    long fault adds one peak to the history, once it is over, whatever its length.
 
-    Until ``MIN_PEAKS`` excursions were seen, the threshold is the body's quantile at the
-    per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span`` readings)."""
+    Until ``MIN_PEAKS`` excursions were seen, the threshold is the body's exponential quantile
+    at the per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span``
+    readings). Nothing is counted before the body has ``MIN_HISTORY`` values."""
 
     def __init__(self, halflife: float) -> None:
         self.summary = TailSummary(halflife)
