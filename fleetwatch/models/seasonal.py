@@ -114,7 +114,7 @@ class SeasonalBaseline(Detector):
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         before = len(self.profile.metrics)
-        judged = self._deviation(batch) if before else None
+        judged = self._deviation(batch, judge=False) if before else None
         codes = self.profile.learn(batch, keep)
         k = len(self.profile.metrics)
         self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
@@ -129,8 +129,9 @@ class SeasonalBaseline(Detector):
                 tail.summary.add(judged.z[warm[keep[warm]]])
                 tail.excursions(judged.z[warm])
 
-    def _deviation(self, batch: Batch) -> Deviation:
-        """Per row: how it deviates from its profile, judged against its stream's tail."""
+    def _deviation(self, batch: Batch, judge: bool = True) -> Deviation:
+        """Per row: how it deviates from its profile, judged against its stream's tail (without
+        ``judge``, the surprise is left at 0: learning needs ``ok`` and ``z`` alone)."""
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self.profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
@@ -140,6 +141,8 @@ class SeasonalBaseline(Detector):
         deviation = shrink(batch.value - mean, step)
         z = np.where(ok, np.abs(deviation) / np.where(ok, std, 1.0), 0.0)
         band = ALERT_Z * std + 0.5 * step
+        if not judge:
+            return Deviation(mean, ok, np.zeros(len(batch)), z, band)
         if self.false_alerts_per_day is None:
             surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
             return Deviation(mean, ok, surprise, z, band)

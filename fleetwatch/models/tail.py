@@ -26,6 +26,7 @@ normal by lasting.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -69,6 +70,8 @@ _CENTRES = np.concatenate(
         np.sqrt(EDGES[LINEAR_BINS:-1] * EDGES[LINEAR_BINS + 1 :]),
     ]
 )
+_EXCESS = [_CENTRES[k:] - EDGES[k] for k in range(BINS)]
+"""Per bin ``k``, the excess over its lower edge of the centres of bins ``k`` and up."""
 _OLD_BINS = 128
 """Summaries written before the geometric bins: 128 bins of ``BIN_WIDTH``."""
 
@@ -81,9 +84,12 @@ def bin_of(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
     return out
 
 
+_EDGE_LIST = EDGES.tolist()
+
+
 def _bin(x: float) -> int:
     """:func:`bin_of` of one value."""
-    return min(int(np.searchsorted(EDGES, abs(x), side="right")) - 1, BINS - 1)
+    return min(bisect.bisect_right(_EDGE_LIST, abs(x)) - 1, BINS - 1)
 
 
 def _upgraded(counts: FloatArray) -> FloatArray:
@@ -125,28 +131,32 @@ def fit_excess(counts: FloatArray, k: int) -> tuple[float, float]:
     ``a1 = E[Y (1 - F(Y))]``, ``shape = (r - 2) / (r - 1)`` with ``r = a0 / (2 a1)``,
     ``scale = a0 (1 - shape)``; the shape is kept within ``[0, MAX_SHAPE]`` (never lighter than
     exponential)."""
+    shape, scale, _ = _moments(counts, k)
+    return shape, scale
+
+
+def _moments(counts: FloatArray, k: int) -> tuple[float, float, float]:
+    """:func:`fit_excess` and the mean excess ``a0``."""
     w = counts[k:]
-    weight = float(w.sum())
+    cum = np.cumsum(w)
+    weight = float(cum[-1]) if cum.size else 0.0
     if weight <= 0:
-        return 0.0, MIN_BETA
-    y = _CENTRES[k:] - EDGES[k]
-    below = (np.cumsum(w) - 0.5 * w) / weight
+        return 0.0, MIN_BETA, MIN_BETA
+    y = _EXCESS[k]
     a0 = float(np.dot(w, y)) / weight
-    a1 = float(np.dot(w, y * (1.0 - below))) / weight
+    a1 = a0 - float(np.dot(w * y, cum - 0.5 * w)) / weight**2
     r = a0 / (2.0 * a1) if a1 > 0 else 2.0
     shape = min(max((r - 2.0) / (r - 1.0), 0.0), MAX_SHAPE) if r > 2.0 else 0.0
-    return shape, max(a0 * (1.0 - shape), MIN_BETA)
+    return shape, max(a0 * (1.0 - shape), MIN_BETA), max(a0, MIN_BETA)
 
 
 def fit_tail(counts: FloatArray) -> Tail:
     """``u``, the ``1 - P_BODY`` quantile of the history, and the tail of the excess over it."""
-    total = float(counts.sum())
     above = np.cumsum(counts[::-1])[::-1]  # weight at or above each bin
+    total = float(above[0])
     k = int(np.flatnonzero(above >= P_BODY * total)[-1])
-    shape, scale = fit_excess(counts, k)
-    w = counts[k:]
-    mean = float(np.dot(w, _CENTRES[k:] - EDGES[k]) / w.sum()) if w.sum() > 0 else MIN_BETA
-    return Tail(float(EDGES[k]), shape, scale, above / total, max(mean, MIN_BETA))
+    shape, scale, mean = _moments(counts, k)
+    return Tail(float(EDGES[k]), shape, scale, above / total, mean)
 
 
 class TailSummary:
