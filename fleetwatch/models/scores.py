@@ -25,6 +25,11 @@ class Reason(IntEnum):
     PATTERN = 7
 
 
+VALUE_REASONS = (Reason.DEVIATION, Reason.SHIFT_UP, Reason.SHIFT_DOWN, Reason.PATTERN)
+"""What a row's score says when a member judged its value (not warming up, and not the
+flat-line member's view of stuck values and gaps)."""
+
+
 @dataclass(frozen=True)
 class Scores:
     """Per-row arrays, aligned with the rows of the batch that was scored.

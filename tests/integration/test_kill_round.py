@@ -50,12 +50,9 @@ logger = logging.getLogger(__name__)
 
 DEVICES, RATE = 4, 24.0
 """Normal devices, and messages a second in all (one in HOSTILE_EVERY a hostile device's)."""
-SPIKE_EVERY, SPIKE, FIRST_SPIKE = 40, 50.0, 400
-"""Every SPIKE_EVERY-th reading of a normal device from FIRST_SPIKE on is a spike (temperature
-~21 otherwise). None before: a device's first parameters, from a trainer batch of fewer readings
-than its detector needs to judge, leave it unscored until the next batch's (the fixed baseline
-judges only a device with none), and a spike then is missed whatever the kills; about 75 s at
-this rate, past the trainer's first batches."""
+SPIKE_EVERY, SPIKE = 40, 50.0
+"""Every SPIKE_EVERY-th reading of a normal device is a spike (temperature ~21 otherwise), from
+the first on: before a device's parameters judge, the fixed baseline does."""
 BUDGET = "1000000"
 """``score.false_alerts_per_device_day`` of the stages: a spike every 40th reading is thousands
 a day, which the default budget of 1 would learn as the stream's normal (as it should: a
@@ -71,7 +68,7 @@ STAGES = {
 
 
 def is_spike(seq: int) -> bool:
-    return seq >= FIRST_SPIKE and seq % SPIKE_EVERY == SPIKE_EVERY - 1
+    return seq % SPIKE_EVERY == SPIKE_EVERY - 1
 
 
 def temperature(d: int, seq: int) -> float:

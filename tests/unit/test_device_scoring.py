@@ -217,6 +217,34 @@ def test_learned_parameters_are_used_and_their_version_recorded() -> None:
     assert {a["detector"] for a in alerts} - {"fixed-baseline"}
 
 
+def test_parameters_still_warming_up_leave_the_device_to_the_baseline() -> None:
+    # a trainer's first batch may hold fewer readings than the detectors need: until they
+    # judge, the fixed baseline does, under the parameters' version
+    p = trained_params(n=10)
+    version = params.loads(p)["version"]
+    state = new_state()
+    state["params_version"] = version
+    t = T0 + 600_000
+    state, outs = run([frame([(600, t, 21.1)]), frame([(601, t + 1000, 45.0)])], state, p)
+    alerts = of(outs[1], Role.ALERTS)
+    assert [(a["detector"], a["status"], a["params_version"]) for a in alerts] == [
+        ("fixed-baseline", "open", version)
+    ]
+    assert of(outs[0], Role.ALERTS) == []
+
+
+def test_a_baseline_episode_resolves_once_learned_parameters_judge_the_device() -> None:
+    state, outs = run([frame([(i, T0 + i * 1000, 45.0 if i == 1 else 21.0)]) for i in range(2)])
+    assert [a["status"] for a in of(outs[1], Role.ALERTS)] == ["open"]
+    p = trained_params()
+    state["params_version"] = params.loads(p)["version"]
+    calm = [frame([(i, T0 + i * 1000, 21.0)]) for i in range(2, 6)]
+    state, outs = run(calm, state, p)
+    events = [a for out in outs for a in of(out, Role.ALERTS)]
+    assert [(a["detector"], a["status"]) for a in events] == [("fixed-baseline", "resolve")]
+    assert state["episodes"] == []
+
+
 def test_a_device_keeps_its_own_detector_once_its_parameters_were_parsed() -> None:
     # the processor passes the parameters only in the batch they arrive in (or when this worker
     # has not parsed them yet); later batches find the detector parsed, by device and version

@@ -14,7 +14,7 @@ from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.scores import VALUE_REASONS, Reason, Scores
 from fleetwatch.streaming.scorer.detectors import Member
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
@@ -33,7 +33,9 @@ def observations(
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
     the only calm rows the lifecycle needs are those that may close an episode. ``members``
     (:func:`~fleetwatch.streaming.scorer.detectors.members_for`): ``None`` scores with the
-    fixed ``baseline``; a device with no learned parameters but a fleet champion gets both.
+    fixed ``baseline``; so does a row whose value none of the device's own members judges yet
+    (a device with only a fleet champion, parameters learned from fewer readings than their
+    warm-up, a metric new to them), and a row of a metric with a baseline episode open.
 
     The rows are scored as the continuation of the scorer's ``memory`` of the device's in-order
     readings (:class:`~fleetwatch.models.base.ScoringMemory`: the flat-line windows slide over
@@ -45,14 +47,12 @@ def observations(
     (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's champion,
     :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
+    if not members:
+        return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
     found: list[tuple[int, int, Observation]] = []
-    if members is None or all(label is not None for _, label in members):
-        base = _baseline_observations(rows, baseline, seq, event_ms, received, active)
-        if not members:
-            return base
-        found.extend((obs.event_ms, -1, obs) for obs in base)
     frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
     dropout_active = f"*\x1f{DROPOUT}" in active
+    unjudged = np.ones(len(frame), dtype=bool)
     for m_index, (member, label) in enumerate(members):
         # Late readings come without the scorer's memory: their windows start empty and their
         # lines are the parameters', never what an earlier call on the cached detector left
@@ -61,6 +61,8 @@ def observations(
         scores = member.score(frame)
         if memory is not None:
             member.remember(frame, memory)
+        if label is None:
+            unjudged &= ~np.isin(scores.reason, VALUE_REASONS)
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
@@ -74,6 +76,16 @@ def observations(
                 (int(event_ms[i]), m_index, _calm_dropout(int(i), seq, event_ms, received))
                 for i in calm
             )
+    # the fixed baseline judges what no learned member can yet (a device's first parameters,
+    # learned from fewer readings than its detectors need; a metric new to them), and goes on
+    # with a metric while an episode of its own is open, so that the episode can resolve
+    ours = f"\x1f{baseline.kind}"
+    held = {key[: -len(ours)] for key in active if key.endswith(ours)}
+    if held:
+        unjudged |= np.isin(rows["metric"], list(held))
+    if unjudged.any():
+        base = _baseline_observations(rows, baseline, unjudged, seq, event_ms, received, active)
+        found.extend((obs.event_ms, -1, obs) for obs in base)
     found.sort(key=lambda t: (t[0], t[1]))
     scored = [obs for _, _, obs in found]
     if not scored and DEVICE_WIDE_KEY not in active:
@@ -127,19 +139,23 @@ def _observation(
 def _baseline_observations(
     rows: Rows,
     baseline: FixedBaseline,
+    judge: npt.NDArray[np.bool_] | None,
     seq: Any,
     event_ms: Any,
     received: Any,
     active: set[str],
 ) -> list[Observation]:
+    """The fixed baseline's observations of the rows it ``judge`` s (``None``: all)."""
     metric, value = rows["metric"], rows["value"]
     result = baseline.score(metric, value)
-    if not active and not result.anomalous.any():
+    wanted = result.anomalous if judge is None else result.anomalous & judge
+    if not active and not wanted.any():
         return []  # nothing out of band and no episode of the baseline's open
-    wanted = result.anomalous.copy()
     if active or wanted.any():
         keys = [f"{m}\x1f{baseline.kind}" for m in metric]
         wanted = _with_keys(wanted, keys, active)
+        if judge is not None:
+            wanted &= judge
     out = []
     for i in np.flatnonzero(wanted & ~np.isnan(result.expected)):
         anomalous = bool(result.anomalous[i])
