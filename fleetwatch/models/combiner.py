@@ -12,14 +12,14 @@ reset as soon as they reach the common alert level and so never exceed it by ``l
 small shift. The explanation of a row is that of the most surprised member.
 
 Members learn from the same batch with the same exclusion mask; when none is given, the combined
-pre-batch alerts are excluded from every member, so a spike seen by one detector does not leak into
-the others' statistics. Except for a lasting change of the whole device: once every metric has
-alerted on every reading for ``adapt_s`` seconds of event time, the readings are learned again,
-alerts and all, for another ``adapt_s``, and on while the joint (multivariate) member alone still
-alerts. A machine that stops or starts moves all its signals at once and stays so for many minutes;
-it becomes one of the device's normal states (alerted on when first seen, then learned) instead of
-alerting until it ends. A single metric off on its own — a failing sensor, however long — stays out.
-``None`` never adapts.
+pre-batch alerts of the per-metric members are excluded from every member, so a spike seen by one
+detector does not leak into the others' statistics (the joint member's alerts alone exclude
+nothing: a reading normal metric by metric is learned). Except for a lasting change of the whole
+device: once every metric has alerted on every reading for ``adapt_s`` seconds of event time, the
+readings are learned again, alerts and all, for another ``adapt_s``. A machine that stops or starts
+moves all its signals at once and stays so for many minutes; it becomes one of the device's normal
+states (alerted on when first seen, then learned) instead of alerting until it ends. A single
+metric off on its own — a failing sensor, however long — stays out. ``None`` never adapts.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class CombinedDetector(Detector):
         """Metric → event time since which every reading of it alerted (the gate's memory)."""
         self.adapting_until: int | None = None
         """Event time until which a device that moved as a whole is learned, alerts and all."""
+        self._scored: tuple[Batch, int, list[npt.NDArray[np.float64]]] | None = None
+        """The last batch scored, the version it was scored with and each member's surprise."""
 
     def hyper_json(self) -> dict[str, Any]:
         return {
@@ -91,30 +93,25 @@ class CombinedDetector(Detector):
             raise HyperParameterError(f"bad combined hyperparameters {dict(hyper)!r}") from exc
 
     def _gate(self, batch: Batch) -> npt.NDArray[np.bool_]:
-        """The pre-batch alerts are left out, but for a device in a lasting new state: a row is
-        learned once every metric of the batch has alerted without a break for ``adapt_s``, each on
-        its own (a per-metric member's alert; the multivariate one flags every metric of a broken
-        reading), and from then on for another ``adapt_s``, extended while only the joint member
-        alerts (it takes a new state in last; a per-metric alert, a single sensor's fault, never
-        extends it): the members take in the new state at their own pace, and a metric whose band
-        has widened enough stops alerting before the others have learned it (were the learning to
-        stop with it, the others would alert for as long as the state lasts). One metric off on its
-        own is a fault of that sensor, and stays out, as does any lasting change of a device of one
-        metric. "Every metric" is every metric the device has: one a batch lacks keeps its streak
-        from earlier batches."""
-        each = [m._surprise(batch) for m in self.detectors]
-        alerts = score_from_surprise(np.max(each, axis=0)) >= ALERT_SCORE
+        """The pre-batch alerts of the per-metric members are left out (a reading that only the
+        joint member alerts on is learned: were it kept out, a metric that wanders on its own —
+        a temperature — would stay an alert of the joint model for as long as it wanders, while
+        its own members judge it normal), but for a device in a lasting new state: a row is learned
+        once every metric of the batch has alerted without a break for ``adapt_s``, each on its
+        own, and from then on for another ``adapt_s``: the members take in the new state at their
+        own pace. One metric off on its own is a fault of that sensor, and stays out, as does any
+        lasting change of a device of one metric. "Every metric" is every metric the device has:
+        one a batch lacks keeps its streak from earlier batches. With no per-metric member, the
+        joint member's alerts are left out."""
+        each = self._surprises(batch)
+        own = [s for m, s in zip(self.detectors, each, strict=True) if m.per_metric]
+        # what keeps a reading out is a per-metric member's alert: the joint member's alone
+        # does not (with no per-metric member, it does)
+        alerts = score_from_surprise(np.max(own or each, axis=0)) >= ALERT_SCORE
+        keep: npt.NDArray[np.bool_] = ~alerts
         if self.adapt_s is None or (not alerts.any() and not self.alerting):
             self.alerting.clear()
-            keep: npt.NDArray[np.bool_] = ~alerts
             return keep
-        keep = ~alerts
-        own = [s for m, s in zip(self.detectors, each, strict=True) if m.per_metric]
-        moved = (
-            score_from_surprise(np.max(own, axis=0)) >= ALERT_SCORE
-            if own
-            else np.zeros(len(batch), bool)
-        )
         known = dict.fromkeys([*self.learned_metrics(), *batch.names])
         if len(known) < 2:
             self.alerting.clear()
@@ -125,17 +122,14 @@ class CombinedDetector(Detector):
         rows = zip(batch.codes.tolist(), batch.event_ms.tolist(), strict=True)
         for i, (code, t) in enumerate(rows):
             name = batch.names[code]
-            if not moved[i]:
+            if not alerts[i]:
                 since[name] = None
-            elif since[name] is None:
+                continue
+            if since[name] is None:
                 since[name] = t
-            if moved[i] and all(s is not None and t - s >= limit for s in since.values()):
+            if all(s is not None and t - s >= limit for s in since.values()):
                 until = max(until or 0, t + int(limit))
-            if alerts[i]:
-                keep[i] = until is not None and t <= until
-                if keep[i] and not moved[i]:
-                    # only the joint model still alerts: it has not taken the new state in yet
-                    until = max(until or 0, t + int(limit))
+            keep[i] = until is not None and t <= until
         self.alerting = {m: s for m, s in since.items() if s is not None}
         self.adapting_until = until
         return keep
@@ -152,6 +146,7 @@ class CombinedDetector(Detector):
         return any(member.reports_dropouts for member in self.detectors)
 
     def resume(self, memory: ScoringMemory) -> None:
+        self._scored = None
         for member in self.detectors:
             member.resume(memory)
 
@@ -175,6 +170,7 @@ class CombinedDetector(Detector):
     def _score(self, batch: Batch) -> Scores:
         each = [member._score(batch) for member in self.detectors]
         surprise = np.stack([s.surprise for s in each])
+        self._scored = (batch, self.version, list(surprise))
         best = np.argmax(surprise, axis=0)[None, :]
         combined = np.take_along_axis(surprise, best, 0)[0]
 
@@ -193,8 +189,16 @@ class CombinedDetector(Detector):
         )
 
     def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
-        out: npt.NDArray[np.float64] = np.max([m._surprise(batch) for m in self.detectors], axis=0)
+        out: npt.NDArray[np.float64] = np.max(self._surprises(batch), axis=0)
         return out
+
+    def _surprises(self, batch: Batch) -> list[npt.NDArray[np.float64]]:
+        """Each member's surprise on ``batch``: those of the last :meth:`_score` when it was of
+        this batch with these parameters (a batch scored, then learned, is judged once)."""
+        seen = self._scored
+        if seen is not None and seen[0] is batch and seen[1] == self.version:
+            return seen[2]
+        return [m._surprise(batch) for m in self.detectors]
 
     def _state(self) -> dict[str, Any]:
         members = [member.to_params() for member in self.detectors]
@@ -205,6 +209,7 @@ class CombinedDetector(Detector):
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
+        self._scored = None
         self.alerting = {str(m): int(t) for m, t in state.get("alerting", {}).items()}
         until = state.get("adapting_until")
         self.adapting_until = None if until is None else int(until)

@@ -1,13 +1,14 @@
 """Score a recorded file online and causally, with the detectors of the streaming path.
 
-Per device, rows are taken in timestamp order (stable: ties keep the file's order) and
-processed in consecutive chunks of ``chunk_rows`` rows: the chunk is scored with the
-parameters learned from the earlier chunks only, then learned (its alerts kept out of the
-statistics, as the trainer does). So no row is scored with anything learned from itself or a
+Per device, rows are taken in timestamp order (stable: ties keep the file's order) and processed in
+consecutive chunks of ``chunk_rows`` rows: the chunk is scored with the parameters learned from the
+earlier chunks only, then learned through the detector's own gate, as the trainer learns (its
+alerts kept out of the statistics, but for a device in a lasting new state: see
+:mod:`~fleetwatch.models.combiner`). So no row is scored with anything learned from itself or a
 later row, and appending later rows to a file leaves the scores of its earlier rows unchanged.
-Within a chunk, detectors with memory (CUSUM sums, flat-line windows, gaps) advance through
-the chunk's rows in time order, exactly as in the streaming scorer. A smaller chunk learns
-sooner and runs slower: ``chunk_rows=1`` is the strictest.
+Within a chunk, detectors with memory (CUSUM sums, flat-line windows, gaps) advance through the
+chunk's rows in time order, exactly as in the streaming scorer. A smaller chunk learns sooner and
+runs slower: ``chunk_rows=1`` is the strictest.
 
 A row's ``anomaly_score`` is the largest score of its metrics, ``alert`` whether any metric
 alerts; an alerting row also gets the ``alert_metric`` with the largest score and the
@@ -143,7 +144,7 @@ class FileDetector:
             None,
         )
         scores = detector.score(batch)
-        detector.learn(batch, exclude=scores.alert)
+        detector.learn(batch)
         grid = np.full(block.shape, -1.0)
         grid[present] = scores.score
         where = np.full(block.shape, -1, np.intp)

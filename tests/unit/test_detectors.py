@@ -212,10 +212,11 @@ def test_pca_components_are_those_of_scikit_learn() -> None:
 
 
 def two_coupled_metrics(n: int, seed: int) -> pd.DataFrame:
-    """A temperature and a humidity that falls as it warms (as the simulator's sensor)."""
+    """A temperature and a humidity that falls as it warms (as the simulator's sensor), tied
+    (correlation about -0.89: the PCA judges the axis off their tie)."""
     rng = np.random.default_rng(seed)
     temp = 21.0 + 0.3 * rng.normal(size=n)
-    humidity = 55.0 - 2.0 * (temp - 21.0) + rng.normal(size=n)
+    humidity = 55.0 - 2.0 * (temp - 21.0) + 0.3 * rng.normal(size=n)
     times = np.arange(n, dtype=np.int64) * 60_000
     frame = pd.DataFrame({"event_ms": times, "temperature": temp, "humidity": humidity})
     return signals.long(frame)
@@ -233,6 +234,54 @@ def test_pca_blames_the_metric_that_moved_not_its_partner(metric: str, offset: f
     assert set(scores.metric) == {metric}
     moved = float(reading.loc[reading.metric == metric, "value"].iloc[0])
     assert abs(float(scores.expected[0]) - moved) > offset / 2
+
+
+def three_metrics(n: int, seed: int) -> pd.DataFrame:
+    """:func:`two_coupled_metrics` and a pressure tied to neither."""
+    rng = np.random.default_rng(seed)
+    temp = 21.0 + 0.3 * rng.normal(size=n)
+    frame = pd.DataFrame(
+        {
+            "event_ms": np.arange(n, dtype=np.int64) * 60_000,
+            "temperature": temp,
+            "humidity": 55.0 - 2.0 * (temp - 21.0) + 0.3 * rng.normal(size=n),
+            "pressure": 1013.0 + rng.normal(size=n),
+        }
+    )
+    return signals.long(frame)
+
+
+def test_pca_judges_the_ties_between_metrics_not_a_metric_on_its_own() -> None:
+    detector = PcaDetector(halflife_hours=None).learn(three_metrics(500, seed=11))
+    model = detector.model()
+    assert model is not None
+    assert model.residual_var.size == 1  # the tie alone
+    probe = three_metrics(3, seed=12)
+    wandered = probe.copy()  # the untied pressure far from its mean: the per-metric members'
+    wandered.loc[wandered.metric == "pressure", "value"] += 8.0
+    assert not detector.score(wandered).alert.any()
+    broken = probe.copy()  # humidity 3 of its standard deviations up as temperature stays
+    broken.loc[broken.metric == "humidity", "value"] += 2.0
+    assert detector.score(broken).alert.all()
+    every_axis = PcaDetector(halflife_hours=None, max_axis_var=None)
+    assert every_axis.learn(three_metrics(500, seed=11)).score(wandered).alert.all()
+
+
+def test_a_reading_only_the_joint_member_alerts_on_is_learned() -> None:
+    detector = CombinedDetector().learn(three_metrics(500, seed=11))
+    pca = next(m for m in detector.members() if isinstance(m, PcaDetector))
+    broken = three_metrics(503, seed=12).tail(9).copy()  # 3 readings of 3 metrics
+    broken.loc[broken.metric == "humidity", "value"] += 2.0
+    scores = detector.score(broken)
+    assert set(scores.detector[scores.alert]) == {"pca"}
+    before = pca.count
+    detector.learn(broken)
+    assert pca.count == before + 3
+    spiked = three_metrics(506, seed=13).tail(9).copy()  # a metric's own alert keeps it out
+    spiked.loc[spiked.metric == "pressure", "value"] += 30.0
+    assert detector.score(spiked).alert.any()
+    detector.learn(spiked)
+    assert pca.count == before + 3
 
 
 def test_pca_needs_two_metrics_and_says_so() -> None:

@@ -30,9 +30,11 @@ def _devices(halflife_hours: float | None) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _pooled(frames: dict[str, pd.DataFrame], halflife_hours: float | None) -> PcaDetector:
+def _pooled(
+    frames: dict[str, pd.DataFrame], halflife_hours: float | None, max_axis_var: float | None = 0.25
+) -> PcaDetector:
     params = {
-        device: PcaDetector(components=1, halflife_hours=halflife_hours).learn(f).to_params()
+        device: PcaDetector(1, halflife_hours, max_axis_var=max_axis_var).learn(f).to_params()
         for device, f in frames.items()
     }
     return PcaDetector.from_params(pool_pca(params))
@@ -101,7 +103,9 @@ def test_devices_with_other_metrics_or_settings_are_refused_by_name() -> None:
 
 def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
     frames = _devices(halflife_hours=None)
-    fleet = _pooled(frames, halflife_hours=None)
+    # every residual axis judged: the devices' levels differ off their metrics' tie, which
+    # loosens the pooled tie (residual eigenvalue 0.52, each device's 0.05-0.06)
+    fleet = _pooled(frames, halflife_hours=None, max_axis_var=None)
     assert fleet.bounds is not None
     wide = {
         d: f.pivot(index="event_ms", columns="metric", values="value")[fleet.metrics]
