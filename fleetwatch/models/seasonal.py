@@ -15,8 +15,14 @@ Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the 
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
 the band and a long fault does not become the expected value.
 
-Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned; a bucket
-is used once it has ``bucket_warmup`` readings, the metric's overall moments until then.
+Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its
+tail holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
+``EARLY_Z``, twice the floor: judged with a normal model's threshold, a heavy-tailed stream alerted
+in its first minutes, and those alerts kept its readings out of every member's learning; not
+judged at all, a machine started in those minutes became part of its normal. Readings learned
+before the profile was warm are measured against it as learned after their batch, so a first
+batch, however long, leaves the tail a history. A bucket is used once it has ``bucket_warmup``
+readings, the metric's overall moments until then.
 
 Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None`` never
 forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
@@ -40,7 +46,7 @@ from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import StreamTail, calibrated_surprise
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -62,6 +68,10 @@ def check_profile_hyper(
 def new_profile(halflife_hours: float | None, buckets: int, period_hours: float) -> SeasonalProfile:
     halflife_ms = None if halflife_hours is None else halflife_hours * HOUR_MS
     return SeasonalProfile(buckets, period_hours * HOUR_MS, halflife_ms)
+
+
+EARLY_Z = 2.0 * ALERT_Z
+"""The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
 
 
 class Deviation(NamedTuple):
@@ -119,6 +129,10 @@ class SeasonalBaseline(Detector):
         k = len(self.profile.metrics)
         self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
         self.grid.learn_rows(codes, batch.value, k)
+        early = np.ones(len(batch), bool) if judged is None else ~judged.ok
+        # readings the profile was not warm for are measured against it as learned now (a first
+        # batch, however long, leaves the tail a history to judge by)
+        fresh = self._deviation(batch, judge=False) if early.any() else None
         for m, rows in per_metric_runs(codes, k):
             tail = self.tails[m]
             tail.observe(batch.event_ms[rows])
@@ -128,6 +142,9 @@ class SeasonalBaseline(Detector):
                 warm = rows[judged.ok[rows]]
                 tail.summary.add(judged.z[warm[keep[warm]]])
                 tail.excursions(judged.z[warm])
+            if fresh is not None:
+                late = rows[early[rows] & fresh.ok[rows] & keep[rows]]
+                tail.summary.add(fresh.z[late])
 
     def _deviation(self, batch: Batch, judge: bool = True) -> Deviation:
         """Per row: how it deviates from its profile, judged against its stream's tail (without
@@ -151,7 +168,10 @@ class SeasonalBaseline(Detector):
         budget = self.false_alerts_per_day
         for m, rows in per_metric_runs(codes, k):
             tail = self.tails[m]
-            bar = tail.threshold(budget, 1.0, k, ALERT_Z)
+            if tail.summary.weight < MIN_HISTORY:  # its tail unknown yet
+                bar = EARLY_Z
+            else:
+                bar = tail.threshold(budget, 1.0, k, ALERT_Z)
             judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
             surprise[rows] = np.where(ok[rows], judged, 0.0)
             band[rows] = bar * std[rows] + 0.5 * step[rows]

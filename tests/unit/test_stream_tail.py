@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetwatch.models.calibration import S_ALERT
-from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.models.calibration import ALERT_Z, S_ALERT
+from fleetwatch.models.seasonal import EARLY_Z, SeasonalBaseline
 from fleetwatch.models.tail import (
     BIN_WIDTH,
     BINS,
@@ -203,3 +203,26 @@ def test_the_seasonal_detector_on_student_t_noise_keeps_to_its_budget() -> None:
     assert sum(gaussian[1:]) > 100, "a Gaussian model of Student-t noise: alert after alert"
     assert sum(own[1:]) <= 2 * 3, f"at most twice the budget a day once learned: {own}"
     assert math.isfinite(sum(own))
+
+
+def test_a_young_stream_is_judged_against_twice_the_floor_until_its_tail_is_known() -> None:
+    rng = np.random.default_rng(3)
+    values = 20.0 + rng.standard_t(3, 600)
+    frame = pd.DataFrame(
+        {"event_ms": np.arange(600, dtype=np.int64) * 1000, "metric": "m", "value": values}
+    )
+    young = SeasonalBaseline()
+    for start in range(0, 100, 10):  # past its profile's warm-up, its tail still short
+        young.learn(frame.iloc[start : start + 10])
+    assert young.tails[0].summary.weight < MIN_HISTORY
+    mean, std = float(np.mean(values[:100])), float(np.std(values[:100]))
+
+    def at(z: float) -> pd.DataFrame:
+        return pd.DataFrame({"event_ms": [600_000], "metric": ["m"], "value": [mean + z * std]})
+
+    assert not young.score(at(0.8 * EARLY_Z)).alert.any()  # a normal model's 1e-6 would alert
+    assert 0.8 * EARLY_Z > ALERT_Z
+    assert young.score(at(1.5 * EARLY_Z)).alert.all()
+    once = SeasonalBaseline().learn(frame)  # a first batch, however long, leaves its tail known
+    assert once.tails[0].summary.weight >= MIN_HISTORY
+    assert once.score(at(60.0)).alert.all()
