@@ -44,7 +44,10 @@ from fleetwatch.models.batch import per_metric_runs
 FloatArray = npt.NDArray[np.float64]
 WIDTH = 4
 HALFLIFE = 500.0
-MIN_ON = 10.0
+MIN_ON = 3.0
+"""Differences on a step (decayed: four in practice) before it is used. Was 10: a charge level
+that moves a per cent every few minutes took most of an hour to confirm its grid, each of its
+first moves an alert against the spread of a level that had sat still."""
 MAX_OFF = 0.1
 TOL = 1e-3
 """How near a whole multiple of the step a difference must be, in steps."""

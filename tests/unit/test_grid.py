@@ -71,6 +71,14 @@ def test_too_few_differences_confirm_nothing() -> None:
     assert learned_step(np.array([1.0, 2.0, 1.0, 2.0])) == 0.0
 
 
+def test_a_level_that_moves_a_step_at_a_time_confirms_its_grid_after_four_moves() -> None:
+    # a charge level that drops a per cent every few minutes: ten moves took most of an hour,
+    # and each of its first moves alerted against the spread of a level that had sat still
+    values = np.repeat([80.0, 79.0, 78.0, 77.0, 76.0], 30)
+    assert learned_step(values[:90]) == 0.0
+    assert learned_step(values) == 1.0
+
+
 def test_learning_in_pieces_gives_the_state_of_one_batch() -> None:
     rng = np.random.default_rng(4)
     values = np.round(10.0 + 0.7 * rng.standard_normal(3000))
