@@ -273,8 +273,9 @@ class ScoreSettings(_Part):
     """The scorer (``fleetwatch score``): event time, alert lifecycle and sessions."""
 
     baseline: dict[str, tuple[float, float]] = {"temperature": (21.0, 8.0)}
-    """metric -> (center, tolerance): how a device is scored before it has learned parameters
-    on ``model.params`` (a reading is anomalous when ``|value - center| > tolerance``)."""
+    """metric -> (center, tolerance): how a reading is scored that no learned detector of its
+    device judges yet — no parameters on ``model.params``, parameters still warming up, a metric
+    new to them (a reading is anomalous when ``|value - center| > tolerance``)."""
     dedup_window: str = "30 minutes"
     """The trainer's de-duplication watermark: a repeated (device_id, seq) within it is dropped."""
     allowed_lateness: str = "2 minutes"
