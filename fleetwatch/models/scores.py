@@ -23,11 +23,14 @@ class Reason(IntEnum):
     FLATLINE = 5
     DROPOUT = 6
     PATTERN = 7
+    EARLY = 8
+    """A deviation judged while the stream's own tail is still short (a provisional threshold)."""
 
 
 VALUE_REASONS = (Reason.DEVIATION, Reason.SHIFT_UP, Reason.SHIFT_DOWN, Reason.PATTERN)
-"""What a row's score says when a member judged its value (not warming up, and not the
-flat-line member's view of stuck values and gaps)."""
+"""What a row's score says when a member judged its value against what it knows of the stream
+(not warming up, not a provisional judgement of a young stream, and not the flat-line member's
+view of stuck values and gaps)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Scores:
         obs, exp, band = self.observed[row], self.expected[row], self.band[row]
         p = math.exp(-float(self.surprise[row]))
         tail = f"p≈{p:.2g}, {self.detector[row]}"
+        if reason == Reason.EARLY:
+            return f"{metric}={obs:.6g} outside expected {exp:.6g}±{band:.4g} (new stream, {tail})"
         if reason == Reason.DEVIATION:
             return f"{metric}={obs:.6g} outside expected {exp:.6g}±{band:.4g} ({tail})"
         if reason in (Reason.SHIFT_UP, Reason.SHIFT_DOWN):

@@ -17,7 +17,8 @@ the band and a long fault does not become the expected value.
 
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its
 tail holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
-``EARLY_Z``, twice the floor: judged with a normal model's threshold, a heavy-tailed stream alerted
+``EARLY_Z``, twice the floor (its rows' reason ``EARLY``: the scorer's fixed baseline judges them
+too): judged with a normal model's threshold, a heavy-tailed stream alerted
 in its first minutes, and those alerts kept its readings out of every member's learning; not
 judged at all, a machine started in those minutes became part of its normal. Readings learned
 before the profile was warm are measured against it as learned after their batch, so a first
@@ -85,6 +86,8 @@ class Deviation(NamedTuple):
     """``|value - expected| / std`` (0 where not warm)."""
     band: FloatArray
     """Half-width of the normal range: the threshold in force times the standard deviation."""
+    early: BoolArray | None = None
+    """Judged against ``EARLY_Z``, its stream's tail still short (``None``: no row)."""
 
 
 class SeasonalBaseline(Detector):
@@ -166,23 +169,30 @@ class SeasonalBaseline(Detector):
         surprise = np.zeros(len(batch))
         k = len(self.profile.metrics)
         budget = self.false_alerts_per_day
+        early = np.zeros(len(batch), bool)
         for m, rows in per_metric_runs(codes, k):
             tail = self.tails[m]
             if tail.summary.weight < MIN_HISTORY:  # its tail unknown yet
                 bar = EARLY_Z
+                early[rows] = True
             else:
                 bar = tail.threshold(budget, 1.0, k, ALERT_Z)
             judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
             surprise[rows] = np.where(ok[rows], judged, 0.0)
             band[rows] = bar * std[rows] + 0.5 * step[rows]
-        return Deviation(mean, ok, surprise, z, band)
+        return Deviation(mean, ok, surprise, z, band, early)
 
     def _surprise(self, batch: Batch) -> FloatArray:
         return self._deviation(batch).surprise
 
     def _score(self, batch: Batch) -> Scores:
         d = self._deviation(batch)
-        reason = np.where(d.ok, Reason.DEVIATION, Reason.WARMUP).astype(np.int8)
+        judged = (
+            Reason.DEVIATION
+            if d.early is None
+            else np.where(d.early, Reason.EARLY, Reason.DEVIATION)
+        )
+        reason = np.where(d.ok, judged, Reason.WARMUP).astype(np.int8)
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         return Scores.build(self.kind, d.surprise, names, batch.value, d.expected, d.band, reason)
 

@@ -217,18 +217,20 @@ def test_learned_parameters_are_used_and_their_version_recorded() -> None:
     assert {a["detector"] for a in alerts} - {"fixed-baseline"}
 
 
-def test_parameters_still_warming_up_leave_the_device_to_the_baseline() -> None:
-    # a trainer's first batch may hold fewer readings than the detectors need: until they
-    # judge, the fixed baseline does, under the parameters' version
-    p = trained_params(n=10)
+@pytest.mark.parametrize("n", [10, 60])
+def test_parameters_still_warming_up_leave_the_device_to_the_baseline(n: int) -> None:
+    # a trainer's first batch may hold fewer readings than the detectors need (10), or enough
+    # for a provisional judgement only, the streams' tails still short (60): until the learned
+    # detectors judge for good, the fixed baseline judges too, under the parameters' version
+    p = trained_params(n=n)
     version = params.loads(p)["version"]
     state = new_state()
     state["params_version"] = version
     t = T0 + 600_000
     state, outs = run([frame([(600, t, 21.1)]), frame([(601, t + 1000, 45.0)])], state, p)
     alerts = of(outs[1], Role.ALERTS)
-    assert [(a["detector"], a["status"], a["params_version"]) for a in alerts] == [
-        ("fixed-baseline", "open", version)
+    assert ("fixed-baseline", "open", version) in [
+        (a["detector"], a["status"], a["params_version"]) for a in alerts
     ]
     assert of(outs[0], Role.ALERTS) == []
 

@@ -33,9 +33,10 @@ def observations(
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
     the only calm rows the lifecycle needs are those that may close an episode. ``members``
     (:func:`~fleetwatch.streaming.scorer.detectors.members_for`): ``None`` scores with the
-    fixed ``baseline``; so does a row whose value none of the device's own members judges yet
-    (a device with only a fleet champion, parameters learned from fewer readings than their
-    warm-up, a metric new to them), and a row of a metric with a baseline episode open.
+    fixed ``baseline``; so does a row whose value none of the device's own members judges for
+    good yet (a device with only a fleet champion, parameters learned from fewer readings than
+    their warm-up, a metric new to them, a provisional judgement of a young stream), and a row
+    of a metric with a baseline episode open.
 
     The rows are scored as the continuation of the scorer's ``memory`` of the device's in-order
     readings (:class:`~fleetwatch.models.base.ScoringMemory`: the flat-line windows slide over
