@@ -15,15 +15,15 @@ Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the 
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
 the band and a long fault does not become the expected value.
 
-Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its
-tail holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
+Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
+holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
 ``EARLY_Z``, twice the floor (its rows' reason ``EARLY``: the scorer's fixed baseline judges them
-too): judged with a normal model's threshold, a heavy-tailed stream alerted
-in its first minutes, and those alerts kept its readings out of every member's learning; not
-judged at all, a machine started in those minutes became part of its normal. Readings learned
-before the profile was warm are measured against it as learned after their batch, so a first
-batch, however long, leaves the tail a history. A bucket is used once it has ``bucket_warmup``
-readings, the metric's overall moments until then.
+too): judged with a normal model's threshold, a heavy-tailed stream alerted in its first minutes,
+and those alerts kept its readings out of every member's learning; not judged at all, a machine
+started in those minutes became part of its normal. Readings learned before the profile was warm
+are measured against it as learned after their batch, so a first batch, however long, leaves the
+tail a history. A bucket is used once it has ``bucket_warmup`` readings, the metric's overall
+moments until then.
 
 Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None`` never
 forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
