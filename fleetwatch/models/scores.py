@@ -31,6 +31,14 @@ VALUE_REASONS = (Reason.DEVIATION, Reason.SHIFT_UP, Reason.SHIFT_DOWN, Reason.PA
 """What a row's score says when a member judged its value against what it knows of the stream
 (not warming up, not a provisional judgement of a young stream, and not the flat-line member's
 view of stuck values and gaps)."""
+_JUDGES_VALUE = np.isin(np.arange(256), VALUE_REASONS)
+
+
+def judges_value(reason: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+    """Per row, whether its reason is one of :data:`VALUE_REASONS` (a table lookup: the scorer
+    asks it of every member's scores of every device batch)."""
+    out: npt.NDArray[np.bool_] = _JUDGES_VALUE[reason.astype(np.uint8)]
+    return out
 
 
 @dataclass(frozen=True)

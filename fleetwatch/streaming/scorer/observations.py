@@ -14,7 +14,7 @@ from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.scores import VALUE_REASONS, Reason, Scores
+from fleetwatch.models.scores import Reason, Scores, judges_value
 from fleetwatch.streaming.scorer.detectors import Member
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
@@ -63,7 +63,7 @@ def observations(
         if memory is not None:
             member.remember(frame, memory)
         if label is None:
-            unjudged &= ~np.isin(scores.reason, VALUE_REASONS)
+            unjudged &= ~judges_value(scores.reason)
         wanted = scores.score >= CALM_SCORE
         if active or wanted.any():
             keys = [f"{m}\x1f{k}" for m, k in zip(scores.metric, scores.detector, strict=True)]
