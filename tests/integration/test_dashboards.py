@@ -39,6 +39,9 @@ from tests.integration.postgres import fresh_database, postgres_server
 from tests.polling import wait_until
 
 RATE_INTERVAL = "20s"
+BROKER_TOPICS = (
+    f'rate(kafka_server_brokertopicmetrics_messagesin_total{{topic!=""}}[{RATE_INTERVAL}])'
+)
 """``$__rate_interval`` here: Grafana's is at least four scrape intervals (2 s on the stack)."""
 STEP_S = 2
 """The panels' resolution when asked over a time range."""
@@ -310,6 +313,11 @@ def test_every_panel_of_every_dashboard_shows_data(
             ),
             120,
             "the scorer to have scored the whole run, scraped",
+        )
+        wait_until(  # two scrapes of the broker 20 s apart at most, each within its timeout
+            lambda: bool(promql(prometheus, BROKER_TOPICS, "query")),
+            60,
+            "the broker's per-topic counters, scraped",
         )
         _ = api.get("/alerts")  # a request the latency panel sees, besides those above
         asked = time.time()

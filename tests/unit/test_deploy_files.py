@@ -802,7 +802,7 @@ def test_the_broker_files_of_the_config_maps_are_the_deploy_files() -> None:
     assert mosquitto["acl"] == (DEPLOY / "mosquitto" / "acl.example").read_text()
     assert mosquitto["health.acl"] == (DEPLOY / "mosquitto" / "health.acl").read_text()
     kafka = k8s_workload("ConfigMap", "kafka-config")["data"]
-    assert kafka["jmx-exporter.yml"] == (DEPLOY / "kafka" / "jmx-exporter.yml").read_text()
+    assert kafka["jmx-exporter.yml"] == (DEPLOY / "jvm" / "jmx-exporter" / "kafka.yml").read_text()
     assert kafka["start.sh"] == KAFKA_START.read_text()
     cluster_id = compose()["services"]["kafka"]["environment"]["CLUSTER_ID"]
     assert kafka["cluster-id"] == interpolate(cluster_id, {})
