@@ -20,11 +20,14 @@ is a multiple of, or a common divisor of both not below ``1 / MAX_REFINE`` of it
 once it has held at least twice
 (a count seen rising by 3, then 2, is on a grid of 1); any other counts against it, and once
 those outweigh the ones for it, that difference is the new candidate. Both counts decay by
-half every ``HALFLIFE`` non-zero differences. The step is *confirmed* — used — once at least
+half every ``HALFLIFE`` non-zero differences. The step is *confirmed* once at least
 ``MIN_ON`` differences were on it and no more than ``MAX_OFF`` of that many off it. A
 continuous signal never confirms one (its differences are not whole multiples of each other,
 within ``TOL`` of a step); a signal printed with a fixed number of decimals confirms its last
-decimal, a floor too small to matter.
+decimal, a floor too small to matter. Until a step is confirmed the detectors use a
+*provisional* one (:func:`provisional`): the last decimal the latest reading was written with,
+or the candidate if finer. A level that has not moved yet has a spread of 0, and without it its
+first move by one step of its grid was an alert however young the stream.
 
 State per metric: ``[step, on, off, last value]``, in the detector's parameters (a missing
 field loads as no grid learned yet). Learning is sequential per metric, so mini-batches give
@@ -52,6 +55,8 @@ MAX_OFF = 0.1
 TOL = 1e-3
 """How near a whole multiple of the step a difference must be, in steps."""
 MAX_REFINE = 16.0
+DECIMALS = 9
+"""The finest decimal :func:`decimal_step` looks for (coarser than float rounding)."""
 UNIFORM_SD = 1.0 / math.sqrt(12.0)
 _KEEP = 2.0 ** (-1.0 / HALFLIFE)
 
@@ -66,6 +71,33 @@ def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
     """``deviation`` taken half a ``step`` nearer to 0 (0 within half a step)."""
     d = np.asarray(deviation, np.float64)
     out: FloatArray = np.sign(d) * np.maximum(np.abs(d) - 0.5 * np.asarray(step), 0.0)
+    return out
+
+
+def decimal_step(values: FloatArray) -> FloatArray:
+    """Per value, the coarsest of 1, 0.1, …, ``10^-DECIMALS`` it is a whole multiple of (to
+    within ``TOL`` of that step), 0 for none: the last decimal it was written with. 0 itself
+    counts as a multiple of 1."""
+    out: FloatArray = np.zeros(values.shape)
+    for k in range(DECIMALS, -1, -1):
+        q = 10.0**-k
+        ratio = values / q
+        fits = np.abs(ratio - np.rint(ratio)) <= TOL
+        out = np.where(fits, q, out)
+    return out
+
+
+def provisional(step: FloatArray, last: FloatArray) -> FloatArray:
+    """The step of a metric whose grid is not confirmed yet: no coarser than its last
+    reading's last decimal, nor than the candidate step of its differences (if any). A level
+    that sat at 80 % for its whole short life has a provisional step of 1, so its first move
+    to 79 % is one step of a grid, not a jump of infinitely many standard deviations; a
+    continuous signal's last decimal is a floor too small to matter. NaN ``last`` (no
+    reading): 0."""
+    held = np.nan_to_num(last, nan=0.5)
+    written = decimal_step(held)
+    candidate = np.where(step > 0, step, np.inf)
+    out: FloatArray = np.where(np.isnan(last), 0.0, np.minimum(written, candidate))
     return out
 
 
@@ -171,13 +203,20 @@ class Grid:
         out: FloatArray = np.where(codes >= 0, steps[np.maximum(codes, 0)], 0.0)
         return out
 
+    def confirmed(self) -> FloatArray:
+        """Per metric, its confirmed step, 0 where none is."""
+        step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
+        out: FloatArray = np.where((on >= MIN_ON) & (off <= MAX_OFF * on), step, 0.0)
+        return out
+
     def steps(self) -> FloatArray:
-        """Per metric, its confirmed step, 0 where none is (read-only)."""
+        """Per metric, the step its detectors use: the confirmed one, else the provisional one
+        (:func:`provisional`); 0 for a metric with no reading yet (read-only)."""
         key = self.rows.tobytes()
         if self._steps is None or self._steps[0] != key:
-            step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
-            sure = (on >= MIN_ON) & (off <= MAX_OFF * on)
-            out: FloatArray = np.where(sure, step, 0.0)
+            sure = self.confirmed()
+            guess = provisional(self.rows[:, 0], self.rows[:, 3])
+            out: FloatArray = np.where(sure > 0, sure, guess)
             out.flags.writeable = False
             self._steps = (key, out)
         return self._steps[1]

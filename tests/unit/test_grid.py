@@ -31,7 +31,7 @@ def learned_step(values: np.ndarray, chunks: int = 1) -> float:
     g.grow(1)
     for part in np.array_split(np.asarray(values, float), chunks):
         g.learn(0, part)
-    return float(g.steps()[0])
+    return float(g.confirmed()[0])
 
 
 def test_whole_numbers_that_flicker_sit_on_a_grid_of_one() -> None:
@@ -77,6 +77,19 @@ def test_a_level_that_moves_a_step_at_a_time_confirms_its_grid_after_four_moves(
     values = np.repeat([80.0, 79.0, 78.0, 77.0, 76.0], 30)
     assert learned_step(values[:90]) == 0.0
     assert learned_step(values) == 1.0
+
+
+def test_until_a_step_is_confirmed_the_last_decimal_written_is_the_step_used() -> None:
+    g = Grid()
+    g.grow(4)
+    g.learn(0, np.full(200, 80.0))  # a level that has not moved: whole numbers
+    g.learn(1, np.full(200, 0.2))
+    g.learn(2, np.array([20.0, 20.1]))  # one move: the candidate is finer than 20.1's decimal
+    g.learn(3, 20.0 + np.random.default_rng(1).standard_normal(50))  # continuous
+    assert g.confirmed().tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert g.steps()[:3] == pytest.approx([1.0, 0.1, 0.1])
+    assert g.steps()[3] == 0.0
+    assert Grid().steps().size == 0
 
 
 def test_learning_in_pieces_gives_the_state_of_one_batch() -> None:
