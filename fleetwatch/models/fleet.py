@@ -20,7 +20,7 @@ The pooled model's grid per metric is the finest of the devices' where every dev
 one (:mod:`~fleetwatch.models.grid`).
 
 The pooled model also keeps the fleet's range of each metric: from the lowest to the highest
-value some device holds normal (its mean ∓ ``ALERT_Z`` of its own standard deviations). With
+value some device holds normal (its mean ∓ ``RANGE_Z`` of its own standard deviations). With
 the pooled correlations it tells a state the fleet knows — a machine stopped, as others of its
 kind are — from one none of them is in (:meth:`PcaDetector.familiar_times`).
 
@@ -43,6 +43,13 @@ from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
 
 logger = logging.getLogger(__name__)
+
+RANGE_Z = 2.0 * ALERT_Z
+"""How far past its mean, in its standard deviations, a device's normal readings of a metric
+reach, for the fleet's range: the moments say nothing of a metric's tail, and a heavy-tailed
+metric's normal readings pass ``ALERT_Z`` of them (a machine's vibration as it starts, 6 % past
+the highest ``ALERT_Z`` bound of a fleet of twenty). Twice the floor, as for a stream whose
+tail is still unknown (:data:`~fleetwatch.models.seasonal.EARLY_Z`)."""
 
 
 def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -112,7 +119,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     fleet.grid.grow(len(metrics))
     fleet.grid.rows[:, 0] = step
     fleet.grid.rows[:, 1] = np.where(step > 0, MIN_ON, 0.0)
-    fleet.bounds = np.stack([(m - ALERT_Z * s).min(axis=0), (m + ALERT_Z * s).max(axis=0)])
+    fleet.bounds = np.stack([(m - RANGE_Z * s).min(axis=0), (m + RANGE_Z * s).max(axis=0)])
     fleet.version = 1
     froms = [det.trained_from_ms for det in fitted.values() if det.trained_from_ms is not None]
     tos = [det.trained_to_ms for det in fitted.values() if det.trained_to_ms is not None]

@@ -8,9 +8,8 @@ import pytest
 from sklearn.decomposition import PCA
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
-from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.fleet import RANGE_Z, pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit import signals
 from tests.unit.mlflow_store import device_readings
@@ -111,8 +110,8 @@ def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
         d: f.pivot(index="event_ms", columns="metric", values="value")[fleet.metrics]
         for d, f in frames.items()
     }
-    lo = np.min([w.mean() - ALERT_Z * w.std(ddof=0) for w in wide.values()], axis=0)
-    hi = np.max([w.mean() + ALERT_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    lo = np.min([w.mean() - RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    hi = np.max([w.mean() + RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
     np.testing.assert_allclose(fleet.bounds, np.stack([lo, hi]), rtol=1e-9)
     # and the bounds survive the parameters' round trip
     again = PcaDetector.from_params(fleet.to_params())
