@@ -10,7 +10,11 @@ small, so the surprise is ``(k-1)·ln(sigma·√(2π) / r) - ½ ln k`` with ``r`
 sensor's resolution (the smallest non-zero step ever learned). Since only windows within that
 resolution are candidates, a stuck window's surprise is that of a range of one resolution step:
 a quantised sensor that legitimately repeats a value is not a stuck one, and a constant series
-scores high but finite.
+scores high but finite. A sensor whose readings repeat exactly — a flow meter that sits on
+32.0 and blips off it — is judged by how often it does: with a share ``p`` of its learned
+first differences 0 (those at a rest value left out), a window of ``k`` repeats has probability about ``p^(k-1)``, and its
+surprise is no more than ``-(k-1)·ln p`` (a sensor repeating half its readings needs no alert
+for ten repeats; a continuous one, ``p = 0``, keeps the normal bound).
 
 Rest values. A value the metric sat on for whole windows among the readings learned (not
 excluded: its device was in a normal state) — a stopped machine's 0 rpm — is where the metric
@@ -24,7 +28,7 @@ scaled so that a gap of exactly ``gap_factor·τ`` sits at the alert level. The 
 by the first reading after the gap. (A device that sends nothing at all is found by the
 scorer's timers, not here: nothing arrives to be scored.)
 
-State: noise sums, resolution, rest values, the last ``window - 1`` values per metric (so
+State: noise sums, the weight of repeats, resolution, rest values, the last ``window - 1`` values per metric (so
 windows continue across batches) and the last event time. Learning in k mini-batches gives the
 same state as one batch up to float rounding, except that the dropout gate (``gap_factor·τ``)
 uses ``τ`` as it was before each batch.
@@ -84,6 +88,9 @@ class FlatlineDetector(Detector):
         self.noise = np.zeros((0, 2))
         """Per metric [W, Σw·d²] of first differences."""
         self.counts = np.zeros(0, np.int64)
+        self.repeats = np.zeros((0, 2))
+        """Per metric ``[W, Σw·(d = 0)]`` of its first differences away from its rest values
+        (weights as in ``noise``)."""
         self.resolution = np.zeros(0)
         self.tails: list[list[float]] = []
         self.rests: list[list[list[float]]] = []
@@ -130,6 +137,7 @@ class FlatlineDetector(Detector):
         self.metrics = known
         self.noise = np.concatenate([self.noise, np.zeros((grow, 2))])
         self.counts = np.concatenate([self.counts, np.zeros(grow, np.int64)])
+        self.repeats = np.concatenate([self.repeats, np.zeros((grow, 2))])
         self.resolution = np.concatenate([self.resolution, np.zeros(grow)])
         self.tails += [[] for _ in range(grow)]
         self.rests += [[] for _ in range(grow)]
@@ -137,6 +145,7 @@ class FlatlineDetector(Detector):
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         factor = decay_factor(self.ref_ms, to_ms, self._halflife_ms)
         self.noise *= factor
+        self.repeats *= factor
         self.gaps *= factor
         self.ref_ms = to_ms
         codes = batch.lookup(known)
@@ -157,6 +166,7 @@ class FlatlineDetector(Detector):
                     low if self.resolution[m] == 0 else min(low, self.resolution[m])
                 )
             self._learn_rests(m, batch.value[rows], keep[rows])
+            self._learn_repeats(m, values[1:][use], d, w)
             self.tails[m] = (self.tails[m] + batch.value[rows].tolist())[-(self.window - 1) :]
         times, _, gap = self._event_gaps(batch)
         tau = self.typical_interval_ms
@@ -167,6 +177,24 @@ class FlatlineDetector(Detector):
         self.gaps += (w.sum(), (w * gap[use_gap]).sum())
         self.gap_count += int(use_gap.sum())
         self.last_ms = int(times[-1]) if self.last_ms is None else max(self.last_ms, int(times[-1]))
+
+    def _learn_repeats(self, m: int, ends: FloatArray, d: FloatArray, w: FloatArray) -> None:
+        """Count the first differences ``d`` (weights ``w``, ending on ``ends``) that are 0,
+        leaving out those at a rest value: a machine stopped at 0 rpm repeats by the hour, which
+        says nothing of how often it repeats a reading while it runs."""
+        if d.size == 0:
+            return
+        sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
+        moving = ~self._at_rest(m, ends, self._repeat_floor(m, sd))
+        self.repeats[m] += (float(w[moving].sum()), float(w[moving & (d == 0)].sum()))
+
+    def _most_surprise(self, m: int) -> float:
+        """The highest surprise a window of repeats of metric ``m`` can have: ``-(k-1)·ln p``
+        with ``p`` the share of its first differences that are 0 (``inf`` for none)."""
+        if m >= self.repeats.shape[0] or self.repeats[m, 0] <= 0 or self.repeats[m, 1] <= 0:
+            return math.inf
+        share = min(self.repeats[m, 1] / self.repeats[m, 0], 1.0)
+        return -(self.window - 1) * math.log(share)
 
     def _repeat_floor(self, m: int, sd: float) -> float:
         """The range under which a window repeats one value: the sensor's resolution."""
@@ -231,6 +259,7 @@ class FlatlineDetector(Detector):
             scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
             r = r[r.size - scored.size :]
             s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
+            s = np.minimum(s, self._most_surprise(m))
             repeat = (r <= floor) & ~self._at_rest(m, windows[-scored.size :, -1], floor)
             surprise[scored] = np.where(repeat, s, 0.0)
             spread[scored], sigma[scored] = r, sd
@@ -257,6 +286,7 @@ class FlatlineDetector(Detector):
         held = self.rests[m] if m < len(self.rests) else []
         rests = [v for v, c in held if c >= self.rest_windows]
         tail = -0.5 * math.log(k)
+        most = self._most_surprise(m)
         surprise, spread, sigma = out
         for j, row in enumerate(rows.tolist()):
             end = first + j + 1
@@ -267,6 +297,7 @@ class FlatlineDetector(Detector):
             last = window[-1]
             repeat = r <= floor and not any(abs(last - v) <= floor for v in rests)
             s = (k - 1) * math.log(sd * SQRT_2PI / max(r, floor)) + tail if repeat else 0.0
+            s = min(s, most)
             surprise[row], spread[row], sigma[row] = s, r, sd
         return True
 
@@ -310,6 +341,7 @@ class FlatlineDetector(Detector):
             "metrics": list(self.metrics),
             "noise": floats(self.noise),
             "counts": ints(self.counts),
+            "repeats": floats(self.repeats),
             "resolution": floats(self.resolution),
             "tails": [floats(t) for t in self.tails],
             "rests": [[floats(r) for r in rests] for rests in self.rests],
@@ -324,6 +356,8 @@ class FlatlineDetector(Detector):
         k = len(self.metrics)
         self.noise = array(state, "noise", (k, 2))
         self.counts = array(state, "counts", (k,)).astype(np.int64)
+        # none counted before repeats were: no bound until they are
+        self.repeats = array(state, "repeats", (k, 2)) if "repeats" in state else np.zeros((k, 2))
         self.resolution = array(state, "resolution", (k,))
         self.tails = [[float(v) for v in t] for t in state["tails"]]
         rests = state.get("rests") or [[] for _ in range(k)]  # none before rest values existed

@@ -425,6 +425,24 @@ def test_flatline_windows_of_a_few_rows_score_as_the_array_path(
     assert np.concatenate([a[0] for a in stepped]).max() >= 0.5  # the stuck stretch alerts
 
 
+def test_a_sensor_that_often_repeats_its_reading_is_not_stuck_for_ten_repeats() -> None:
+    """A flow meter that repeats half its readings: ten repeats of a value happen every few
+    hundred readings, and the flat-line bound (p^(k-1), p = 0.5) keeps them under the alert
+    level; the same run on a sensor that seldom repeats is a stuck one."""
+    rng = np.random.default_rng(3)
+    moves = np.round(rng.normal(0.0, 4.0, 2000), 2)
+    sticky = 100.0 + np.cumsum(np.where(rng.random(2000) < 0.5, 0.0, moves))
+    smooth = np.round(100.0 + rng.normal(0.0, 4.0, 2000), 1)
+    run = np.full(12, 500.0)  # a value neither has sat on
+    often = FlatlineDetector().learn(series(sticky))
+    seldom = FlatlineDetector().learn(series(smooth))
+    assert not often.score(series(run)).alert.any()
+    assert often.score(series(run)).score.max() > 0.2  # judged, not ignored
+    assert seldom.score(series(run)).alert[-3:].all()
+    again = FlatlineDetector.from_params(often.to_params())  # the share survives the round trip
+    np.testing.assert_allclose(again.score(series(run)).score, often.score(series(run)).score)
+
+
 def test_flatline_learns_where_a_metric_rests() -> None:
     """0 rpm for minutes, learned as normal (kept rows): later runs of 0 are rest, not stuck;
     a repeat of another value still is."""
