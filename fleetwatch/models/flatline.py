@@ -12,9 +12,10 @@ resolution are candidates, a stuck window's surprise is that of a range of one r
 a quantised sensor that legitimately repeats a value is not a stuck one, and a constant series
 scores high but finite. A sensor whose readings repeat exactly — a flow meter that sits on
 32.0 and blips off it — is judged by how often it does: with a share ``p`` of its learned
-first differences 0 (those at a rest value left out), a window of ``k`` repeats has probability about ``p^(k-1)``, and its
-surprise is no more than ``-(k-1)·ln p`` (a sensor repeating half its readings needs no alert
-for ten repeats; a continuous one, ``p = 0``, keeps the normal bound).
+first differences 0 (those at a rest value left out), a window of ``k`` repeats has
+probability about ``p^(k-1)``, and its surprise is no more than ``-(k-1)·ln p`` (a sensor
+repeating half its readings needs no alert for ten repeats, and no window of ten can tell it
+stuck; a continuous one, ``p = 0``, keeps the normal bound).
 
 Rest values. A value the metric sat on for whole windows among the readings learned (not
 excluded: its device was in a normal state) — a stopped machine's 0 rpm — is where the metric
@@ -28,10 +29,11 @@ scaled so that a gap of exactly ``gap_factor·τ`` sits at the alert level. The 
 by the first reading after the gap. (A device that sends nothing at all is found by the
 scorer's timers, not here: nothing arrives to be scored.)
 
-State: noise sums, the weight of repeats, resolution, rest values, the last ``window - 1`` values per metric (so
-windows continue across batches) and the last event time. Learning in k mini-batches gives the
-same state as one batch up to float rounding, except that the dropout gate (``gap_factor·τ``)
-uses ``τ`` as it was before each batch.
+State: noise sums, the weights of repeats, resolution, rest values, the last ``window - 1``
+values per metric (so windows continue across batches) and the last event time. Learning in k
+mini-batches gives the same state as one batch up to float rounding, except that the dropout
+gate (``gap_factor·τ``) uses ``τ`` as it was before each batch, and a repeat is told at rest
+by the rest values as they were after its batch.
 
 Hyperparameters: ``window``, ``gap_factor``, ``halflife_hours``, ``warmup`` (differences and
 gaps learned before scoring), ``max_rests``, ``rest_windows``.
