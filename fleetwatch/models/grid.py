@@ -57,6 +57,7 @@ TOL = 1e-3
 MAX_REFINE = 16.0
 DECIMALS = 9
 """The finest decimal :func:`decimal_step` looks for (coarser than float rounding)."""
+_POWERS = [10.0**-k for k in range(DECIMALS + 1)]
 UNIFORM_SD = 1.0 / math.sqrt(12.0)
 _KEEP = 2.0 ** (-1.0 / HALFLIFE)
 
@@ -74,17 +75,23 @@ def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
     return out
 
 
-def decimal_step(values: FloatArray) -> FloatArray:
-    """Per value, the coarsest of 1, 0.1, …, ``10^-DECIMALS`` it is a whole multiple of (to
-    within ``TOL`` of that step), 0 for none: the last decimal it was written with. 0 itself
-    counts as a multiple of 1."""
-    out: FloatArray = np.zeros(values.shape)
-    for k in range(DECIMALS, -1, -1):
-        q = 10.0**-k
-        ratio = values / q
-        fits = np.abs(ratio - np.rint(ratio)) <= TOL
-        out = np.where(fits, q, out)
-    return out
+def _written(x: float) -> float:
+    """The coarsest of 1, 0.1, …, ``10^-DECIMALS`` that ``x`` is a whole multiple of (to within
+    ``TOL`` of that step), 0 for none or a value not finite."""
+    for q in _POWERS if math.isfinite(x) else ():
+        ratio = x / q
+        if abs(ratio - round(ratio)) <= TOL:
+            return q
+    return 0.0
+
+
+def decimal_step(values: npt.ArrayLike) -> FloatArray:
+    """Per value, the last decimal it was written with: the coarsest of 1, 0.1, …,
+    ``10^-DECIMALS`` it is a whole multiple of (to within ``TOL`` of that step), 0 for none.
+    0 itself counts as a multiple of 1."""
+    flat = np.asarray(values, np.float64)
+    out = [_written(x) for x in flat.ravel().tolist()]  # a few metrics: plain floats
+    return np.asarray(out, np.float64).reshape(flat.shape)
 
 
 def provisional(step: FloatArray, last: FloatArray) -> FloatArray:
@@ -94,11 +101,11 @@ def provisional(step: FloatArray, last: FloatArray) -> FloatArray:
     to 79 % is one step of a grid, not a jump of infinitely many standard deviations; a
     continuous signal's last decimal is a floor too small to matter. NaN ``last`` (no
     reading): 0."""
-    held = np.nan_to_num(last, nan=0.5)
-    written = decimal_step(held)
-    candidate = np.where(step > 0, step, np.inf)
-    out: FloatArray = np.where(np.isnan(last), 0.0, np.minimum(written, candidate))
-    return out
+    out = [
+        0.0 if math.isnan(x) else min(_written(x), c if c > 0 else math.inf)
+        for c, x in zip(step.tolist(), last.tolist(), strict=True)
+    ]
+    return np.asarray(out, np.float64)
 
 
 def _divisor(a: float, b: float) -> float:
