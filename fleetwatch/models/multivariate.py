@@ -41,12 +41,12 @@ on its own over tens of minutes), and with 0.02 the simulator's machines alerted
 vibration against their speed (Gaussian false alerts 8 → 5, realistic 35 → 31, no anomaly less
 found; a drift found 5 s later at the median).
 
-The explanation blames the metric which, corrected alone, best explains the reading — the largest drop in the Mahalanobis distance, ``(Pz)_j² / P_jj`` with ``P``
-the inverse of the (floored) correlation matrix — and gives its value expected from the other
-metrics, ``z_j - (Pz)_j / P_jj``, and that expectation's band. The residual off the subspace alone
-cannot tell which metric moved (with two metrics it is the same for both); the principal axis can:
-a temperature 18 standard deviations from its mean beside a usual humidity is the temperature's
-fault, not the humidity's.
+The explanation blames the metric which, corrected alone, best explains the reading — the largest
+drop in the Mahalanobis distance, ``(Pz)_j² / P_jj`` with ``P`` the inverse of the (floored)
+correlation matrix — and gives its value expected from the other metrics, ``z_j - (Pz)_j / P_jj``,
+and that expectation's band. The residual off the subspace alone cannot tell which metric moved
+(with two metrics it is the same for both); the principal axis can: a temperature 18 standard
+deviations from its mean beside a usual humidity is the temperature's fault, not the humidity's.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
 is fixed by the first batch that has at least ``components + 1`` metrics.
