@@ -186,9 +186,11 @@ class FlatlineDetector(Detector):
         says nothing of how often it repeats a reading while it runs."""
         if d.size == 0:
             return
-        sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
-        moving = ~self._at_rest(m, ends, self._repeat_floor(m, sd))
-        self.repeats[m] += (float(w[moving].sum()), float(w[moving & (d == 0)].sum()))
+        if any(count >= self.rest_windows for _, count in self.rests[m]):
+            sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
+            moving = ~self._at_rest(m, ends, self._repeat_floor(m, sd))
+            w, d = w[moving], d[moving]
+        self.repeats[m] += (float(w.sum()), float(w[d == 0].sum()))
 
     def _most_surprise(self, m: int) -> float:
         """The highest surprise a window of repeats of metric ``m`` can have: ``-(k-1)·ln p``
@@ -210,12 +212,15 @@ class FlatlineDetector(Detector):
         kept = np.concatenate([np.ones(len(tail), bool), keep])
         if series.size < k:
             return
-        windows = sliding_window_view(series, k)
         sd = (
             math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
             if self.noise[m, 0]
             else 0
         )
+        # a flat window needs k - 1 differences within the floor: most batches have none
+        if np.count_nonzero(np.abs(np.diff(series)) <= self._repeat_floor(m, sd)) < k - 1:
+            return
+        windows = sliding_window_view(series, k)
         flat = (windows.max(axis=1) - windows.min(axis=1) <= self._repeat_floor(m, sd)) & (
             sliding_window_view(kept, k).all(axis=1)
         )

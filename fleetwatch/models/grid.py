@@ -25,8 +25,8 @@ half every ``HALFLIFE`` non-zero differences. The step is *confirmed* once at le
 continuous signal never confirms one (its differences are not whole multiples of each other,
 within ``TOL`` of a step); a signal printed with a fixed number of decimals confirms its last
 decimal, a floor too small to matter. Until a step is confirmed the detectors use a
-*provisional* one (:func:`provisional`): the last decimal the latest reading was written with,
-or the candidate if finer. A level that has not moved yet has a spread of 0, and without it its
+*provisional* one: the last decimal the latest reading was written with, or the candidate if
+finer. A level that has not moved yet has a spread of 0, and without it its
 first move by one step of its grid was an alert however young the stream.
 
 State per metric: ``[step, on, off, last value]``, in the detector's parameters (a missing
@@ -56,7 +56,7 @@ TOL = 1e-3
 """How near a whole multiple of the step a difference must be, in steps."""
 MAX_REFINE = 16.0
 DECIMALS = 9
-"""The finest decimal :func:`decimal_step` looks for (coarser than float rounding)."""
+"""The finest decimal a provisional step goes down to (coarser than float rounding)."""
 _POWERS = [10.0**-k for k in range(DECIMALS + 1)]
 UNIFORM_SD = 1.0 / math.sqrt(12.0)
 _KEEP = 2.0 ** (-1.0 / HALFLIFE)
@@ -76,36 +76,14 @@ def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
 
 
 def _written(x: float) -> float:
-    """The coarsest of 1, 0.1, …, ``10^-DECIMALS`` that ``x`` is a whole multiple of (to within
-    ``TOL`` of that step), 0 for none or a value not finite."""
+    """The last decimal ``x`` was written with: the coarsest of 1, 0.1, …, ``10^-DECIMALS``
+    that it is a whole multiple of (to within ``TOL`` of that step), 0 for none or a value not
+    finite (0 itself counts as a multiple of 1)."""
     for q in _POWERS if math.isfinite(x) else ():
         ratio = x / q
         if abs(ratio - round(ratio)) <= TOL:
             return q
     return 0.0
-
-
-def decimal_step(values: npt.ArrayLike) -> FloatArray:
-    """Per value, the last decimal it was written with: the coarsest of 1, 0.1, …,
-    ``10^-DECIMALS`` it is a whole multiple of (to within ``TOL`` of that step), 0 for none.
-    0 itself counts as a multiple of 1."""
-    flat = np.asarray(values, np.float64)
-    out = [_written(x) for x in flat.ravel().tolist()]  # a few metrics: plain floats
-    return np.asarray(out, np.float64).reshape(flat.shape)
-
-
-def provisional(step: FloatArray, last: FloatArray) -> FloatArray:
-    """The step of a metric whose grid is not confirmed yet: no coarser than its last
-    reading's last decimal, nor than the candidate step of its differences (if any). A level
-    that sat at 80 % for its whole short life has a provisional step of 1, so its first move
-    to 79 % is one step of a grid, not a jump of infinitely many standard deviations; a
-    continuous signal's last decimal is a floor too small to matter. NaN ``last`` (no
-    reading): 0."""
-    out = [
-        0.0 if math.isnan(x) else min(_written(x), c if c > 0 else math.inf)
-        for c, x in zip(step.tolist(), last.tolist(), strict=True)
-    ]
-    return np.asarray(out, np.float64)
 
 
 def _divisor(a: float, b: float) -> float:
@@ -218,12 +196,19 @@ class Grid:
 
     def steps(self) -> FloatArray:
         """Per metric, the step its detectors use: the confirmed one, else the provisional one
-        (:func:`provisional`); 0 for a metric with no reading yet (read-only)."""
+        (the last decimal its latest reading was written with, or the candidate step if finer:
+        a level that sat at 80 % all its short life has a step of 1, so its first move to 79 %
+        is one step of a grid, not a jump against a spread of 0); 0 for a metric with no reading
+        yet (read-only)."""
         key = self.rows.tobytes()
         if self._steps is None or self._steps[0] != key:
-            sure = self.confirmed()
-            guess = provisional(self.rows[:, 0], self.rows[:, 3])
-            out: FloatArray = np.where(sure > 0, sure, guess)
+            used = [  # a few metrics: plain floats
+                step
+                if on >= MIN_ON and off <= MAX_OFF * on
+                else (0.0 if math.isnan(last) else min(_written(last), step or math.inf))
+                for step, on, off, last in self.rows.tolist()
+            ]
+            out: FloatArray = np.asarray(used, np.float64)
             out.flags.writeable = False
             self._steps = (key, out)
         return self._steps[1]
