@@ -217,16 +217,17 @@ class FlatlineDetector(Detector):
             if self.noise[m, 0]
             else 0
         )
+        floor = self._repeat_floor(m, sd)
         # a flat window needs k - 1 differences within the floor: most batches have none
-        if np.count_nonzero(np.abs(np.diff(series)) <= self._repeat_floor(m, sd)) < k - 1:
+        if np.count_nonzero(np.abs(np.diff(series)) <= floor) < k - 1:
             return
         windows = sliding_window_view(series, k)
-        flat = (windows.max(axis=1) - windows.min(axis=1) <= self._repeat_floor(m, sd)) & (
+        flat = (windows.max(axis=1) - windows.min(axis=1) <= floor) & (
             sliding_window_view(kept, k).all(axis=1)
         )
         rests = self.rests[m]
         for value in windows[flat, -1].tolist():
-            match = next((r for r in rests if abs(r[0] - value) <= self._repeat_floor(m, sd)), None)
+            match = next((r for r in rests if abs(r[0] - value) <= floor), None)
             if match is None:
                 rests.append([value, 1.0])
             else:

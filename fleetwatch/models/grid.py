@@ -26,8 +26,8 @@ continuous signal never confirms one (its differences are not whole multiples of
 within ``TOL`` of a step); a signal printed with a fixed number of decimals confirms its last
 decimal, a floor too small to matter. Until a step is confirmed the detectors use a
 *provisional* one: the last decimal the latest reading was written with, or the candidate if
-finer. A level that has not moved yet has a spread of 0, and without it its
-first move by one step of its grid was an alert however young the stream.
+finer. A level that has not moved yet has a spread of 0, and without it its first move by one
+step of its grid was an alert however young the stream.
 
 State per metric: ``[step, on, off, last value]``, in the detector's parameters (a missing
 field loads as no grid learned yet). Learning is sequential per metric, so mini-batches give
@@ -84,6 +84,12 @@ def _written(x: float) -> float:
         if abs(ratio - round(ratio)) <= TOL:
             return q
     return 0.0
+
+
+def _confirmed(step: float, on: float, off: float) -> float:
+    """``step`` once at least ``MIN_ON`` differences were on it and at most ``MAX_OFF`` of that
+    many off it, else 0."""
+    return step if on >= MIN_ON and off <= MAX_OFF * on else 0.0
 
 
 def _divisor(a: float, b: float) -> float:
@@ -190,9 +196,8 @@ class Grid:
 
     def confirmed(self) -> FloatArray:
         """Per metric, its confirmed step, 0 where none is."""
-        step, on, off = self.rows[:, 0], self.rows[:, 1], self.rows[:, 2]
-        out: FloatArray = np.where((on >= MIN_ON) & (off <= MAX_OFF * on), step, 0.0)
-        return out
+        rows = self.rows.tolist()
+        return np.asarray([_confirmed(s, on, off) for s, on, off, _ in rows], np.float64)
 
     def steps(self) -> FloatArray:
         """Per metric, the step its detectors use: the confirmed one, else the provisional one
@@ -203,9 +208,8 @@ class Grid:
         key = self.rows.tobytes()
         if self._steps is None or self._steps[0] != key:
             used = [  # a few metrics: plain floats
-                step
-                if on >= MIN_ON and off <= MAX_OFF * on
-                else (0.0 if math.isnan(last) else min(_written(last), step or math.inf))
+                _confirmed(step, on, off)
+                or (0.0 if math.isnan(last) else min(_written(last), step or math.inf))
                 for step, on, off, last in self.rows.tolist()
             ]
             out: FloatArray = np.asarray(used, np.float64)
