@@ -14,7 +14,7 @@ from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.models.filecolumns import DEVICE_NAMES, TIME_NAMES
 from fleetwatch.models.filecsv import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS
-from fleetwatch.models.registry import KINDS, detector_factory
+from fleetwatch.models.registry import KINDS, Tuning, detector_factory
 
 console = Console()
 
@@ -99,7 +99,7 @@ def detect(
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")
     try:
-        make = detector_factory(detectors, settings.score.false_alerts_per_device_day)
+        make = detector_factory(detectors, Tuning.of(settings.score))
         summary = detect_csv(
             file, out, timestamp, device, _values(values), chunk_rows, piece_rows, make
         )

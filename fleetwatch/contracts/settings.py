@@ -338,6 +338,12 @@ class ScoreSettings(_Part):
     many (measured: 0.03 to 1.97 times it over 7 days of seven noise shapes). It is a
     hyperparameter of the detector a device starts with (the trainer's, and ``fleetwatch
     detect``'s): a device keeps the one it started with."""
+    new_normal_after_s: float = Field(600.0, ge=0)
+    """A metric's shift that lasts this long becomes its new normal: one alert at the change,
+    none after (0: never; a lasting shift then stays an alert). A fault shorter than this
+    stays an alert for as long as it lasts; one longer is taken as normal once it has lasted
+    this long, and the return from it alerts again. A device keeps the value it started
+    with."""
 
     @model_validator(mode="after")
     def _windows_fit(self) -> ScoreSettings:

@@ -28,8 +28,14 @@ judge against the metric's own tail — on SKAB's pumps, 1,257 of 3,809 falsely 
 that, and the PCA alerts on a wandering temperature stayed up for hundreds of readings. With no
 tied axis the detector scores nothing; ``None`` judges every residual axis.
 
-Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
-Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise. Residual eigenvalues are
+Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; its
+Wilson-Hilferty normal deviate is the device's statistic, judged like the per-metric members' against
+the device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`): the level its
+excursions pass ``false_alerts_per_day`` times a day, never below ``ALERT_Z``, the surprise the
+history's own tail scaled to the common alert level. Until that history holds ``MIN_HISTORY``
+values (and with ``false_alerts_per_day=None``), the deviate's normal tail is the surprise. A tie
+that drifts in real life looser than the young model measured raises that device's threshold alone.
+The history is measured on each batch against the model before it. Residual eigenvalues are
 floored at ``min_residual_var`` (of a standardised metric's unit variance) so nearly collinear
 metrics do not make every rounding error an anomaly — nor a device that has learned two operating
 states (a machine on and off): its principal axis then runs between the two, with only the little
@@ -69,6 +75,7 @@ from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -113,6 +120,8 @@ class PcaDetector(Detector):
         warmup: int = 50,
         min_residual_var: float = 0.05,
         max_axis_var: float | None = 0.25,
+        false_alerts_per_day: float | None = 1.0,
+        tail_halflife: float = 2000.0,
     ) -> None:
         if components < 1:
             raise HyperParameterError(f"components must be >= 1, got {components}")
@@ -122,11 +131,21 @@ class PcaDetector(Detector):
             raise HyperParameterError(f"min_residual_var must be > 0, got {min_residual_var}")
         if max_axis_var is not None and not max_axis_var > 0:
             raise HyperParameterError(f"max_axis_var must be > 0 or None, got {max_axis_var}")
+        if false_alerts_per_day is not None and not false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
+            )
+        if not tail_halflife > 0:
+            raise HyperParameterError(f"tail_halflife must be > 0, got {tail_halflife}")
         self.components = components
         self.halflife_hours = halflife_hours
         self.warmup = warmup
         self.min_residual_var = min_residual_var
         self.max_axis_var = max_axis_var
+        self.false_alerts_per_day = false_alerts_per_day
+        self.tail_halflife = tail_halflife
+        self.tail = StreamTail(tail_halflife)
+        """The device's own history of the residual's statistic (:mod:`~fleetwatch.models.tail`)."""
         self.metrics: list[str] = []
         self.shift = np.zeros(0)
         self.weight = 0.0
@@ -164,7 +183,15 @@ class PcaDetector(Detector):
                 return
             self.shift = matrix[first[0]].copy()
         excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
-        use = ~np.isnan(matrix).any(axis=1) & ~excluded
+        complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
+        use = complete & ~excluded
+        model = self.model()
+        if model is not None and complete.any():
+            # the statistic of every complete reading against the model as it was before it
+            statistic = self._statistic(matrix, complete, model)
+            self.tail.observe(times[complete].astype(np.int64))
+            self.tail.summary.add(statistic[use])
+            self.tail.excursions(statistic[complete])
         end = int(times[-1])
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
@@ -222,19 +249,41 @@ class PcaDetector(Detector):
         out: FloatArray = shrink(deviation, model.step) / model.std
         return out
 
+    @staticmethod
+    def _wilson_hilferty(z: FloatArray, model: PcaModel) -> FloatArray:
+        """Per standardised vector, its residual ``Q`` as a normal deviate (Wilson-Hilferty;
+        0 with no judged axis)."""
+        h = float(model.residual_var.size)
+        if not h:  # no tie between the metrics to break
+            return np.zeros(len(z))
+        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        out: FloatArray = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(
+            2.0 / (9.0 * h)
+        )
+        return out
+
+    def _statistic(
+        self, matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
+    ) -> FloatArray:
+        """Per vector, the magnitude the device's tail is kept of: the residual's deviate, 0
+        below its mean."""
+        z = self._standardised(matrix, complete, model)
+        return np.maximum(self._wilson_hilferty(z, model), 0.0)
+
     def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
         """Per event time: each row's index into them, the value matrix, whether it is
         complete, its standardised vector, and the surprise of its residual."""
         _, inverse, matrix = wide(batch, self.metrics)
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         z = self._standardised(matrix, complete, model)
-        h = float(model.residual_var.size)
-        if not h:  # no tie between the metrics to break
-            return inverse, matrix, complete, z, np.zeros(len(matrix))
-        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
-        wh = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(2.0 / (9.0 * h))
-        surprise = np.where(complete, normal_upper_surprise(wh), 0.0)
-        return inverse, matrix, complete, z, surprise
+        wh = self._wilson_hilferty(z, model)
+        budget = self.false_alerts_per_day
+        if budget is None or self.tail.summary.weight < MIN_HISTORY:
+            surprise = normal_upper_surprise(wh)
+        else:
+            bar = self.tail.threshold(budget, 1.0, 1, ALERT_Z)
+            surprise = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
+        return inverse, matrix, complete, z, np.where(complete, surprise, 0.0)
 
     def _surprise(self, batch: Batch) -> FloatArray:
         model = self.model()
@@ -300,6 +349,7 @@ class PcaDetector(Detector):
             "count": self.count,
             "ref_ms": self.ref_ms,
             "grid": self.grid.state(),
+            "tail": self.tail.state(),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
@@ -314,4 +364,11 @@ class PcaDetector(Detector):
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
         self.grid = Grid.load(state.get("grid"), d)
+        # parameters from before the device's own tail start one empty
+        tail = state.get("tail")
+        self.tail = (
+            StreamTail(self.tail_halflife)
+            if tail is None
+            else StreamTail.load(self.tail_halflife, tail)
+        )
         self._model = None

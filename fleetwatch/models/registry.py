@@ -8,19 +8,22 @@ imported). The check suite in ``tests/unit/test_detector_checks.py`` runs over :
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from fleetwatch.contracts.settings import ScoreSettings
 from fleetwatch.models.base import Detector, detector_class, load_params, registered_kinds
 from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector, default_members
 from fleetwatch.models.errors import HyperParameterError, UnknownDetector
 from fleetwatch.models.flatline import FlatlineDetector
-from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.level import NEW_NORMAL_AFTER_S, LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
 
 __all__ = [
+    "DEFAULT_TUNING",
     "KINDS",
     "ChangeDetector",
     "CombinedDetector",
@@ -28,6 +31,7 @@ __all__ = [
     "LevelShiftDetector",
     "PcaDetector",
     "SeasonalBaseline",
+    "Tuning",
     "create",
     "default_detector",
     "detector_factory",
@@ -42,23 +46,45 @@ def create(kind: str, **hyper: Any) -> Detector:
     return detector_class(kind)(**hyper)
 
 
-def default_detector(false_alerts_per_day: float = 1.0) -> CombinedDetector:
+@dataclass(frozen=True)
+class Tuning:
+    """What an operator sets of the default detector a new device starts with."""
+
+    false_alerts_per_day: float = 1.0
+    """``score.false_alerts_per_device_day``."""
+    new_normal_after_s: float | None = NEW_NORMAL_AFTER_S
+    """``score.new_normal_after_s`` (``None``: never)."""
+
+    def __post_init__(self) -> None:
+        if not self.false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0, got {self.false_alerts_per_day}"
+            )
+        if self.new_normal_after_s is not None and not self.new_normal_after_s > 0:
+            raise HyperParameterError(
+                f"new_normal_after_s must be > 0 or None, got {self.new_normal_after_s}"
+            )
+
+    @classmethod
+    def of(cls, score: ScoreSettings) -> Tuning:
+        return cls(score.false_alerts_per_device_day, score.new_normal_after_s or None)
+
+
+DEFAULT_TUNING = Tuning()
+
+
+def default_detector(tuning: Tuning = DEFAULT_TUNING) -> CombinedDetector:
     """What the scorer runs per device: the default members, combined, held to
-    ``false_alerts_per_day`` false alerts a device-day (``score.false_alerts_per_device_day``)."""
-    if not false_alerts_per_day > 0:
-        raise HyperParameterError(f"false_alerts_per_day must be > 0, got {false_alerts_per_day}")
-    return CombinedDetector(default_members(false_alerts_per_day))
+    ``tuning.false_alerts_per_day`` false alerts a device-day."""
+    return CombinedDetector(default_members(tuning.false_alerts_per_day, tuning.new_normal_after_s))
 
 
-def detector_factory(
-    kinds: str | None, false_alerts_per_day: float = 1.0
-) -> Callable[[], Detector]:
-    """What builds each device's detector: the default one (held to ``false_alerts_per_day``
-    a device-day), or (``kinds``: comma-separated registered kinds) a combined detector of
-    those kinds with their default hyperparameters. An unknown kind fails here, naming the
-    known ones."""
+def detector_factory(kinds: str | None, tuning: Tuning = DEFAULT_TUNING) -> Callable[[], Detector]:
+    """What builds each device's detector: the default one (with ``tuning``), or (``kinds``:
+    comma-separated registered kinds) a combined detector of those kinds with their default
+    hyperparameters. An unknown kind fails here, naming the known ones."""
     if not kinds:
-        return partial(default_detector, false_alerts_per_day)
+        return partial(default_detector, tuning)
     names = [k.strip() for k in kinds.split(",") if k.strip()]
     if not names:
         raise UnknownDetector(f"no detector kind in {kinds!r}")

@@ -35,10 +35,11 @@ HORIZON = 3
 starts, so that a detector later than the bound has readings left to alert on, and fails."""
 GRADED = ("spike", "shift", "dropout")
 """Anomalies with a size (a spike's height, a shift's step, a gap's length in readings)."""
-PATH_DEPENDENT = {"upper", "lower", "version", "spread", "carry", "tails", "spend"}
+PATH_DEPENDENT = {"upper", "lower", "version", "spread", "carry", "tails", "tail", "spend"}
 """State that depends on how the data was cut into batches: the CUSUM sums (see change.py), the
 level detector's average, its spread and tail (measured against the profile before each batch,
-see level.py), the openings counted against the false-alert budget (judged against the
+see level.py), the PCA member's tail (against the model before each batch),
+ the openings counted against the false-alert budget (judged against the
 parameters before each batch, see budget.py) and the members' update counts inside a combined
 detector (checked on their own above)."""
 FPR_BOUND = 1e-3

@@ -12,6 +12,7 @@ import pytest
 from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
+from fleetwatch.models.registry import Tuning
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
 from fleetwatch.streaming.trainer.learning import detector_of, learn_device
 from fleetwatch.streaming.trainer.processor import FAILED, learn_bucket, seeds
@@ -67,22 +68,21 @@ def test_a_device_learns_at_most_max_metrics_names_those_it_knows_first() -> Non
     assert len(detector_of(bucket["d1"]).learned_metrics()) == 4
 
 
-def budgets(text: str) -> dict[str, float]:
-    """The false-alert budget of each member of a combined detector's parameters."""
+def hyper(text: str, name: str) -> dict[str, float]:
+    """The hyperparameter ``name`` of each member of a combined detector's parameters that
+    has it."""
     members = json.loads(text)["hyper"]["detectors"]
-    return {
-        m["kind"]: m["hyper"]["false_alerts_per_day"]
-        for m in members
-        if "false_alerts_per_day" in m["hyper"]
-    }
+    return {m["kind"]: m["hyper"][name] for m in members if name in m["hyper"]}
 
 
-def test_a_new_device_starts_with_the_budget_it_is_given_and_a_known_one_keeps_its_own() -> None:
+def test_a_new_device_starts_with_the_tuning_it_is_given_and_a_known_one_keeps_its_own() -> None:
     bucket = {"old": str(learn_device(None, frame(1, 0, 120)))}
     batches = [("old", Batch.of(frame(2, 120, 20))), ("new", Batch.of(frame(3, 0, 20)))]
-    learn_bucket(bucket, batches, false_alerts_per_day=3.0)
-    assert budgets(bucket["new"]) == {"seasonal": 3.0, "level": 3.0}
-    assert budgets(bucket["old"]) == {"seasonal": 1.0, "level": 1.0}
+    learn_bucket(bucket, batches, tuning=Tuning(false_alerts_per_day=3.0, new_normal_after_s=900))
+    assert hyper(bucket["new"], "false_alerts_per_day") == {"seasonal": 3, "level": 3, "pca": 3}
+    assert hyper(bucket["new"], "adopt_s") == {"level": 900}
+    assert hyper(bucket["old"], "false_alerts_per_day") == {"seasonal": 1, "level": 1, "pca": 1}
+    assert hyper(bucket["old"], "adopt_s") == {"level": 600}
 
 
 def test_a_device_whose_learning_fails_is_left_as_it_was_and_the_others_learn() -> None:

@@ -75,10 +75,13 @@ def test_a_step_that_stays_is_adopted_after_adopt_s() -> None:
     rng = np.random.default_rng(4)
     values = rng.normal(5.0, 0.5, 4000)
     values[1500:] += 4.0
-    alerts = fed(LevelShiftDetector(adopt_s=600.0), values)
+    alerts = fed(LevelShiftDetector(), values)  # adopt_s: 600 s by default
     assert alerts[1520:2000].all(), "alerting from the step..."
     assert not alerts[2300:].any(), "...and the new level normal once adopted"
-    kept = fed(LevelShiftDetector(), values)
+    sooner = fed(LevelShiftDetector(adopt_s=200.0), values.copy())
+    assert sooner[1520:1650].all(), "adopt_s sets when..."
+    assert not sooner[1900:].any(), "...the step is adopted"
+    kept = fed(LevelShiftDetector(adopt_s=None), values.copy())
     assert kept[2300:].mean() > 0.95, "without adopt_s a lasting shift stays an alert"
 
 

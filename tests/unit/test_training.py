@@ -1,5 +1,6 @@
 """The trainer's per-device step, called directly: versions, no-change, round trip, the record
-format, and the anomaly policy (a long level shift does not become the new normal)."""
+format, and the anomaly policy (a long level shift becomes the new normal when, and only when,
+the device was started with a time for it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.model_params import decode, encode_device
 from fleetwatch.models import params
-from fleetwatch.models.registry import CombinedDetector, default_detector, load_params
+from fleetwatch.models.registry import CombinedDetector, Tuning, default_detector, load_params
 from fleetwatch.streaming.trainer.learning import learn_device, learn_update
 from fleetwatch.streaming.trainer.processor import latest_params
 
@@ -92,11 +93,13 @@ def test_parameters_round_trip_and_learning_is_incremental() -> None:
     assert params.dumps(load_params(json.loads(via_json)).to_params()) == via_json
 
 
-def test_a_long_level_shift_of_one_sensor_does_not_become_the_new_normal() -> None:
-    """Two normal days, then a whole day of temperature shifted by +8 (humidity normal): the
-    trainer keeps the shifted readings out of the baseline (the detector's own pre-batch
-    alerts), so they still alert at the end and the expected level has not moved to the fault."""
-    warm = train(None, 0, 2 * PER_DAY, 12)
+def test_without_a_new_normal_time_a_long_shift_of_one_sensor_stays_an_alert() -> None:
+    """Two normal days, then a whole day of temperature shifted by +8 (humidity normal), for a
+    device started with ``new_normal_after_s`` off: the trainer keeps the shifted readings out
+    of the baseline (the detector's own pre-batch alerts), so they still alert at the end and
+    the expected level has not moved to the fault."""
+    never = params.dumps(default_detector(Tuning(new_normal_after_s=None)).to_params())
+    warm = train(never, 0, 2 * PER_DAY, 12)
     faulty = train(warm, 2 * PER_DAY, PER_DAY, 12, shift=8.0, humidity_shift=0.0)
     after = load_params(json.loads(faulty))
     assert json.loads(faulty)["version"] == json.loads(warm)["version"] + PER_DAY // 12
@@ -122,6 +125,21 @@ def test_a_long_level_shift_of_one_sensor_does_not_become_the_new_normal() -> No
         batch = readings(lo, 12, shift=8.0, humidity_shift=0.0)
         ungated.learn(batch, exclude=np.zeros(len(batch), dtype=bool))
     assert ungated.score(probe).alert[temperature].mean() < 0.5
+
+
+def test_by_default_the_level_member_takes_a_lasting_shift_as_its_new_normal() -> None:
+    """The same day-long shift, with the default ``new_normal_after_s`` (600 s: two readings
+    here): the level member no longer alerts on it, and alerts on the return from it."""
+    warm = train(None, 0, 2 * PER_DAY, 12)
+    after = load_params(json.loads(train(warm, 2 * PER_DAY, PER_DAY, 12, 8.0, 0.0)))
+    assert isinstance(after, CombinedDetector)
+    level = next(m for m in after.detectors if m.kind == "level")
+    probe = readings(3 * PER_DAY, 24, shift=8.0, humidity_shift=0.0)
+    temperature = np.asarray(probe["metric"] == "temperature")
+    assert not level.score(probe).alert[temperature].any()
+    back = readings(3 * PER_DAY, 24, seed=7)
+    returned = level.score(back).alert[np.asarray(back["metric"] == "temperature")]
+    assert returned[12:].all(), "once its average has moved (lam 0.1: a few readings)"
 
 
 def test_a_lasting_new_state_of_the_whole_device_is_learned() -> None:

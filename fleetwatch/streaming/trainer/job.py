@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.registry import default_detector
+from fleetwatch.models.registry import Tuning, default_detector
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream, kafka_table
 from fleetwatch.streaming.query_loop import wait_for_query, watch
@@ -171,7 +171,7 @@ def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) 
         "dedup_window": settings.score.dedup_window,
         "detector": {
             "kind": default_detector().kind,
-            "hyper": default_detector(settings.score.false_alerts_per_device_day).hyper_json(),
+            "hyper": default_detector(Tuning.of(settings.score)).hyper_json(),
         },
         "checkpoint": str(checkpoint),
     }
@@ -231,7 +231,7 @@ def start(
         expire_after_ms,
         published_params(spark, settings),
         settings.score.max_metrics,
-        settings.score.false_alerts_per_device_day,
+        Tuning.of(settings.score),
     )
     publisher = BatchPublisher(settings, observer, on_failed)
     writer = (

@@ -14,7 +14,7 @@ from fleetwatch.contracts.model_params import HEADER
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector, Readings
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.registry import default_detector, load_params
+from fleetwatch.models.registry import DEFAULT_TUNING, Tuning, default_detector, load_params
 
 FRAME_COLUMNS = ("event_ms", "metric", "value")
 """What :func:`learn_device` reads of a frame (long form, one row per reading and metric)."""
@@ -64,9 +64,9 @@ def learn_update(
     return Update(updated, {name: new[name] for name in HEADER})
 
 
-def detector_of(previous: str | None, false_alerts_per_day: float = 1.0) -> Detector:
+def detector_of(previous: str | None, tuning: Tuning = DEFAULT_TUNING) -> Detector:
     """The detector of parameters text (``None``: a new device's :func:`default_detector`,
-    held to ``false_alerts_per_day``)."""
+    with ``tuning``)."""
     if previous is None:
-        return default_detector(false_alerts_per_day)
+        return default_detector(tuning)
     return load_params(params.loads(previous))

@@ -21,6 +21,7 @@ from fleetwatch.contracts.telemetry import DEVICE_METRICS, VALUE_LIMIT, spark_dd
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
+from fleetwatch.models.registry import DEFAULT_TUNING, Tuning
 from fleetwatch.streaming.buckets import bucket_of
 from fleetwatch.streaming.trainer.bucket_state import (
     BUCKETS,
@@ -104,7 +105,7 @@ def warm_buckets() -> WarmBuckets:
 
 
 def _bucket_trainer(
-    expire_after_ms: int, max_metrics: int = DEVICE_METRICS, false_alerts_per_day: float = 1.0
+    expire_after_ms: int, max_metrics: int = DEVICE_METRICS, tuning: Tuning = DEFAULT_TUNING
 ) -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
     from pyspark.sql.streaming.stateful_processor import (
@@ -149,9 +150,7 @@ def _bucket_trainer(
             bucket = warm.take(key, stored)
             batches = list(per_device(rows))
             note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
-            updates = learn_bucket(
-                bucket.texts, batches, bucket.detectors, max_metrics, false_alerts_per_day
-            )
+            updates = learn_bucket(bucket.texts, batches, bucket.detectors, max_metrics, tuning)
             value = stored if updates.empty and stored is not None else encode(bucket.texts)
             self._save(value, seen)
             warm.keep(key, value, bucket)
@@ -222,7 +221,7 @@ def learn_bucket(
     batches: Iterable[tuple[str, Batch]],
     detectors: dict[str, Detector] | None = None,
     max_metrics: int = DEVICE_METRICS,
-    false_alerts_per_day: float = 1.0,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> pd.DataFrame:
     """Each device learns its batch on top of its parameters in ``bucket`` (updated in place);
     one row (:data:`UPDATE_SCHEMA`) per device whose parameters changed.
@@ -236,15 +235,15 @@ def learn_bucket(
     skips it). A device learns at most ``max_metrics`` metric names (``score.max_metrics``, the
     scorer's bound): those it has learned, then new ones in the order they come; readings of
     the others are not learned (the scorer dead-letters them with the reason). A new device
-    starts with the default detector held to ``false_alerts_per_day``
-    (``score.false_alerts_per_device_day``)."""
+    starts with the default detector with ``tuning`` (``score.false_alerts_per_device_day``,
+    ``score.new_normal_after_s``)."""
     rows: list[tuple[str, int, int, int, str | None]] = []
     for device_id, batch in batches:
         previous = bucket.get(device_id)
         detector = None if detectors is None else detectors.pop(device_id, None)
         try:
             if detector is None:
-                detector = detector_of(previous, false_alerts_per_day)
+                detector = detector_of(previous, tuning)
             batch = within_metrics(device_id, batch, detector.learned_metrics(), max_metrics)
             update = learn_update(previous, batch, detector)
         except Exception:
@@ -332,7 +331,7 @@ def updates_frame(
     expire_after_ms: int,
     seed: DataFrame | None = None,
     max_metrics: int = DEVICE_METRICS,
-    false_alerts_per_day: float = 1.0,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> DataFrame:
     """Readings (:func:`readings_frame`) → one row per device whose parameters changed, and a
     tombstone row per device forgotten after ``expire_after_ms`` of event-time silence
@@ -345,7 +344,7 @@ def updates_frame(
         seeded = seed.withColumn("bucket", bucket_of(seed["device_id"], BUCKETS))
         initial = seeded.groupBy("bucket")
     return bucketed.groupBy("bucket").transformWithStateInPandas(
-        statefulProcessor=_bucket_trainer(expire_after_ms, max_metrics, false_alerts_per_day),
+        statefulProcessor=_bucket_trainer(expire_after_ms, max_metrics, tuning),
         outputStructType=UPDATE_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
