@@ -29,8 +29,8 @@ that, and the PCA alerts on a wandering temperature stayed up for hundreds of re
 tied axis the detector scores nothing; ``None`` judges every residual axis.
 
 Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; its
-Wilson-Hilferty normal deviate is the device's statistic, judged like the per-metric members' against
-the device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`): the level its
+Wilson-Hilferty normal deviate is the device's statistic, judged like the per-metric members'
+against the device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`): the level its
 excursions pass ``false_alerts_per_day`` times a day, never below ``ALERT_Z``, the surprise the
 history's own tail scaled to the common alert level. Until that history holds ``MIN_HISTORY``
 values (and with ``false_alerts_per_day=None``), the deviate's normal tail is the surprise. A tie
