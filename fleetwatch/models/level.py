@@ -26,7 +26,9 @@ device after its ``adapt_s``). Once a metric's readings have been excluded witho
 ``adopt_s`` seconds of event time (``NEW_NORMAL_AFTER_S``, 10 minutes, by default:
 ``score.new_normal_after_s``), the average at that reading becomes the metric's offset (the
 profile learns the readings less the offset from then on) and learning resumes: a step that
-stays is the new normal ``adopt_s`` after it, one alert from the step until then. ``None``
+stays is the new normal ``adopt_s`` after it (and at least ``SETTLE / lam`` readings after it,
+30, so that a metric read every 5 minutes adopts a level its average has reached, after 2.5
+hours), one alert from the step until then. ``None``
 never adopts: a lasting shift stays an alert. A trend slow against the profile's half-life
 widens ``ve`` and the threshold; a stuck sensor or a dropout is the flat-line detector's, which
 adopts nothing.
@@ -70,6 +72,9 @@ TINY = 1e-12
 CARRY = 2
 NEW_NORMAL_AFTER_S = 600.0
 """A metric's shift that lasts this long is its new normal (``adopt_s``)."""
+SETTLE = 3.0
+"""An adopted average has followed ``SETTLE / lam`` readings of the new level (with ``lam`` 0.1,
+30 readings: within 4 % of it)."""
 """``[e, alerting]`` per metric: the average after the last reading and whether it alerted."""
 
 
@@ -348,13 +353,20 @@ class LevelShiftDetector(Detector):
             t = int(event_ms[row])
             if since is None:
                 since = t
-            if self.adopt_s is not None and t - since >= self.adopt_s * 1000.0:
+            if self.adopt_s is not None and t - since >= self._adopt_ms(m):
                 self.offset[m] += float(e[i])
                 e[i:] -= e[i]
                 keep[rows[i:]] = True
                 since = None
                 break
         self.excluded_since[m] = since
+
+    def _adopt_ms(self, m: int) -> float:
+        """How long metric ``m`` must have been excluded before its average is adopted:
+        ``adopt_s``, and at least ``SETTLE`` readings' worth of time (a slowly sampled metric's
+        average has then reached the new level)."""
+        assert self.adopt_s is not None
+        return max(self.adopt_s * 1000.0, SETTLE / self.lam * self.tails[m].interval_ms)
 
     # -- parameters --------------------------------------------------------------------------
 

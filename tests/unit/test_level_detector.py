@@ -1,6 +1,7 @@
 """The level-shift detector and the stream tail it calibrates with: what they promise beyond the
 check suite (test_detector_checks; its tail's own in test_stream_tail): a budget that
-moves them, one alert for a wobbling shift, adoption of a lasting step when asked, and state
+moves them, one alert for a wobbling shift, adoption of a lasting step (after ``adopt_s``, and
+30 readings at least), and state
 that survives a round trip."""
 
 from __future__ import annotations
@@ -18,22 +19,24 @@ from fleetwatch.models.tail import StreamTail
 STEP_MS = 1000
 
 
-def stream(values: np.ndarray, start: int = 0) -> pd.DataFrame:
+def stream(values: np.ndarray, start: int = 0, step_ms: int = STEP_MS) -> pd.DataFrame:
     n = values.size
     return pd.DataFrame(
         {
-            "event_ms": (start + np.arange(n)) * STEP_MS,
+            "event_ms": (start + np.arange(n)) * step_ms,
             "metric": "pressure",
             "value": values,
         }
     )
 
 
-def fed(detector: LevelShiftDetector, values: np.ndarray, chunk: int = 50) -> np.ndarray:
+def fed(
+    detector: LevelShiftDetector, values: np.ndarray, chunk: int = 50, step_ms: int = STEP_MS
+) -> np.ndarray:
     """Score then learn, chunk by chunk (the caller's alerts excluded); the alerts."""
     out = []
     for lo in range(0, values.size, chunk):
-        part = stream(values[lo : lo + chunk], lo)
+        part = stream(values[lo : lo + chunk], lo, step_ms)
         alerts = detector.score(part).alert
         detector.learn(part, exclude=alerts)
         out.append(alerts)
@@ -83,6 +86,20 @@ def test_a_step_that_stays_is_adopted_after_adopt_s() -> None:
     assert not sooner[1900:].any(), "...the step is adopted"
     kept = fed(LevelShiftDetector(adopt_s=None), values.copy())
     assert kept[2300:].mean() > 0.95, "without adopt_s a lasting shift stays an alert"
+
+
+def test_a_slowly_read_metric_adopts_a_step_once_its_average_has_reached_it() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.normal(5.0, 0.5, 4000)
+    values[1500:] += 4.0
+    detector = LevelShiftDetector()
+    alerts = fed(detector, values, chunk=10, step_ms=300_000)  # every 5 minutes
+    # not adopted 600 s (2 readings) after the step but 30 readings after it (the batch of 10
+    # after that is the first scored with it)
+    assert alerts[1500:1535].all(), "one alert from the step..."
+    assert not alerts[1560:].any(), "...and none after"
+    expected = detector.score(stream(np.full(5, 9.0), 4000, 300_000)).expected
+    np.testing.assert_allclose(expected, 9.0, atol=0.15)
 
 
 def test_state_round_trips_and_scores_the_same() -> None:
