@@ -28,22 +28,23 @@ judge against the metric's own tail — on SKAB's pumps, 1,257 of 3,809 falsely 
 that, and the PCA alerts on a wandering temperature stayed up for hundreds of readings. With no
 tied axis the detector scores nothing; ``None`` judges every residual axis.
 
-Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; its
-Wilson-Hilferty normal deviate is the device's statistic, judged like the per-metric members'
-against the device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`): the level its
-excursions pass ``false_alerts_per_day`` times a day, never below ``ALERT_Z``, the surprise the
-history's own tail scaled to the common alert level. Until that history holds ``MIN_HISTORY``
-values (and with ``false_alerts_per_day=None``), the deviate's normal tail is the surprise. A tie
-that drifts in real life looser than the young model measured raises that device's threshold alone.
-The history is measured on each batch against the model before it. Residual eigenvalues are
-floored at ``min_residual_var`` (of a standardised metric's unit variance) so nearly collinear
-metrics do not make every rounding error an anomaly — nor a device that has learned two operating
-states (a machine on and off): its principal axis then runs between the two, with only the little
-noise of the newer one off it, and with a floor of 1e-3 every reading of that state "broke the
-pattern" until hundreds of them were learned (100-device emulation: 30 of 68 false alerts; with
-0.02, 1, and no anomaly less found). The floor is 0.05: a tie measured over a young device's
-first minutes looks tighter than it holds (a meter's voltage sags with its load, and wanders
-on its own over tens of minutes), and with 0.02 the simulator's machines alerted on their
+Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
+Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise. With ``false_alerts_per_day``
+set (off by default) the deviate is judged like the per-metric members' statistic, against the
+device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`, measured on each batch
+against the model before it): the level its excursions pass that many times a day, never below
+``ALERT_Z``, by the χ² model until ``MIN_PEAKS`` excursions have ended. It cuts the false alerts of
+a tie that drifts looser than the young model measured, but on Gaussian noise it only raises the
+threshold (the simulator's whole scenario: correlated faults found 0.962 → 0.849).
+
+Residual eigenvalues are floored at ``min_residual_var`` (of a standardised metric's unit variance)
+so nearly collinear metrics do not make every rounding error an anomaly — nor a device that has
+learned two operating states (a machine on and off): its principal axis then runs between the two,
+with only the little noise of the newer one off it, and with a floor of 1e-3 every reading of that
+state "broke the pattern" until hundreds of them were learned (100-device emulation: 30 of 68 false
+alerts; with 0.02, 1, and no anomaly less found). The floor is 0.05: a tie measured over a young
+device's first minutes looks tighter than it holds (a meter's voltage sags with its load, and
+wanders on its own over tens of minutes), and with 0.02 the simulator's machines alerted on their
 vibration against their speed (Gaussian false alerts 8 → 5, realistic 35 → 31, no anomaly less
 found; a drift found 5 s later at the median).
 
@@ -75,7 +76,7 @@ from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
+from fleetwatch.models.tail import StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -120,7 +121,7 @@ class PcaDetector(Detector):
         warmup: int = 50,
         min_residual_var: float = 0.05,
         max_axis_var: float | None = 0.25,
-        false_alerts_per_day: float | None = 1.0,
+        false_alerts_per_day: float | None = None,
         tail_halflife: float = 2000.0,
     ) -> None:
         if components < 1:
@@ -186,7 +187,7 @@ class PcaDetector(Detector):
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         use = complete & ~excluded
         model = self.model()
-        if model is not None and complete.any():
+        if self.false_alerts_per_day is not None and model is not None and complete.any():
             # the statistic of every complete reading against the model as it was before it
             statistic = self._statistic(matrix, complete, model)
             self.tail.observe(times[complete].astype(np.int64))
@@ -278,7 +279,7 @@ class PcaDetector(Detector):
         z = self._standardised(matrix, complete, model)
         wh = self._wilson_hilferty(z, model)
         budget = self.false_alerts_per_day
-        if budget is None or self.tail.summary.weight < MIN_HISTORY:
+        if budget is None or not self.tail.knows_excursions():
             surprise = normal_upper_surprise(wh)
         else:
             bar = self.tail.threshold(budget, 1.0, 1, ALERT_Z)

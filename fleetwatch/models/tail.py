@@ -314,6 +314,13 @@ class StreamTail:
             else:  # ended before reading ``hi``: weighed as of then
                 self.peaks[_bin(top)] += keep ** (n - 1 - hi)
 
+    def knows_excursions(self) -> bool:
+        """Whether ``MIN_PEAKS`` excursions were seen: the threshold is then where their peaks
+        pass at the budget's rate, not the body's extrapolation."""
+        if self.summary.weight < MIN_HISTORY or self.readings <= 0:
+            return False
+        return float(self.peaks[_bin(self.summary.tail().u) :].sum()) >= MIN_PEAKS
+
     def p(self, budget: float, span: float, streams: int) -> float:
         """The per-reading probability that spends ``budget`` over the day's readings, an
         excursion lasting ``span`` readings, shared by ``streams`` streams."""

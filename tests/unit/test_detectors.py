@@ -251,6 +251,35 @@ def three_metrics(n: int, seed: int) -> pd.DataFrame:
     return signals.long(frame)
 
 
+def test_pca_held_to_a_budget_judges_a_heavy_tailed_tie_by_its_own_tail() -> None:
+    rng = np.random.default_rng(21)
+    n = 6000
+    temp = 21.0 + 0.3 * rng.normal(size=n)
+    humidity = 55.0 - 2.0 * (temp - 21.0) + 0.1 * rng.standard_t(2, size=n)
+    frame = pd.DataFrame(
+        {
+            "event_ms": np.arange(n, dtype=np.int64) * 10_000,
+            "temperature": temp,
+            "humidity": humidity,
+        }
+    )
+    readings = signals.long(frame)
+    alerts = {}
+    for budget in (None, 1.0):
+        detector = PcaDetector(false_alerts_per_day=budget)
+        opened = 0
+        for lo in range(0, n, 100):
+            part = readings[
+                (readings.event_ms >= lo * 10_000) & (readings.event_ms < (lo + 100) * 10_000)
+            ]
+            if lo >= 3000:
+                opened += int(detector.score(part).alert.sum())
+            detector.learn(part)
+        alerts[budget] = opened
+    assert alerts[None] > 10, "the χ² model alerts on the tie's heavy tail"
+    assert alerts[1.0] < alerts[None] / 3, "its own tail does not"
+
+
 def test_pca_judges_the_ties_between_metrics_not_a_metric_on_its_own() -> None:
     detector = PcaDetector(halflife_hours=None).learn(three_metrics(500, seed=11))
     model = detector.model()

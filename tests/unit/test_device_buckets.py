@@ -79,9 +79,9 @@ def test_a_new_device_starts_with_the_tuning_it_is_given_and_a_known_one_keeps_i
     bucket = {"old": str(learn_device(None, frame(1, 0, 120)))}
     batches = [("old", Batch.of(frame(2, 120, 20))), ("new", Batch.of(frame(3, 0, 20)))]
     learn_bucket(bucket, batches, tuning=Tuning(false_alerts_per_day=3.0, new_normal_after_s=900))
-    assert hyper(bucket["new"], "false_alerts_per_day") == {"seasonal": 3, "level": 3, "pca": 3}
+    assert hyper(bucket["new"], "false_alerts_per_day") == {"seasonal": 3, "level": 3, "pca": None}
     assert hyper(bucket["new"], "adopt_s") == {"level": 900}
-    assert hyper(bucket["old"], "false_alerts_per_day") == {"seasonal": 1, "level": 1, "pca": 1}
+    assert hyper(bucket["old"], "false_alerts_per_day") == {"seasonal": 1, "level": 1, "pca": None}
     assert hyper(bucket["old"], "adopt_s") == {"level": 600}
 
 

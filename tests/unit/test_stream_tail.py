@@ -58,6 +58,16 @@ def test_a_long_excursion_is_one_peak_when_it_ends_and_short_ones_each_count() -
     assert tail.peaks.sum() == pytest.approx(11.0, rel=0.01)
 
 
+def test_a_tail_knows_its_excursions_once_about_twenty_have_ended() -> None:
+    tail = warm(np.tile(np.linspace(0.0, 1.0, 10), 30))
+    assert not tail.knows_excursions()
+    tail.excursions(np.where(np.arange(190) % 10 == 0, 3.0, 0.1))  # 19 ended
+    assert not tail.knows_excursions()
+    tail.excursions(np.where(np.arange(20) % 10 == 0, 3.0, 0.1))  # 21, a little decayed
+    assert tail.knows_excursions()
+    assert not StreamTail(2000.0).knows_excursions(), "nor a tail without a body"
+
+
 def test_an_excursion_across_batches_is_one_peak_with_its_maximum() -> None:
     tail = warm(np.tile(np.linspace(0.0, 1.0, 10), 30))
     tail.excursions(np.array([0.1, 5.0, 12.0]))
