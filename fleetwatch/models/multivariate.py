@@ -350,7 +350,8 @@ class PcaDetector(Detector):
             "count": self.count,
             "ref_ms": self.ref_ms,
             "grid": self.grid.state(),
-            "tail": self.tail.state(),
+            # the tail is kept only where it is used (a budget): bins of zeros otherwise
+            **({} if self.false_alerts_per_day is None else {"tail": self.tail.state()}),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
         }
 
