@@ -186,8 +186,10 @@ class PcaDetector(Detector):
         excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         use = complete & ~excluded
-        model = self.model()
-        if self.false_alerts_per_day is not None and model is not None and complete.any():
+        # the model before the batch is fitted here only for a budget's tail (else it would be
+        # fitted, then dropped as the moments move)
+        model = None if self.false_alerts_per_day is None else self.model()
+        if model is not None and complete.any():
             # the statistic of every complete reading against the model as it was before it
             statistic = self._statistic(matrix, complete, model)
             self.tail.observe(times[complete].astype(np.int64))
