@@ -349,6 +349,10 @@ def main() -> None:
     settings = settings.model_copy(update={"topics": topics, "run_dir": run_dir})
     log_path = str(run_dir / "pycalls")
     spark = build_session(settings, "anatomy")
+    from fleetwatch.streaming.scorer.job import query_confs
+
+    for key, value in query_confs(settings).items():  # as the scorer's own query starts
+        spark.conf.set(key, value)
     for kv in args.conf:
         k, v = kv.split("=", 1)
         spark.conf.set(k, v)

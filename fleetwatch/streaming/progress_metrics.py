@@ -1,9 +1,9 @@
 """Every progress report of a streaming query as Prometheus metrics ``fleetwatch_streaming_*``,
 labelled ``query`` with the job's name (``score``, ``train``).
 
-Spark reports a progress event for every micro-batch it runs (an idle trigger is a separate
-``onQueryIdle`` event since Spark 3.5), to listeners on the driver. :func:`listening`
-registers one for the life of a job; :meth:`ProgressMetrics.record` is the pure part, a
+Spark keeps a progress report of every micro-batch it runs (an idle trigger makes none since
+Spark 3.5) on the driver. :func:`following` reads each new one for the life of a job;
+:meth:`ProgressMetrics.record` is the pure part, a
 progress report (``StreamingQueryProgress.json``, parsed: the shape of ``query.lastProgress``)
 to metric updates, which the tests feed with recorded reports.
 
@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -269,45 +270,79 @@ def _epoch_s(iso: Any) -> float | None:
         return None
 
 
+POLL_S = 0.5
+"""How often :func:`following` reads a query's newest progress reports."""
+
+
+def new_reports(reports: Sequence[Any], after: int | None) -> list[tuple[int, str]]:
+    """``(batchId, JSON)`` of the reports (Spark's ``StreamingQueryProgress`` objects, oldest
+    first, as ``recentProgress`` holds them) whose batch is after ``after``, oldest first.
+    Read from the newest back, so a poll costs a call or two per new report, not one per
+    report held."""
+    found: list[tuple[int, str]] = []
+    for i in range(len(reports) - 1, -1, -1):
+        report = reports[i]
+        batch = int(report.batchId())
+        if after is not None and batch <= after:
+            break
+        found.append((batch, str(report.json())))
+    return found[::-1]
+
+
 @contextmanager
-def listening(
-    spark: SparkSession, query_name: str, handle: Callable[[dict[str, Any]], None]
+def following(
+    spark: SparkSession,
+    query_name: str,
+    handle: Callable[[dict[str, Any]], None],
+    every_s: float = POLL_S,
 ) -> Iterator[None]:
     """Hand every progress report of the query named ``query_name`` to ``handle`` (parsed
-    JSON, on the listener's thread) while the block runs. A failing ``handle`` is logged; it
-    never reaches Spark's listener bus."""
-    from pyspark.sql.streaming.listener import (
-        QueryIdleEvent,
-        QueryProgressEvent,
-        QueryStartedEvent,
-        QueryTerminatedEvent,
-        StreamingQueryListener,
-    )
+    JSON, in batch order, on a thread of the driver) while the block runs, and the last
+    ones when it ends. A failing ``handle`` is logged; it never reaches the query.
 
-    class ProgressListener(StreamingQueryListener):
-        def onQueryStarted(self, event: QueryStartedEvent) -> None:
-            return None
+    The reports are read from the query's recent progress every ``every_s``, not taken from a
+    Python ``StreamingQueryListener``: Spark calls such a listener back for every report, and
+    pyspark rebuilds the report from the JVM object field by field, each a round trip in
+    which the JVM looks classes up by name through every jar on its classpath. That was a
+    third of the scorer's JVM samples under load (``bench/pipeline/under_load.py`` with Java
+    Flight Recorder, 1,000 readings/s), competing with the micro-batches for the cores."""
+    done = threading.Event()
+    queries: dict[str, Any] = {}  # run id → the JVM's query, while it has reports to read
+    handled: dict[str, int] = {}  # run id → the last batch handed on
 
-        def onQueryProgress(self, event: QueryProgressEvent) -> None:
-            if event.progress.name != query_name:
-                return
+    def poll() -> None:
+        for query in spark.streams.active:
+            if query.name == query_name:
+                queries.setdefault(str(query.runId), query._jsq)  # the JVM object
+        for run, jquery in list(queries.items()):
+            active = bool(jquery.isActive())
+            for batch, text in new_reports(jquery.recentProgress(), handled.get(run)):
+                handled[run] = batch
+                try:
+                    handle(json.loads(text))
+                except Exception:  # metrics must never disturb the query
+                    logger.exception("could not export the progress of %s", query_name)
+            if not active:
+                del queries[run]  # its reports are all read
+
+    def loop() -> None:
+        while not done.wait(every_s):
             try:
-                handle(json.loads(event.progress.json))
-            except Exception:  # metrics must never disturb the query
-                logger.exception("could not export the progress of %s", query_name)
+                poll()
+            except Exception:  # the JVM going away under a poll, a py4j hiccup
+                logger.debug("reading the progress of %s", query_name, exc_info=True)
 
-        def onQueryIdle(self, event: QueryIdleEvent) -> None:
-            return None
-
-        def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-            return None
-
-    listener = ProgressListener()
-    spark.streams.addListener(listener)
+    thread = threading.Thread(target=loop, name=f"progress-{query_name}", daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        spark.streams.removeListener(listener)
+        done.set()
+        thread.join()
+        try:
+            poll()
+        except Exception:
+            logger.debug("reading the last progress of %s", query_name, exc_info=True)
 
 
 @contextmanager
@@ -331,7 +366,7 @@ def progress_exported(
         for handler in handlers:
             handler(report)
 
-    with listening(spark, f"fleetwatch-{job}", handle):
+    with following(spark, f"fleetwatch-{job}", handle):
         yield
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from prometheus_client import CollectorRegistry
 from fleetwatch.streaming.progress_metrics import (
     BATCH_PARTS,
     ProgressMetrics,
+    following,
+    new_reports,
     offsets_behind,
     progress_log,
     source_label,
@@ -295,3 +298,85 @@ def test_the_progress_log_keeps_every_report_as_one_json_line(tmp_path: Path) ->
         log(report)
     lines = (tmp_path / "logs" / "progress.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == reports
+
+
+class FakeReport:
+    """A JVM ``StreamingQueryProgress`` as py4j hands it: methods, not fields."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.calls = 0
+
+    def batchId(self) -> int:
+        self.calls += 1
+        return self.batch
+
+    def json(self) -> str:
+        self.calls += 1
+        return json.dumps({**REPORT, "batchId": self.batch})
+
+
+def test_new_reports_are_the_batches_after_the_last_handled_oldest_first() -> None:
+    reports = [FakeReport(b) for b in range(10, 20)]
+    assert [b for b, _ in new_reports(reports, None)] == list(range(10, 20))
+    for report in reports:
+        report.calls = 0
+    found = new_reports(reports, 16)
+    assert [b for b, _ in found] == [17, 18, 19]
+    assert json.loads(found[0][1])["batchId"] == 17
+    assert new_reports(reports, 19) == []
+    assert sum(r.calls for r in reports[:6]) == 0  # older reports are not read at all
+
+
+class FakeJavaQuery:
+    def __init__(self) -> None:
+        self.reports: list[FakeReport] = []
+        self.active = True
+
+    def isActive(self) -> bool:
+        return self.active
+
+    def recentProgress(self) -> list[FakeReport]:
+        return list(self.reports[-100:])
+
+
+class FakeQuery:
+    def __init__(self, name: str, run_id: str, jquery: FakeJavaQuery) -> None:
+        self.name, self.runId, self._jsq = name, run_id, jquery
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.queries: list[FakeQuery] = []
+
+    @property
+    def streams(self) -> FakeSession:
+        return self
+
+    @property
+    def active(self) -> list[FakeQuery]:
+        return [q for q in self.queries if q._jsq.active]
+
+
+def test_following_hands_on_each_report_of_the_named_query_once_in_order() -> None:
+    spark = FakeSession()
+    score, other = FakeJavaQuery(), FakeJavaQuery()
+    spark.queries = [FakeQuery("fleetwatch-score", "run-1", score), FakeQuery("x", "r", other)]
+    other.reports = [FakeReport(0)]
+    seen: list[int] = []
+
+    def handle(report: dict[str, Any]) -> None:
+        seen.append(report["batchId"])
+        if report["batchId"] == 3:
+            raise ValueError("a handler's failure stays in the handler")
+
+    deadline = time.monotonic() + 10
+    with following(spark, "fleetwatch-score", handle, every_s=0.01):  # type: ignore[arg-type]
+        for batch in range(150):  # more than the query holds at once, between two polls too
+            score.reports.append(FakeReport(batch))
+            if batch % 40 == 0:
+                while len(seen) < batch + 1 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        score.reports.append(FakeReport(150))
+        score.active = False  # ends within the block: its last report is still handed on
+    assert seen == list(range(151))
