@@ -332,7 +332,7 @@ def following(
             except Exception:  # the JVM going away under a poll, a py4j hiccup
                 logger.debug("reading the progress of %s", query_name, exc_info=True)
 
-    thread = threading.Thread(target=loop, name=f"progress-{query_name}", daemon=True)
+    thread = threading.Thread(target=loop, name=f"progress-{query_name}")
     thread.start()
     try:
         yield
