@@ -28,7 +28,7 @@ from fleetwatch.stack.processes import ManagedProcess
 from fleetwatch.stack.topics import ensure_topics
 from tests.integration.conftest import free_port
 from tests.unit.deploy_support import compose_env, deployed_kafka
-from tests.unit.test_deploy_files import COMPOSE_KAFKA_LOGIN
+from tests.unit.test_deploy_brokers import COMPOSE_KAFKA_LOGIN
 
 PROBE = Path(__file__).with_name("KafkaLoginProbe.java")
 

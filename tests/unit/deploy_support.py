@@ -344,3 +344,18 @@ def deployed_kafka(env: dict[str, str], workdir: Path) -> KafkaBrokerFiles:
     return KafkaBrokerFiles(
         written | kafka_image_properties(env), read_properties(probe.read_text()), probe
     )
+
+
+def metrics_ports() -> dict[str, int]:
+    """Where each scraped compose service serves its metrics, from its own configuration."""
+    kafka_opts = compose()["services"]["kafka"]["environment"]["KAFKA_OPTS"]
+    agent = re.search(r"jmx_prometheus_javaagent\.jar=(\d+):", kafka_opts)
+    assert agent
+    return {
+        "api": int(compose_env("api")["FLEETWATCH_API__PORT"]),
+        "api-replicas": int(compose_env("api-replicas")["FLEETWATCH_API__PORT"]),
+        "gateway": int(compose_env("gateway")["FLEETWATCH_GATEWAY__METRICS_PORT"]),
+        "scorer": int(compose_env("scorer")["FLEETWATCH_SCORE__METRICS_PORT"]),
+        "trainer": int(compose_env("trainer")["FLEETWATCH_TRAIN__METRICS_PORT"]),
+        "kafka": int(agent.group(1)),
+    }

@@ -1,0 +1,448 @@
+"""The brokers as deployed (compose and Kubernetes) against the local stack's and against the
+code: Mosquitto's queues, sessions and TLS-only listeners, Kafka's SASL logins (each broker
+started for real on the deployed configuration where a JVM is at hand), the secrets no file
+writes, the broker image's property names and the topics' settings. Nothing is built."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.kafka_config import client_config, spark_options
+from fleetwatch.stack.kafka import KafkaBroker
+from fleetwatch.stack.mosquitto import MosquittoBroker
+from tests.unit.deploy_support import (
+    DEPLOY,
+    KAFKA_IMAGE_EXCLUDES,
+    KAFKA_START,
+    STAGES,
+    compose,
+    compose_env,
+    container_env,
+    deployed_kafka,
+    fleetwatch_containers,
+    fleetwatch_services,
+    image_env,
+    k8s_config,
+    k8s_documents,
+    k8s_workload,
+    kafka_image_properties,
+    kafka_property_name,
+    pod_specs,
+    settings_from,
+)
+
+
+def _mosquitto_settings(text: str) -> dict[str, str]:
+    keep = (
+        "persistence ",
+        "autosave_interval",
+        "max_queued_messages",
+        "max_queued_bytes",
+        "max_inflight_messages",
+        "persistent_client_expiration",
+    )
+    lines = [line for line in text.splitlines() if line.startswith(keep)]
+    return dict(line.split(" ", 1) for line in lines)
+
+
+def test_the_deployed_mosquitto_queues_and_keeps_sessions_as_the_local_stack_s(
+    tmp_path: Path,
+) -> None:
+    deployed = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+    local = MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
+    assert _mosquitto_settings(deployed) == _mosquitto_settings(local)
+    assert len(_mosquitto_settings(deployed)) == 6
+    assert "allow_anonymous false" in deployed
+    # the files the configuration names are where compose mounts them
+    mounts = {
+        (v["target"] if isinstance(v, dict) else v.split(":")[1])
+        for v in compose()["services"]["mosquitto"]["volumes"]
+    }
+    for setting in ("password_file", "acl_file"):
+        for path in re.findall(rf"^{setting} (\S+)$", deployed, re.MULTILINE):
+            assert path in mounts, path
+    for setting in ("certfile", "keyfile"):
+        for path in re.findall(rf"^{setting} (\S+)$", deployed, re.MULTILINE):
+            assert any(Path(path).is_relative_to(m) for m in mounts), path
+
+
+def mosquitto_listeners(text: str) -> dict[int, dict[str, str]]:
+    """Each listener of a Mosquitto configuration (``per_listener_settings``): its port → its
+    bind address (``bind``, "" for every interface) and the settings between it and the next."""
+    own = ("certfile", "keyfile", "cafile", "allow_anonymous", "password_file", "acl_file")
+    out: dict[int, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "listener":
+            port, *bind = value.split()
+            current = out.setdefault(int(port), {"bind": bind[0] if bind else ""})
+        elif current is not None and key in own:
+            current[key] = value
+    return out
+
+
+def mounted_secret_files(
+    pod: dict[str, Any], container: dict[str, Any]
+) -> dict[str, tuple[str, str]]:
+    """A container's files from Secrets: path → (Secret, key), for volumes that list items."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    out = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        for item in (secret or {}).get("items", []):
+            path = f"{mount['mountPath']}/{item['path']}"
+            out[path] = (secret["secretName"], item["key"])
+    return out
+
+
+def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    listeners = mosquitto_listeners((DEPLOY / "mosquitto" / "mosquitto.conf").read_text())
+    reachable = {port: opts for port, opts in listeners.items() if opts["bind"] != "127.0.0.1"}
+    assert list(reachable) == [8883]  # besides it, only the loopback health-check listener
+    tls = reachable[8883]
+    assert tls["certfile"] == "/mosquitto/certs/tls.crt"
+    assert tls["keyfile"] == "/mosquitto/certs/tls.key"
+    assert tls["allow_anonymous"] == "false"
+
+    # compose: only the TLS port is published; the gateway connects to it over TLS, verifying
+    # the broker with the CA of the folder the broker's certificate comes from
+    mosquitto = compose()["services"]["mosquitto"]
+    assert mosquitto["ports"] == ["8883:8883"]
+    broker_mounts = {v["target"]: v["source"] for v in mosquitto["volumes"] if isinstance(v, dict)}
+    assert broker_mounts["/mosquitto/certs"] == "./mosquitto/certs"
+    env = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
+    gateway = settings_from(env | compose_env("gateway"), monkeypatch, tmp_path).mqtt
+    assert (gateway.host, gateway.port, gateway.tls) == ("mosquitto", 8883, True)
+    gateway_volumes = compose()["services"]["gateway"]["volumes"]
+    gateway_mounts = {v["target"]: v["source"] for v in gateway_volumes if isinstance(v, dict)}
+    assert gateway_mounts[str(gateway.ca_file)] == "./mosquitto/certs/ca.crt"
+
+    # Kubernetes: the Service's port is the TLS listener's; the broker's certificate and key
+    # and the gateway's CA come from the one Secret
+    service = k8s_workload("Service", "mosquitto")
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(8883, "mqtts")]
+    broker_pod = k8s_workload("Deployment", "mosquitto")["spec"]["template"]["spec"]
+    (broker,) = broker_pod["containers"]
+    assert {p["name"]: p["containerPort"] for p in broker["ports"]} == {"mqtts": 8883}
+    files = mounted_secret_files(broker_pod, broker)
+    assert files[tls["certfile"]] == ("mosquitto-tls", "tls.crt")
+    assert files[tls["keyfile"]] == ("mosquitto-tls", "tls.key")
+    secret = k8s_workload("Secret", "mosquitto-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["stringData"]) == {"tls.crt", "tls.key", "ca.crt"}
+    gateway_pod = k8s_workload("StatefulSet", "gateway")["spec"]["template"]["spec"]
+    (container,) = gateway_pod["containers"]
+    k8s = settings_from(container_env(container, k8s_config()), monkeypatch, tmp_path).mqtt
+    assert (k8s.host, k8s.port, k8s.tls) == (service["metadata"]["name"], 8883, True)
+    ca = mounted_secret_files(gateway_pod, container)[str(k8s.ca_file)]
+    assert ca == ("mosquitto-tls", "ca.crt")
+
+
+COMPOSE_KAFKA_LOGIN = {"KAFKA_SASL_PASSWORD": "client-pw.1", "KAFKA_BROKER_PASSWORD": "broker-pw_2"}
+"""deploy/.env's Kafka passwords, as a test gives them (.env.example's are placeholders)."""
+
+K8S_SECRETS = {
+    "kafka-sasl-password": "client-pw.1",
+    "kafka-broker-password": "broker-pw_2",
+}
+"""fleetwatch-secrets' Kafka passwords, as a test gives them."""
+
+KAFKA_SECURITY = (
+    "FLEETWATCH_KAFKA__SECURITY_PROTOCOL",
+    "FLEETWATCH_KAFKA__SASL_MECHANISM",
+    "FLEETWATCH_KAFKA__SASL_USERNAME",
+    "FLEETWATCH_KAFKA__SASL_PASSWORD",
+)
+
+
+def kafka_clients_in_compose() -> list[str]:
+    """The compose services that are Kafka clients: every one with a Kafka setting."""
+    return sorted(
+        name
+        for name, service in fleetwatch_services().items()
+        if any(k.startswith("FLEETWATCH_KAFKA__") for k in service.get("environment", {}))
+    )
+
+
+def test_every_fleetwatch_service_logs_in_to_the_compose_kafka_and_to_a_cluster_of_your_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert set(kafka_clients_in_compose()) == {*STAGES, "topics", "api-replicas"}
+    image = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
+    broker = compose_env("kafka", COMPOSE_KAFKA_LOGIN)
+    for service in kafka_clients_in_compose():
+        raw = compose()["services"][service]["environment"]
+        assert set(KAFKA_SECURITY) <= set(raw), service
+        shipped = settings_from(
+            image | compose_env(service, COMPOSE_KAFKA_LOGIN), monkeypatch, tmp_path
+        ).kafka
+        assert (shipped.security_protocol, shipped.sasl_mechanism) == ("SASL_PLAINTEXT", "PLAIN")
+        config = client_config(shipped)
+        assert config["sasl.username"] == broker["CLIENT_SASL_USERNAME"] == "fleetwatch"
+        assert config["sasl.password"] == broker["CLIENT_SASL_PASSWORD"] == "client-pw.1"
+        jaas = spark_options(shipped)["kafka.sasl.jaas.config"]
+        assert 'username="fleetwatch" password="client-pw.1"' in jaas, service
+
+    own_cluster = {
+        "KAFKA_BOOTSTRAP_SERVERS": "kafka-1.example.com:9096",
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+        "KAFKA_SASL_USERNAME": "fleetwatch",
+        "KAFKA_SASL_PASSWORD": "s3cret",
+    }
+    example = (DEPLOY / ".env.example").read_text()
+    for name in own_cluster:
+        assert re.search(rf"^#? ?{name}=", example, re.MULTILINE), name
+    for service in kafka_clients_in_compose():
+        own = settings_from(image | compose_env(service, own_cluster), monkeypatch, tmp_path)
+        config = client_config(own.kafka)
+        assert config["bootstrap.servers"] == "kafka-1.example.com:9096", service
+        assert config["security.protocol"] == "SASL_SSL", service
+        assert config["sasl.mechanisms"] == "SCRAM-SHA-256", service
+        assert (config["sasl.username"], config["sasl.password"]) == ("fleetwatch", "s3cret")
+
+
+def kafka_clients_in_kubernetes() -> dict[str, dict[str, Any]]:
+    """The containers that are Kafka clients: every one that reads fleetwatch-config."""
+    return {name: c for name, c in fleetwatch_containers() if c.get("envFrom")}
+
+
+def test_every_fleetwatch_container_logs_in_to_kafka_with_the_secret_s_password(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clients = kafka_clients_in_kubernetes()
+    assert set(clients) == {
+        "StatefulSet/gateway",
+        "Deployment/api-webhooks",
+        "Deployment/api",
+        "Job/topics",
+        "Pod/Pod",  # the Spark driver's template (its executors get the login from the driver)
+    }
+    broker = {e["name"]: e for e in k8s_kafka_container()["env"]}
+    client_password = broker["CLIENT_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    client_username = broker["CLIENT_SASL_USERNAME"]["valueFrom"]["configMapKeyRef"]
+    assert client_username == {"name": "fleetwatch-config", "key": KAFKA_SECURITY[2]}
+    for name, container in clients.items():
+        env = container_env(container, k8s_config())
+        assert set(KAFKA_SECURITY) <= set(env), name
+        (password,) = [e for e in container["env"] if e["name"] == KAFKA_SECURITY[3]]
+        assert password["valueFrom"]["secretKeyRef"] == client_password, name
+        kafka = settings_from(env, monkeypatch, tmp_path).kafka
+        assert (kafka.security_protocol, kafka.sasl_mechanism) == ("SASL_PLAINTEXT", "PLAIN")
+        assert kafka.sasl_username == k8s_config()[client_username["key"]], name
+
+
+def test_no_secret_is_written_into_compose_or_the_manifests() -> None:
+    secretive = re.compile(r"PASSWORD|SECRET|DATABASE_URL|STORE_URI")
+    for name, service in compose()["services"].items():
+        for variable, value in service.get("environment", {}).items():
+            if secretive.search(variable):
+                assert re.search(r"\$\{\w+:\?", str(value)), (name, variable)
+    for doc in k8s_documents():
+        if doc["kind"] == "ConfigMap":
+            assert not [k for k in doc["data"] if secretive.search(k)], doc["metadata"]["name"]
+        for _, containers in pod_specs(doc):
+            for container in containers:
+                for variable in container.get("env", []):
+                    if not secretive.search(variable["name"]):
+                        continue
+                    if "value" in variable:  # made of secrets, e.g. a database URL
+                        assert re.search(r"\$\(\w*PASSWORD\)", variable["value"]), variable
+                    else:
+                        assert variable["valueFrom"]["secretKeyRef"]["name"] == (
+                            "fleetwatch-secrets"
+                        ), variable
+
+
+def k8s_kafka_container() -> dict[str, Any]:
+    (container,) = k8s_workload("StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"]
+    found: dict[str, Any] = container
+    return found
+
+
+def k8s_kafka_env(secrets: dict[str, str]) -> dict[str, str]:
+    """The broker container's environment as Kubernetes makes it, with ``secrets``' values."""
+    env: dict[str, str] = {}
+    config_maps = {
+        d["metadata"]["name"]: d["data"] for d in k8s_documents() if d["kind"] == "ConfigMap"
+    }
+    for variable in k8s_kafka_container()["env"]:
+        if "value" in variable:
+            env[variable["name"]] = re.sub(
+                r"\$\((\w+)\)", lambda m: env[m.group(1)], variable["value"]
+            )
+            continue
+        source = variable["valueFrom"]
+        if "secretKeyRef" in source:
+            assert source["secretKeyRef"]["name"] == "fleetwatch-secrets"
+            env[variable["name"]] = secrets[source["secretKeyRef"]["key"]]
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            env[variable["name"]] = config_maps[ref["name"]][ref["key"]]
+        else:
+            assert source["fieldRef"]["fieldPath"] == "metadata.name"
+            env[variable["name"]] = "kafka-0"
+    return env
+
+
+def listeners(value: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,…`` → name → (host, port)."""
+    out = {}
+    for item in value.split(","):
+        name, _, address = item.partition("://")
+        host, _, port = address.rpartition(":")
+        out[name] = (host, int(port))
+    return out
+
+
+def check_the_broker_requires_a_login(
+    env: dict[str, str], probe: str, client_username: str, client_password: str, workdir: Path
+) -> None:
+    """The broker a container with ``env`` runs accepts clients only with a SASL login, the
+    fleetwatch processes' account among its accounts, and ``probe`` (its health check's
+    command) logs in as the broker's own account."""
+    kept_out = [
+        name
+        for name, value in env.items()
+        if name.startswith("KAFKA") and name not in KAFKA_IMAGE_EXCLUDES and "=" in value
+    ]
+    assert kept_out == []  # the image would leave them out of the broker's properties
+    assert not [n for n in env if n.startswith("FLEETWATCH_")]  # and it is not a fleetwatch one
+    broker = deployed_kafka(env, workdir)
+    props = broker.server
+    protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+    bound = listeners(props["listeners"])
+    (controller,) = props["controller.listener.names"].split(",")
+    assert protocols.pop(controller) == "PLAINTEXT"
+    assert bound.pop(controller)[0] == "127.0.0.1"  # only this process reaches it
+    assert props["controller.quorum.voters"].split("@")[1] == "127.0.0.1:{}".format(
+        listeners(props["listeners"])[controller][1]
+    )
+    assert set(protocols) == set(bound) == set(listeners(props["advertised.listeners"]))
+    assert set(protocols.values()) == {"SASL_PLAINTEXT"}
+    assert props["inter.broker.listener.name"] in protocols
+    assert props["sasl.enabled.mechanisms"] == "PLAIN"
+    assert props["sasl.mechanism.inter.broker.protocol"] == "PLAIN"
+    broker_password = env["BROKER_SASL_PASSWORD"]
+    for listener in protocols:
+        jaas = props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"]
+        assert jaas.startswith("org.apache.kafka.common.security.plain.PlainLoginModule required")
+        assert f'username="broker" password="{broker_password}"' in jaas
+        assert f'user_broker="{broker_password}"' in jaas
+        assert f'user_{client_username}="{client_password}"' in jaas
+        assert jaas.endswith(";")
+    assert broker.probe["security.protocol"] == "SASL_PLAINTEXT"
+    assert broker.probe["sasl.mechanism"] == "PLAIN"
+    assert f'username="broker" password="{broker_password}";' in broker.probe["sasl.jaas.config"]
+    # the probe reads the file where start.sh writes it in the container
+    written_to = re.search(r"SASL_CONFIG_DIR:-(\S+)\}", KAFKA_START.read_text())
+    assert written_to
+    command = shlex.split(probe)
+    login = command[command.index("--command-config") + 1]
+    assert login == f"{written_to.group(1)}/probe.properties"
+    assert "kafka-broker-api-versions.sh" in probe
+
+
+def test_the_compose_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
+    kafka = compose()["services"]["kafka"]
+    assert kafka["command"] == ["bash", "/etc/kafka/sasl/start.sh", "/etc/kafka/docker/run"]
+    assert "./kafka/start.sh:/etc/kafka/sasl/start.sh:ro" in kafka["volumes"]
+    env = compose_env("kafka", COMPOSE_KAFKA_LOGIN)
+    client = compose_env("gateway", COMPOSE_KAFKA_LOGIN)
+    check_the_broker_requires_a_login(
+        env,
+        kafka["healthcheck"]["test"][1],
+        client["FLEETWATCH_KAFKA__SASL_USERNAME"],
+        client["FLEETWATCH_KAFKA__SASL_PASSWORD"],
+        tmp_path,
+    )
+
+
+def test_the_kubernetes_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
+    container = k8s_kafka_container()
+    assert container["command"] == ["bash", "/etc/kafka/sasl/start.sh", "/etc/kafka/docker/run"]
+    pod = k8s_workload("StatefulSet", "kafka")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    start = volumes[mounts["/etc/kafka/sasl"]]["configMap"]
+    assert start["name"] == "kafka-config"
+    assert start["items"] == [{"key": "start.sh", "path": "start.sh"}]
+    assert volumes[mounts["/mnt/shared/config"]]["emptyDir"]["medium"] == "Memory"
+    probe = container["readinessProbe"]["exec"]["command"]
+    check_the_broker_requires_a_login(
+        k8s_kafka_env(K8S_SECRETS),
+        probe[2],
+        k8s_config()["FLEETWATCH_KAFKA__SASL_USERNAME"],
+        K8S_SECRETS["kafka-sasl-password"],
+        tmp_path,
+    )
+    # only the client listener is a Service's port
+    for name in ("kafka", "kafka-headless"):
+        ports = {p["port"] for p in k8s_workload("Service", name)["spec"]["ports"]}
+        assert 9093 not in ports, name
+
+
+@pytest.mark.parametrize("password", ['with"quote', "with space", "with=equals", ""])
+def test_the_broker_s_start_refuses_a_password_it_could_not_write_as_it_is(
+    password: str, tmp_path: Path
+) -> None:
+    env = compose_env("kafka", COMPOSE_KAFKA_LOGIN) | {"CLIENT_SASL_PASSWORD": password}
+    result = subprocess.run(
+        ["bash", str(KAFKA_START), "true"],
+        env={"PATH": os.environ["PATH"], **env, "SASL_CONFIG_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "CLIENT_SASL_PASSWORD" in result.stderr
+    assert not (tmp_path / "server.properties").exists()
+
+
+def test_the_image_s_variable_names_become_the_broker_s_property_names() -> None:
+    """The image's renaming rule, on the names the deploy files use and on its own examples."""
+    assert kafka_property_name("KAFKA_SASL_ENABLED_MECHANISMS") == "sasl.enabled.mechanisms"
+    assert (
+        kafka_property_name("KAFKA_SASL_MECHANISM_INTER_BROKER_PROTOCOL")
+        == "sasl.mechanism.inter.broker.protocol"
+    )
+    assert (
+        kafka_property_name("KAFKA_LISTENER_NAME_SASL__SSL_SCRAM___SHA___256_SASL_JAAS_CONFIG")
+        == "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config"
+    )
+    assert kafka_image_properties(
+        {"KAFKA_OPTS": "-Dx", "KAFKA_A_B": "a=b", "CLUSTER_ID": "x", "KAFKA_NODE_ID": "1"}
+    ) == {"node.id": "1"}
+
+
+def test_the_deployed_kafka_cleans_and_creates_topics_as_the_local_stack_s(
+    tmp_path: Path,
+) -> None:
+    local = dict(
+        line.split("=", 1)
+        for line in KafkaBroker(Settings(run_dir=tmp_path)).render_config().splitlines()
+        if "=" in line
+    )
+    wanted = ("auto.create.topics.enable", "log.cleaner.min.compaction.lag.ms")
+    compose_env_ = compose()["services"]["kafka"]["environment"]
+    k8s_env = {
+        e["name"]: e.get("value")
+        for e in k8s_workload("StatefulSet", "kafka")["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    for prop in wanted:
+        variable = "KAFKA_" + prop.upper().replace(".", "_")
+        assert compose_env_[variable] == local[prop], prop
+        assert k8s_env[variable] == local[prop], prop
