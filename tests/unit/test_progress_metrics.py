@@ -13,8 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from fleetwatch.streaming.progress_metrics import (
     source_label,
 )
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics
+from tests.polling import wait_until
 
 REPORT: dict[str, Any] = {
     "id": "41008d45-17a3-4cd1-9a81-148b28c1c439",
@@ -370,13 +371,14 @@ def test_following_hands_on_each_report_of_the_named_query_once_in_order() -> No
         if report["batchId"] == 3:
             raise ValueError("a handler's failure stays in the handler")
 
-    deadline = time.monotonic() + 10
+    def handed_on(batch: int) -> bool:
+        return len(seen) > batch
+
     with following(spark, "fleetwatch-score", handle, every_s=0.01):  # type: ignore[arg-type]
         for batch in range(150):  # more than the query holds at once, between two polls too
             score.reports.append(FakeReport(batch))
-            if batch % 40 == 0:
-                while len(seen) < batch + 1 and time.monotonic() < deadline:
-                    time.sleep(0.01)
+            if batch % 40 == 0:  # at most 40 unread, fewer than the query keeps
+                wait_until(partial(handed_on, batch), 10, f"report {batch}", interval_s=0.01)
         score.reports.append(FakeReport(150))
         score.active = False  # ends within the block: its last report is still handed on
     assert seen == list(range(151))
