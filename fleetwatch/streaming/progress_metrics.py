@@ -329,8 +329,8 @@ def following(
         while not done.wait(every_s):
             try:
                 poll()
-            except Exception:  # the JVM going away under a poll, a py4j hiccup
-                logger.debug("reading the progress of %s", query_name, exc_info=True)
+            except Exception:  # a py4j failure: the next poll reads what this one missed
+                logger.warning("could not read the progress of %s", query_name, exc_info=True)
 
     thread = threading.Thread(target=loop, name=f"progress-{query_name}")
     thread.start()
