@@ -77,14 +77,19 @@ class FakeQuery:
 
 
 class FakeStreams:
+    """No query is running; counts the times the progress reader asked."""
+
     def __init__(self) -> None:
-        self.listeners: list[object] = []
+        self.asked = 0
 
-    def addListener(self, listener: object) -> None:
-        self.listeners.append(listener)
+    @property
+    def active(self) -> list[object]:
+        self.asked += 1
+        return []
 
-    def removeListener(self, listener: object) -> None:
-        self.listeners.remove(listener)
+
+def progress_readers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("progress-")]
 
 
 class FakeSpark:
@@ -110,7 +115,7 @@ def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
     ) -> Training:
         during["observer"] = observer
         during["on_failed"] = on_failed
-        during["listeners"] = list(spark.streams.listeners)
+        during["readers"] = progress_readers()
         try:
             during["served"] = scrape(port)
             on_failed(2)  # two devices of a batch failed to learn
@@ -126,19 +131,21 @@ def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
     inner = Recorder()
     job.run(settings, stop, inner, backfill)
     assert spark.stopped
-    assert spark.streams.listeners == [], "the listener goes with the run"
+    assert progress_readers() == [], "the progress reader goes with the run"
     assert inner.calls == [("stop",)]
     if backfill is None:
         assert isinstance(during["observer"], MeteredObserver)
         assert during["observer"].inner is inner
-        assert len(during["listeners"]) == 1
+        assert during["readers"] == ["progress-fleetwatch-train"]
+        assert spark.streams.asked >= 1  # at least its last read, as the run ends
         assert "fleetwatch_train_params_published_total 0.0" in during["served"]
         assert "fleetwatch_train_device_failures_total 0.0" in during["served"]
         assert "fleetwatch_train_device_failures_total 2.0" in during["after_failures"]
     else:
         assert during["observer"] is inner
         assert during["on_failed"] is None
-        assert during["listeners"] == []
+        assert during["readers"] == []
+        assert spark.streams.asked == 0
         assert during["served"] is None
     with pytest.raises(OSError, match="refused"):
         scrape(port)
