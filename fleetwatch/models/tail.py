@@ -339,13 +339,13 @@ class StreamTail:
 
     def _threshold(self, budget: float, span: float, streams: int, floor: float) -> float:
         summary = self.summary
-        if summary.weight < MIN_HISTORY:
-            return floor
+        if not self.knows_excursions():
+            if summary.weight < MIN_HISTORY:
+                return floor
+            return summary.threshold(self.p(budget, span, streams), floor)
         u = summary.tail().u
         k = _bin(u)
         seen = float(self.peaks[k:].sum())
-        if seen < MIN_PEAKS or self.readings <= 0:
-            return summary.threshold(self.p(budget, span, streams), floor)
         rate = seen / self.readings
         allowed = budget / (self._per_day() * max(streams, 1))
         if allowed >= rate:
