@@ -26,7 +26,10 @@ hyperparameters) instead of the default one, to compare candidates on the same f
     python bench/quality/realdata.py --skab DIR [--limit N] [--train-rows 400] [--chunk-rows 50]
         [--detectors KINDS]
 
-Last line: {"outlier_f1", "far_pct", "mar_pct", "nab_standard", "nab_low_fp", "nab_low_fn",
+Last line: {"outlier_f1", "far_pct", "mar_pct", "far_overrun_pct", "far_early_pct",
+"far_apart_pct" (``far_pct`` split by where the false rows lie: in an alert that outlasted its
+fault, within the window before a fault, apart from any; :mod:`fleetwatch.evaluation.false_rows`),
+"nab_standard", "nab_low_fp", "nab_low_fn",
 "nab_standard_openings", "nab_low_fp_openings", "nab_low_fn_openings", "nab_standard_rows",
 "episodes", "anomalies", "episodes_per_anomaly", "score_ap" (average precision of
 ``anomaly_score`` against the row labels, pooled over the scored rows: whether the score ranks),
@@ -144,6 +147,7 @@ def figures(tally: SkabTally) -> dict[str, Any]:
         "outlier_f1": _r(c.f1, 3),
         "far_pct": _r(c.far_pct),
         "mar_pct": _r(c.mar_pct),
+        **_false_places(tally),
         "nab_standard": _r(tally.changes_nab.score(STANDARD)),
         "nab_low_fp": _r(tally.changes_nab.score(LOW_FP)),
         "nab_low_fn": _r(tally.changes_nab.score(LOW_FN)),
@@ -162,11 +166,22 @@ def figures(tally: SkabTally) -> dict[str, Any]:
     }
 
 
+def _false_places(tally: SkabTally) -> dict[str, float | None]:
+    """``far_pct`` split by where its rows lie (:mod:`fleetwatch.evaluation.false_rows`)."""
+    c, f = tally.confusion, tally.false_rows
+    normal = c.fp + c.tn
+    return {
+        f"far_{place}_pct": _r(100 * n / normal if normal else np.nan)
+        for place, n in (("overrun", f.overrun), ("early", f.early), ("apart", f.apart))
+    }
+
+
 def line(name: str, tally: SkabTally) -> str:
     f = figures(tally)
     return (
         f"{name:<8} {tally.files:>2} files {tally.rows:>6} rows  F1 {f['outlier_f1']}  "
-        f"FAR {f['far_pct']} %  MAR {f['mar_pct']} %  NAB std/lowFP/lowFN "
+        f"FAR {f['far_pct']} % (overrun {f['far_overrun_pct']}, early {f['far_early_pct']}, "
+        f"apart {f['far_apart_pct']})  MAR {f['mar_pct']} %  NAB std/lowFP/lowFN "
         f"{f['nab_standard']} / {f['nab_low_fp']} / {f['nab_low_fn']} "
         f"(openings {f['nab_standard_openings']}, rows {f['nab_standard_rows']})  "
         f"windows {f['windows_detected']}/{f['windows']}  episodes {tally.episodes} "

@@ -14,6 +14,9 @@ The changepoint protocol is scored three ways, by what counts as a detection:
   windows is a false positive);
 - ``changes``: every change of the flag, as SKAB's notebooks derive changepoints from an outlier
   prediction (run starts and ends).
+
+The false-alarm rows are also counted by where they lie (:mod:`false_rows`: after a fault, in the
+same alert; within the window before one; apart from any), with the changepoint window.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy.typing as npt
 from fleetwatch.evaluation.changepoints import SKAB_WINDOW_MS, NabTally, nab_tally
 from fleetwatch.evaluation.detections import changes, run_starts, runs
 from fleetwatch.evaluation.errors import EvaluationError
+from fleetwatch.evaluation.false_rows import FalseRows, false_rows
 from fleetwatch.evaluation.outliers import Confusion, binary, confusion
 
 SKAB_TRAIN_ROWS = 400
@@ -46,6 +50,7 @@ class SkabTally:
     """Runs of flagged rows among the scored rows."""
     anomalies: int = 0
     """Runs of anomalous rows among the scored rows."""
+    false_rows: FalseRows = field(default_factory=FalseRows)
 
     def __add__(self, other: SkabTally) -> SkabTally:
         return SkabTally(
@@ -57,6 +62,7 @@ class SkabTally:
             self.changes_nab + other.changes_nab,
             self.episodes + other.episodes,
             self.anomalies + other.anomalies,
+            self.false_rows + other.false_rows,
         )
 
 
@@ -99,4 +105,5 @@ def score_file(
         changes_nab=nab_tally(times[points], times[changes(flagged)], window_ms),
         episodes=int(starts.sum()),
         anomalies=runs(truth),
+        false_rows=false_rows(times, truth, flagged, window_ms),
     )

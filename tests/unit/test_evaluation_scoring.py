@@ -22,6 +22,7 @@ from fleetwatch.evaluation.changepoints import (
 )
 from fleetwatch.evaluation.detections import changes, run_starts, runs
 from fleetwatch.evaluation.errors import EvaluationError
+from fleetwatch.evaluation.false_rows import FalseRows, false_rows
 from fleetwatch.evaluation.outliers import Confusion, confusion
 from fleetwatch.evaluation.skab import score_file
 from fleetwatch.models.errors import UnknownDetector
@@ -216,6 +217,28 @@ def test_a_hand_labelled_file_through_the_bench_scoring(
     assert figures["nab_standard"] == pytest.approx(tally.changes_nab.score(STANDARD), abs=0.005)
     assert figures["nab_low_fp"] == pytest.approx(tally.changes_nab.score(LOW_FP), abs=0.005)
     assert figures["windows_detected"] == tally.changes_nab.detected == 1
+    # the false rows 2 and 3 are 50 and 60 s before the fault (within the 60 s window), 17 apart
+    assert tally.false_rows == FalseRows(overrun=0, early=2, apart=1)
+    assert figures["far_early_pct"] == pytest.approx(14.29)  # 2 of 14
+    assert figures["far_apart_pct"] == pytest.approx(7.14)
+    assert figures["far_overrun_pct"] == 0.0
+
+
+def test_false_rows_are_told_apart_by_where_they_lie() -> None:
+    # rows 10 s apart, a 25 s window; faults in rows 5-7 and 14-15; flagged: 1 (apart: 40 s
+    # before the first fault), 3-9 (3, 4: early; 8, 9: the alert outlasts the fault), 11 (apart:
+    # a new run after the fault, 30 s before the next), 13-16 (13 early, 16 overrun)
+    times = np.arange(18, dtype=np.int64) * 10 * S
+    truth = np.zeros(18, bool)
+    truth[[5, 6, 7, 14, 15]] = True
+    flagged = np.zeros(18, bool)
+    flagged[[1, 3, 4, 5, 6, 7, 8, 9, 11, 13, 14, 15, 16]] = True
+    found = false_rows(times, truth, flagged, 25 * S)
+    assert found == FalseRows(overrun=3, early=3, apart=2)
+    assert found.total == int((flagged & ~truth).sum())
+    assert false_rows(times, truth, truth, 25 * S) == FalseRows(), "no false row, nothing"
+    assert false_rows(times, truth, flagged, 30 * S) == FalseRows(3, 4, 1), "11 is 30 s early"
+    assert found + found == FalseRows(6, 6, 4)
 
 
 def test_skab_split_scores_from_the_given_row_and_a_run_under_way_counts_there(
