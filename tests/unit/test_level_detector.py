@@ -1,8 +1,8 @@
 """The level-shift detector and the stream tail it calibrates with: what they promise beyond the
 check suite (test_detector_checks; its tail's own in test_stream_tail): a budget that
-moves them, one alert for a wobbling shift, adoption of a lasting step (after ``adopt_s``, and
-30 readings at least), and state
-that survives a round trip."""
+moves them, one alert for a wobbling shift, an alert that ends with its fault (its release),
+adoption of a lasting step (after ``adopt_s``, and 30 readings at least), and state that
+survives a round trip."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from fleetwatch.models import params
+from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.level import LevelShiftDetector, moving_average
 from fleetwatch.models.registry import load_params
@@ -102,6 +103,71 @@ def test_a_slowly_read_metric_adopts_a_step_once_its_average_has_reached_it() ->
     np.testing.assert_allclose(expected, 9.0, atol=0.15)
 
 
+def after_a_fault(seed: int = 7) -> np.ndarray:
+    """Readings of sd 1: a fault of 12 from 2000 to 2300, then a lasting step of 1.7: with the
+    threshold at ``min_z`` 10 (a floor, so that the test is about the release), the step's
+    ``|z|`` of about 7.4 lies between the hysteresis' 5 and the threshold."""
+    rng = np.random.default_rng(seed)
+    values = rng.normal(10.0, 1.0, 2500)
+    values[2000:2300] += 12.0
+    values[2300:] += 1.7
+    return values
+
+
+def test_an_alert_ends_with_its_fault_though_the_level_stays_a_little_off() -> None:
+    released = fed(LevelShiftDetector(min_z=10.0), after_a_fault())
+    held = fed(LevelShiftDetector(min_z=10.0, release=None), after_a_fault())
+    assert released[2010:2300].all(), "the fault alerts throughout"
+    assert held[2010:2300].all()
+    assert held[2340:].all(), "hysteresis alone holds on to the partial return"
+    # the average's lag, then the hold of 1 / lam readings: the alert ends within 40 readings
+    assert not released[2340:].any(), "released once the fault is over"
+    runs = np.flatnonzero(np.diff(released[1900:].astype(int)) == 1)
+    assert runs.size == 1, "one alert"
+
+
+def scored_in(detector: LevelShiftDetector, frame: pd.DataFrame, size: int) -> np.ndarray:
+    """Alerts of ``frame`` scored as the scorer does, in batches of ``size`` carried over by its
+    memory."""
+    memory = ScoringMemory()
+    out = []
+    for lo in range(0, len(frame), size):
+        part = frame.iloc[lo : lo + size]
+        detector.resume(memory)
+        out.append(detector.score(part).alert)
+        detector.remember(part, memory)
+    return np.concatenate(out)
+
+
+def test_a_release_under_way_carries_over_from_one_batch_to_the_next() -> None:
+    values = after_a_fault()
+    detector = LevelShiftDetector(min_z=10.0)
+    fed(detector, values[:2310])  # the fault's alert under way
+    probe = stream(values[2310:2400], 2310)
+    whole = scored_in(detector, probe, len(probe))
+    assert whole[0], "the release happens within the probe"
+    assert not whole[-1]
+    for size in (1, 3, 7):  # the hold of 10 readings split across batches
+        np.testing.assert_array_equal(scored_in(detector, probe, size), whole)
+
+
+def test_parameters_and_memory_from_before_the_release_still_load() -> None:
+    rng = np.random.default_rng(9)
+    detector = LevelShiftDetector()
+    fed(detector, rng.normal(0, 1, 1500))
+    old = detector.to_params()
+    old["state"]["carry"] = [row[:2] for row in old["state"]["carry"]]  # [e, alerting]
+    again = load_params(params.loads(params.dumps(old)))
+    assert isinstance(again, LevelShiftDetector)
+    np.testing.assert_array_equal(again.carry[:, :2], detector.carry[:, :2])
+    assert (again.carry[:, 2:] == 0).all()
+    probe = stream(rng.normal(0, 1, 50), 1500)
+    memory = ScoringMemory(levels={"pressure": list(detector.carry[0, :2])})
+    again.resume(memory)
+    detector.resume(ScoringMemory())
+    np.testing.assert_array_equal(again.score(probe).score, detector.score(probe).score)
+
+
 def test_state_round_trips_and_scores_the_same() -> None:
     rng = np.random.default_rng(5)
     detector = LevelShiftDetector()
@@ -116,7 +182,16 @@ def test_state_round_trips_and_scores_the_same() -> None:
 
 @pytest.mark.parametrize(
     "hyper",
-    [{"lam": 0.0}, {"lam": 1.0}, {"stay": 0.0}, {"min_z": -1.0}, {"adopt_s": 0.0}, {"warmup": 1}],
+    [
+        {"lam": 0.0},
+        {"lam": 1.0},
+        {"stay": 0.0},
+        {"min_z": -1.0},
+        {"adopt_s": 0.0},
+        {"warmup": 1},
+        {"release": 0.0},
+        {"release": 1.5},
+    ],
 )
 def test_bad_hyperparameters_are_refused(hyper: dict[str, float]) -> None:
     with pytest.raises(HyperParameterError):
