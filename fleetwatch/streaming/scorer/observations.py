@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores, judges_value
 from fleetwatch.streaming.scorer.detectors import Member
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
@@ -46,7 +48,8 @@ def observations(
     their own, from the parameters alone (late readings). A reading on which every metric moved
     at once comes back as one device-wide observation
     (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's champion,
-    :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into."""
+    :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into;
+    a pattern break the ``prior`` knows does not alert (:func:`fleet_checked`)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if not members:
         return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
@@ -60,6 +63,8 @@ def observations(
         # behind (the same readings score the same, cached or not).
         member.resume(ScoringMemory() if memory is None else memory)
         scores = member.score(frame)
+        if prior is not None:
+            scores = fleet_checked(scores, event_ms, frame, prior)
         if memory is not None:
             member.remember(frame, memory)
         if label is None:
@@ -94,6 +99,35 @@ def observations(
     readings = readings_of(event_ms, rows["metric"], seq, received)
     familiar = None if prior is None else (lambda: prior.familiar_times(frame))
     return fold_moves(scored, readings, active, familiar)
+
+
+def fleet_checked(
+    scores: Scores, event_ms: npt.NDArray[np.int64], frame: Batch, prior: Detector
+) -> Scores:
+    """``scores`` (of ``frame``'s rows, whose event times are ``event_ms``, in that order) with
+    each alerting pattern break (the PCA member's) at a reading that
+    ``prior``, the fleet's model of the device's kind, knows (:meth:`Detector.familiar_times`:
+    every metric within the fleet's range and the metrics together as the pooled devices' are)
+    kept under the alert level, at :data:`CALM_SCORE`: it opens no episode, and does not close
+    one under way either (else an episode would resolve and open again as the fleet's verdict
+    went back and forth).
+
+    A device's own tie between its metrics is learned from its own readings — a young device's
+    from its first minutes — and a heavy-tailed metric breaks a tight tie many times a day
+    (a meter's voltage, Student-t, against the load it sags with), which the χ² model of the
+    residual calls a one-in-a-million event. A break the pooled devices show as part of normal
+    is no alert; one the fleet has not seen still is. The price: a device whose tie breaks into
+    a combination other devices of its kind hold normal is not alerted by this member."""
+    broken = (scores.detector == PcaDetector.kind) & (scores.score >= ALERT_SCORE)
+    if not broken.any():
+        return scores
+    known = prior.familiar_times(frame)
+    if not known:
+        return scores
+    familiar = broken & np.isin(event_ms, np.fromiter(known, np.int64, len(known)))
+    if not familiar.any():
+        return scores
+    return replace(scores, score=np.where(familiar, CALM_SCORE, scores.score))
 
 
 def _with_keys(
