@@ -118,7 +118,10 @@ def fleet_checked(
     residual calls a one-in-a-million event. A break the pooled devices show as part of normal
     is no alert; one the fleet has not seen still is. The price: a device whose tie breaks into
     a combination other devices of its kind hold normal is not alerted by this member."""
-    broken = (scores.detector == PcaDetector.kind) & (scores.score >= ALERT_SCORE)
+    alerting = scores.score >= ALERT_SCORE  # most batches have none: no string compare then
+    if not alerting.any():
+        return scores
+    broken = alerting & (scores.detector == PcaDetector.kind)
     if not broken.any():
         return scores
     known = prior.familiar_times(frame)
