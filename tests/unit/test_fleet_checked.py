@@ -64,7 +64,7 @@ def test_a_break_the_fleet_knows_is_calm_and_one_it_does_not_still_alerts() -> N
     assert set(at[alerting].tolist()) == {10_001_000, 10_002_000}
     assert fleet.familiar_times(batch) == {10_000_000, 10_001_000}
 
-    checked = fleet_checked(own, at, batch, fleet)
+    checked = fleet_checked(own, at, lambda: fleet.familiar_times(batch))
     assert set(at[checked.score >= ALERT_SCORE].tolist()) == {10_002_000}
     # under the alert level but not calm: it would not close an episode under way
     assert (checked.score[at == 10_001_000] == CALM_SCORE).all()
@@ -91,4 +91,11 @@ def test_only_the_pattern_member_is_checked_against_the_fleet() -> None:
         np.full(n, Reason.SHIFT_UP, np.int8),
     )
     assert (level.score >= ALERT_SCORE).all()
-    assert fleet_checked(level, rows["event_ms"].to_numpy(), batch, fleet) is level
+    asked: list[int] = []
+
+    def familiar() -> set[int]:
+        asked.append(1)
+        return fleet.familiar_times(batch)
+
+    assert fleet_checked(level, rows["event_ms"].to_numpy(), familiar) is level
+    assert asked == []  # no pattern break alerting: the fleet is not asked

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,8 @@ def observations(
         return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
     found: list[tuple[int, int, Observation]] = []
     frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
+    # what the fleet knows of these readings: asked at most once, by whoever needs it first
+    familiar = None if prior is None else cache(lambda: prior.familiar_times(frame))
     dropout_active = f"*\x1f{DROPOUT}" in active
     unjudged = np.ones(len(frame), dtype=bool)
     for m_index, (member, label) in enumerate(members):
@@ -63,8 +67,8 @@ def observations(
         # behind (the same readings score the same, cached or not).
         member.resume(ScoringMemory() if memory is None else memory)
         scores = member.score(frame)
-        if prior is not None:
-            scores = fleet_checked(scores, event_ms, frame, prior)
+        if familiar is not None:
+            scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
             member.remember(frame, memory)
         if label is None:
@@ -97,17 +101,17 @@ def observations(
     if not scored and DEVICE_WIDE_KEY not in active:
         return scored
     readings = readings_of(event_ms, rows["metric"], seq, received)
-    familiar = None if prior is None else (lambda: prior.familiar_times(frame))
     return fold_moves(scored, readings, active, familiar)
 
 
 def fleet_checked(
-    scores: Scores, event_ms: npt.NDArray[np.int64], frame: Batch, prior: Detector
+    scores: Scores, event_ms: npt.NDArray[np.int64], familiar: Callable[[], set[int]]
 ) -> Scores:
-    """``scores`` (of ``frame``'s rows, whose event times are ``event_ms``, in that order) with
-    each alerting pattern break (the PCA member's) at a reading that
-    ``prior``, the fleet's model of the device's kind, knows (:meth:`Detector.familiar_times`:
-    every metric within the fleet's range and the metrics together as the pooled devices' are)
+    """``scores`` (of rows whose event times are ``event_ms``, in that order) with each alerting
+    pattern break (the PCA member's) at a reading that the fleet's model of the device's kind
+    knows — ``familiar()``, the event times :meth:`Detector.familiar_times` of the scope's
+    champion gives: every metric within the fleet's range and the metrics together as the
+    pooled devices' are —
     kept under the alert level, at :data:`CALM_SCORE`: it opens no episode, and does not close
     one under way either (else an episode would resolve and open again as the fleet's verdict
     went back and forth).
@@ -124,13 +128,13 @@ def fleet_checked(
     broken = alerting & (scores.detector == PcaDetector.kind)
     if not broken.any():
         return scores
-    known = prior.familiar_times(frame)
+    known = familiar()
     if not known:
         return scores
-    familiar = broken & np.isin(event_ms, np.fromiter(known, np.int64, len(known)))
-    if not familiar.any():
+    held = broken & np.isin(event_ms, np.fromiter(known, np.int64, len(known)))
+    if not held.any():
         return scores
-    return replace(scores, score=np.where(familiar, CALM_SCORE, scores.score))
+    return replace(scores, score=np.where(held, CALM_SCORE, scores.score))
 
 
 def _with_keys(
