@@ -33,7 +33,7 @@ from fleetwatch.observability.queries import Query, queries
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.keys import create_key
 from fleetwatch.stack.prometheus import PrometheusServer
-from tests.integration.api_stack import start_api
+from tests.integration.api_stack import ApiProcess, start_api
 from tests.integration.conftest import Isolated, free_port
 from tests.integration.postgres import fresh_database, postgres_server
 from tests.polling import wait_until
@@ -228,6 +228,36 @@ def exported(isolated: Isolated) -> list[dict[str, Any]]:
     return out
 
 
+ISSUED = 'fleetwatch_api_commands_total{outcome="issued"}'
+
+
+def command_between_scrapes(api: ApiProcess, prometheus: PrometheusServer, device: str) -> str:
+    """A command issued between two scrapes of the API at most ``RATE_INTERVAL`` apart, so the
+    "Command outcomes" panel's rate sees its step. A scrape that times out (2 s) on a loaded
+    machine leaves a gap; a one-off 0 → 1 step across a gap wider than the rate's window is in
+    no window, and the panel rightly shows nothing. Then it issues another, up to five times.
+    Returns the id of the first command."""
+
+    def scraped_after(moment: float, what: str) -> None:
+        seen = f"timestamp({ISSUED})"
+        wait_until(lambda: instant_value(prometheus, seen) > moment, 60, what)
+
+    ids: list[str] = []
+    for attempt in range(5):
+        scraped_after(time.time(), "a scrape of the API before the command")
+        command = api.post(
+            f"/devices/{device}/commands",
+            headers={"Idempotency-Key": f"dashboards-{attempt}"},
+            json={"name": "reboot"},
+        )
+        assert command.status_code in (200, 201, 202), command.text
+        ids.append(command.json()["command_id"])
+        scraped_after(time.time(), "a scrape of the API after the command")
+        if instant_value(prometheus, f"increase({ISSUED}[{RATE_INTERVAL}])") > 0:
+            return ids[0]
+    raise AssertionError(f"no two scrapes of the API within {RATE_INTERVAL} around 5 commands")
+
+
 def test_every_panel_of_every_dashboard_shows_data(
     isolated: Isolated,
     prometheus: PrometheusServer,
@@ -278,13 +308,7 @@ def test_every_panel_of_every_dashboard_shows_data(
         )
         device = f"{prefix}-0001"
         wait_until(lambda: api.get(f"/devices/{device}").status_code == 200, 120, "a device")
-        command = api.post(
-            f"/devices/{device}/commands",
-            headers={"Idempotency-Key": "dashboards"},
-            json={"name": "reboot"},
-        )
-        assert command.status_code in (200, 201, 202), command.text
-        command_id = command.json()["command_id"]
+        command_id = command_between_scrapes(api, prometheus, device)
         assert sim.wait(timeout=150) == 0, "the simulator failed"
         wait_until(
             lambda: api.get(f"/commands/{command_id}").json()["status"] == "acked",
