@@ -77,6 +77,9 @@ class ScoringMemory:
     levels: dict[str, list[float]] = field(default_factory=dict)
     """Metric → the level detector's average after those readings and whether it was alerting
     (:mod:`~fleetwatch.models.level`)."""
+    joint: list[float] = field(default_factory=list)
+    """The joint member's surprise at the last of those readings with every metric
+    (:mod:`~fleetwatch.models.multivariate`); empty: none yet."""
 
 
 class Detector(ABC):

@@ -29,7 +29,13 @@ that, and the PCA alerts on a wandering temperature stayed up for hundreds of re
 tied axis the detector scores nothing; ``None`` judges every residual axis.
 
 Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
-Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise. With ``false_alerts_per_day``
+Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise of a reading alone. A row's
+score is the lasting evidence of a break (:mod:`~fleetwatch.models.lasting`: broken on two
+readings in a row, for three readings together, or beyond doubt on one), so a heavy-tailed metric's one-reading
+shock is left to that metric's own members; the scorer carries what it needs across batches in
+:attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in ``last``.
+
+With ``false_alerts_per_day``
 set (off by default) the deviate is judged like the per-metric members' statistic, against the
 device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`, measured on each batch
 against the model before it): the level its excursions pass that many times a day, never below
@@ -68,11 +74,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models.base import Detector, Readings
+from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
+from fleetwatch.models.lasting import WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -160,6 +167,26 @@ class PcaDetector(Detector):
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
         self._model: PcaModel | None = None
+        self.last: list[float] = []
+        """What the complete readings learned last leave for the next one's lasting evidence
+        (:func:`~fleetwatch.models.lasting.lasting`), judged against the model before their
+        batch."""
+        self._held: list[float] = []
+        """The scorer's memory of the same (:attr:`ScoringMemory.joint`), newer than ``last``."""
+        self._memo: tuple[Batch, PcaModel, list[float], list[float]] | None = None
+        """The last batch judged, the model it was judged with, what was carried into it and
+        what it leaves."""
+
+    def resume(self, memory: ScoringMemory) -> None:
+        self._held = memory.joint
+        self._memo = None
+
+    def remember(self, readings: Readings, memory: ScoringMemory) -> None:
+        batch = Batch.of(readings)
+        self._surprise(batch)
+        memo = self._memo
+        if memo is not None and memo[0] is batch:
+            memory.joint[:] = memo[3]
 
     @property
     def poolable(self) -> bool:
@@ -186,10 +213,10 @@ class PcaDetector(Detector):
         excluded = np.bincount(inverse[~keep], minlength=times.size) > 0
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         use = complete & ~excluded
-        # the model before the batch is fitted here only for a budget's tail (else it would be
-        # fitted, then dropped as the moments move)
-        model = None if self.false_alerts_per_day is None else self.model()
+        model = self.model()  # before the batch
         if model is not None and complete.any():
+            self.last = self._left(batch, model, matrix, complete)
+        if self.false_alerts_per_day is not None and model is not None and complete.any():
             # the statistic of every complete reading against the model as it was before it
             statistic = self._statistic(matrix, complete, model)
             self.tail.observe(times[complete].astype(np.int64))
@@ -253,17 +280,21 @@ class PcaDetector(Detector):
         return out
 
     @staticmethod
-    def _wilson_hilferty(z: FloatArray, model: PcaModel) -> FloatArray:
+    def _energy(z: FloatArray, model: PcaModel) -> FloatArray:
+        """Per standardised vector, its residual ``Q`` (0 with no judged axis)."""
+        if not model.residual_var.size:  # no tie between the metrics to break
+            return np.zeros(len(z))
+        out: FloatArray = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
+        return out
+
+    @classmethod
+    def _wilson_hilferty(cls, z: FloatArray, model: PcaModel) -> FloatArray:
         """Per standardised vector, its residual ``Q`` as a normal deviate (Wilson-Hilferty;
         0 with no judged axis)."""
-        h = float(model.residual_var.size)
-        if not h:  # no tie between the metrics to break
+        h = model.residual_var.size
+        if not h:
             return np.zeros(len(z))
-        q = ((z @ model.residual_axes) ** 2 / model.residual_var).sum(axis=1)
-        out: FloatArray = ((q / h) ** (1.0 / 3.0) - (1.0 - 2.0 / (9.0 * h))) / np.sqrt(
-            2.0 / (9.0 * h)
-        )
-        return out
+        return chi2_deviate(cls._energy(z, model), h)
 
     def _statistic(
         self, matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
@@ -273,26 +304,36 @@ class PcaDetector(Detector):
         z = self._standardised(matrix, complete, model)
         return np.maximum(self._wilson_hilferty(z, model), 0.0)
 
-    def _residual(self, batch: Batch, model: PcaModel) -> tuple[Any, Any, Any, Any, FloatArray]:
+    def _residual(
+        self, batch: Batch, model: PcaModel
+    ) -> tuple[Any, Any, Any, Any, FloatArray, FloatArray]:
         """Per event time: each row's index into them, the value matrix, whether it is
-        complete, its standardised vector, and the surprise of its residual."""
+        complete, its standardised vector, the surprise of its residual (of that reading alone)
+        and the residual's energy ``Q``."""
         _, inverse, matrix = wide(batch, self.metrics)
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         z = self._standardised(matrix, complete, model)
-        wh = self._wilson_hilferty(z, model)
+        energy = self._energy(z, model)
+        h = model.residual_var.size
+        surprise = self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(len(z))
+        return inverse, matrix, complete, z, np.where(complete, surprise, 0.0), energy
+
+    def _calibrated(self, wh: FloatArray) -> FloatArray:
+        """The surprise of the residual's deviates: by the χ² model, or by the device's own tail
+        of them when held to a budget."""
         budget = self.false_alerts_per_day
         if budget is None or not self.tail.knows_excursions():
-            surprise = normal_upper_surprise(wh)
-        else:
-            bar = self.tail.threshold(budget, 1.0, 1, ALERT_Z)
-            surprise = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
-        return inverse, matrix, complete, z, np.where(complete, surprise, 0.0)
+            return normal_upper_surprise(wh)
+        bar = self.tail.threshold(budget, 1.0, 1, ALERT_Z)
+        out: FloatArray = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
+        return out
 
     def _surprise(self, batch: Batch) -> FloatArray:
         model = self.model()
         if model is None or len(batch) == 0:
             return np.zeros(len(batch))
-        inverse, _, _, _, surprise = self._residual(batch, model)
+        inverse, _, complete, _, surprise, energy = self._residual(batch, model)
+        surprise = self._lasting(batch, model, surprise, energy, complete)
         out: FloatArray = np.maximum(surprise[inverse], 0.0)
         return out
 
@@ -304,7 +345,8 @@ class PcaDetector(Detector):
             nan = np.full(n, np.nan)
             reason = np.full(n, Reason.WARMUP, np.int8)
             return Scores.build(self.kind, np.zeros(n), names, batch.value, nan, nan, reason)
-        inverse, matrix, complete, z, surprise = self._residual(batch, model)
+        inverse, matrix, complete, z, surprise, energy = self._residual(batch, model)
+        surprise = self._lasting(batch, model, surprise, energy, complete)
         pz = z @ model.precision
         diag = np.diag(model.precision)
         blame = np.argmax(pz**2 / diag, axis=1)
@@ -324,6 +366,50 @@ class PcaDetector(Detector):
             reason[inverse],
         )
 
+    def _lasting(
+        self,
+        batch: Batch,
+        model: PcaModel,
+        surprise: FloatArray,
+        energy: FloatArray,
+        complete: npt.NDArray[np.bool_],
+    ) -> FloatArray:
+        """Per event time, the lasting evidence of a break (:mod:`~fleetwatch.models.lasting`)
+        continuing from the readings before the batch: the scorer's memory of them, else
+        :attr:`last`. Judged once per batch and model: :meth:`score` and :meth:`remember`."""
+        memo = self._memo
+        if memo is not None and memo[0] is batch and memo[1] is model:
+            carried = memo[2]
+        else:
+            carried = list(self._held) if self._held else list(self.last)
+        out, after = self._carry(surprise[complete], energy[complete], carried, model)
+        self._memo = (batch, model, carried, after)
+        lasting_surprise = surprise.copy()
+        lasting_surprise[complete] = out
+        return lasting_surprise
+
+    def _left(
+        self, batch: Batch, model: PcaModel, matrix: FloatArray, complete: npt.NDArray[np.bool_]
+    ) -> list[float]:
+        """What ``batch`` leaves after :attr:`last` for the lasting evidence: as it was judged,
+        when it was (the trainer's gate judged it), else from its last readings alone."""
+        memo = self._memo
+        if memo is not None and memo[0] is batch and memo[1] is model and memo[2] == self.last:
+            return memo[3]
+        rows = np.flatnonzero(complete)[-WINDOW:]
+        energy = self._energy(self._standardised(matrix[rows], complete[rows], model), model)
+        h = model.residual_var.size
+        one = self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(rows.size)
+        return self._carry(one, energy, self.last, model)[1]
+
+    def _carry(
+        self, surprise: FloatArray, energy: FloatArray, carried: list[float], model: PcaModel
+    ) -> tuple[FloatArray, list[float]]:
+        h = model.residual_var.size
+        if not h:
+            return surprise, carried
+        return lasting(surprise, energy, carried, h, window=self.false_alerts_per_day is None)
+
     def familiar_times(self, readings: Readings) -> set[int]:
         """The event times of ``readings`` whose reading the fleet knows: every metric within
         :attr:`bounds` and the metrics together as the pooled devices' are (the residual's
@@ -336,7 +422,7 @@ class PcaDetector(Detector):
         inside = ((matrix >= self.bounds[0]) & (matrix <= self.bounds[1])).all(axis=1)
         if not inside.any():
             return set()
-        *_, surprise = self._residual(batch, model)
+        *_, surprise, _ = self._residual(batch, model)
         return {int(t) for t in times[inside & (surprise < S_ALERT)]}
 
     def learned_metrics(self) -> list[str]:
@@ -352,6 +438,7 @@ class PcaDetector(Detector):
             "count": self.count,
             "ref_ms": self.ref_ms,
             "grid": self.grid.state(),
+            "last": self.last,
             # the tail is kept only where it is used (a budget): bins of zeros otherwise
             **({} if self.false_alerts_per_day is None else {"tail": self.tail.state()}),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
@@ -368,6 +455,8 @@ class PcaDetector(Detector):
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
         self.grid = Grid.load(state.get("grid"), d)
+        self.last = [float(v) for v in state.get("last", [])]  # parameters from before: none
+        self._memo = None
         # parameters from before the device's own tail start one empty
         tail = state.get("tail")
         self.tail = (

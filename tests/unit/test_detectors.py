@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 from sklearn.decomposition import PCA
@@ -31,7 +32,7 @@ from fleetwatch.models.errors import (
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import CombinedDetector, SeasonalBaseline, load_params
-from fleetwatch.models.scores import Reason
+from fleetwatch.models.scores import Reason, Scores
 from tests.unit import signals
 
 
@@ -227,13 +228,21 @@ def test_pca_blames_the_metric_that_moved_not_its_partner(metric: str, offset: f
     """With two metrics the residual off the axis is the same for both; the blamed one is the
     metric that, corrected alone, explains the reading (the other is where it should be)."""
     detector = PcaDetector(halflife_hours=None).learn(two_coupled_metrics(500, seed=11))
-    reading = two_coupled_metrics(501, seed=12).tail(2).copy()
+    reading = two_coupled_metrics(502, seed=12).tail(4).copy()  # two readings, both moved
     reading.loc[reading.metric == metric, "value"] += offset
     scores = detector.score(reading)
-    assert scores.alert.all()
+    assert lasting_alerts(scores, reading).all()
     assert set(scores.metric) == {metric}
     moved = float(reading.loc[reading.metric == metric, "value"].iloc[0])
     assert abs(float(scores.expected[0]) - moved) > offset / 2
+
+
+def lasting_alerts(scores: Scores, frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """The alerts of the rows after the first reading: a pattern break alerts once it has
+    lasted two readings (lasting.py)."""
+    times = frame["event_ms"].to_numpy()
+    out: npt.NDArray[np.bool_] = scores.alert[times > times.min()]
+    return out
 
 
 def three_metrics(n: int, seed: int) -> pd.DataFrame:
@@ -291,9 +300,10 @@ def test_pca_judges_the_ties_between_metrics_not_a_metric_on_its_own() -> None:
     assert not detector.score(wandered).alert.any()
     broken = probe.copy()  # humidity 3 of its standard deviations up as temperature stays
     broken.loc[broken.metric == "humidity", "value"] += 2.0
-    assert detector.score(broken).alert.all()
+    assert lasting_alerts(detector.score(broken), broken).all()
     every_axis = PcaDetector(halflife_hours=None, max_axis_var=None)
-    assert every_axis.learn(three_metrics(500, seed=11)).score(wandered).alert.all()
+    judged = every_axis.learn(three_metrics(500, seed=11)).score(wandered)
+    assert lasting_alerts(judged, wandered).all()
 
 
 def test_a_reading_only_the_joint_member_alerts_on_is_learned() -> None:

@@ -56,21 +56,23 @@ def test_a_break_the_fleet_knows_is_calm_and_one_it_does_not_still_alerts() -> N
             }
         )
     )
-    rows = probe(0.0, 2.0, 5.0)  # usual; a break only for the tight device; a break for both
+    # usual; a break only for the tight device, twice (a break alerts once it lasts: see
+    # lasting.py); a break for both, twice
+    rows = probe(0.0, 2.0, 2.0, 5.0, 5.0)
     batch = Batch.of(rows)
     own = device.score(rows)
     alerting = own.score >= ALERT_SCORE
     at = rows["event_ms"].to_numpy()
-    assert set(at[alerting].tolist()) == {10_001_000, 10_002_000}
-    assert fleet.familiar_times(batch) == {10_000_000, 10_001_000}
+    assert set(at[alerting].tolist()) == {10_002_000, 10_003_000, 10_004_000}
+    assert fleet.familiar_times(batch) == {10_000_000, 10_001_000, 10_002_000}
 
     checked = fleet_checked(own, at, lambda: fleet.familiar_times(batch))
-    assert set(at[checked.score >= ALERT_SCORE].tolist()) == {10_002_000}
+    assert set(at[checked.score >= ALERT_SCORE].tolist()) == {10_003_000, 10_004_000}
     # under the alert level but not calm: it would not close an episode under way
-    assert (checked.score[at == 10_001_000] == CALM_SCORE).all()
-    np.testing.assert_array_equal(checked.score[at != 10_001_000], own.score[at != 10_001_000])
+    assert (checked.score[at == 10_002_000] == CALM_SCORE).all()
+    np.testing.assert_array_equal(checked.score[at != 10_002_000], own.score[at != 10_002_000])
     # the device's own scores are not changed in place
-    assert set(at[own.score >= ALERT_SCORE].tolist()) == {10_001_000, 10_002_000}
+    assert set(at[own.score >= ALERT_SCORE].tolist()) == {10_002_000, 10_003_000, 10_004_000}
 
 
 def test_only_the_pattern_member_is_checked_against_the_fleet() -> None:

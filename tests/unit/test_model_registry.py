@@ -117,7 +117,7 @@ def test_champion_params_round_trip_into_a_detector_that_scores_the_same(
     registry.promote(name)
     loaded = champion_params(settings, "trip")
     assert loaded == params
-    probe = signals.after_training("spike")
+    probe = signals.after_training("decoupled")
     expected = PcaDetector.from_params(params).score(probe)
     assert loaded is not None
     got = PcaDetector.from_params(loaded).score(probe)
@@ -138,7 +138,7 @@ def test_the_pyfunc_champion_predicts_what_the_detector_scores(
     model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
     detector = PcaDetector.from_params(params)
 
-    probe = signals.after_training("spike")
+    probe = signals.after_training("decoupled")
     out = model.predict(probe)
     np.testing.assert_allclose(out["anomaly_score"], detector.score(probe).score, rtol=1e-12)
     assert out["alert"].any()

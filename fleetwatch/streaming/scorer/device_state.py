@@ -78,6 +78,9 @@ class DeviceScoringState(TypedDict):
     level_averages: dict[str, list[float]]
     """Metric → the level detector's average after them and whether it was alerting
     (:mod:`fleetwatch.models.level`)."""
+    joint_surprise: list[float]
+    """The PCA member's surprise at the newest reading with every metric, ``[]``: none
+    (:mod:`fleetwatch.models.multivariate`: a tie broken for one reading alone is no alert)."""
     open_windows: dict[str, dict[str, list[float]]]
     """Event-time windows not final yet: start → metric → accumulators
     (:mod:`~fleetwatch.streaming.scorer.windows`)."""
@@ -117,6 +120,7 @@ def new_state() -> DeviceScoringState:
         "recent_values": {},
         "local_trends": {},
         "level_averages": {},
+        "joint_surprise": [],
         "open_windows": {},
         "closed_windows": {},
         "duplicate_readings": 0,

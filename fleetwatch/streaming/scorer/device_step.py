@@ -228,7 +228,11 @@ def process(
         heard = st["late_heard_ms"]
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
         memory = ScoringMemory(
-            gap_from, st["recent_values"], st["local_trends"], st["level_averages"]
+            gap_from,
+            st["recent_values"],
+            st["local_trends"],
+            st["level_averages"],
+            st["joint_surprise"],
         )
         scored = observations(in_order, members, policy.baseline, active, memory, prior)
         for obs in scored:
