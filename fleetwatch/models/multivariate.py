@@ -31,9 +31,10 @@ tied axis the detector scores nothing; ``None`` judges every residual axis.
 Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
 Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise of a reading alone. A row's
 score is the lasting evidence of a break (:mod:`~fleetwatch.models.lasting`: broken on two
-readings in a row, for three readings together, or beyond doubt on one), so a heavy-tailed metric's one-reading
-shock is left to that metric's own members; the scorer carries what it needs across batches in
-:attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in ``last``.
+readings in a row, for three readings together, or beyond doubt on one), so a heavy-tailed
+metric's one-reading shock is left to that metric's own members; the scorer carries what it
+needs across batches in :attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in
+``last``.
 
 With ``false_alerts_per_day``
 set (off by default) the deviate is judged like the per-metric members' statistic, against the
