@@ -78,8 +78,9 @@ class ScoringMemory:
     """Metric → the level detector's average after those readings and whether it was alerting
     (:mod:`~fleetwatch.models.level`)."""
     joint: list[float] = field(default_factory=list)
-    """The joint member's surprise at the last of those readings with every metric
-    (:mod:`~fleetwatch.models.multivariate`); empty: none yet."""
+    """What the joint member's evidence of a lasting break carries on from those readings (the
+    surprise at the last with every metric and the capped residual energies before it,
+    :mod:`~fleetwatch.models.lasting`); empty: none yet."""
 
 
 class Detector(ABC):

@@ -184,8 +184,10 @@ class PcaDetector(Detector):
 
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:
         batch = Batch.of(readings)
-        self._surprise(batch)
         memo = self._memo
+        if memo is None or memo[0] is not batch or memo[1] is not self.model():
+            self._surprise(batch)  # not judged yet (the scorer judges, then remembers)
+            memo = self._memo
         if memo is not None and memo[0] is batch:
             memory.joint[:] = memo[3]
 

@@ -79,8 +79,9 @@ class DeviceScoringState(TypedDict):
     """Metric → the level detector's average after them and whether it was alerting
     (:mod:`fleetwatch.models.level`)."""
     joint_surprise: list[float]
-    """The PCA member's surprise at the newest reading with every metric, ``[]``: none
-    (:mod:`fleetwatch.models.multivariate`: a tie broken for one reading alone is no alert)."""
+    """What the PCA member's evidence of a lasting break carries on from the newest readings
+    with every metric, ``[]``: none (:mod:`fleetwatch.models.lasting`: a tie broken for one
+    reading alone is seldom an alert)."""
     open_windows: dict[str, dict[str, list[float]]]
     """Event-time windows not final yet: start → metric → accumulators
     (:mod:`~fleetwatch.streaming.scorer.windows`)."""

@@ -56,7 +56,7 @@ layout of its state (plan 10: the device state's fields by name,
 :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`; plan 11: the level
 detector's averages, ``level_averages``; plan 12: each reading's partition and offset in
 the operator's input, dead letters and ``headers`` in its output, the quarantine fields; plan 13:
-the PCA member's last surprise, ``joint_surprise``)."""
+what the PCA member carries of its last readings, ``joint_surprise``)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
 a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
