@@ -317,9 +317,13 @@ class PcaDetector(Detector):
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         z = self._standardised(matrix, complete, model)
         energy = self._energy(z, model)
-        h = model.residual_var.size
-        surprise = self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(len(z))
+        surprise = self._one_reading(energy, model)
         return inverse, matrix, complete, z, np.where(complete, surprise, 0.0), energy
+
+    def _one_reading(self, energy: FloatArray, model: PcaModel) -> FloatArray:
+        """The surprise of each residual ``energy`` alone (0 with no judged axis)."""
+        h = model.residual_var.size
+        return self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(energy.size)
 
     def _calibrated(self, wh: FloatArray) -> FloatArray:
         """The surprise of the residual's deviates: by the χ² model, or by the device's own tail
@@ -401,9 +405,7 @@ class PcaDetector(Detector):
             return memo[3]
         rows = np.flatnonzero(complete)[-WINDOW:]
         energy = self._energy(self._standardised(matrix[rows], complete[rows], model), model)
-        h = model.residual_var.size
-        one = self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(rows.size)
-        return self._carry(one, energy, self.last, model)[1]
+        return self._carry(self._one_reading(energy, model), energy, self.last, model)[1]
 
     def _carry(
         self, surprise: FloatArray, energy: FloatArray, carried: list[float], model: PcaModel
