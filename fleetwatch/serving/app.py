@@ -14,11 +14,11 @@ from sqlalchemy.exc import OperationalError
 
 from fleetwatch import __version__
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.heap import settle
 from fleetwatch.serving.auth import Authenticator
 from fleetwatch.serving.control.publisher import CommandPublisher, KafkaCommandPublisher
 from fleetwatch.serving.control.tracker import CommandTracker
 from fleetwatch.serving.deps import Services
-from fleetwatch.serving.heap import settle
 from fleetwatch.serving.limits import BodyLimitMiddleware
 from fleetwatch.serving.materialiser import Materialiser
 from fleetwatch.serving.metrics import LatencyMiddleware, Metrics

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-from fleetwatch.serving import heap
+from fleetwatch import heap
 from fleetwatch.serving.store import Store
 from tests.unit.api_support import running_api
 

@@ -43,6 +43,7 @@ import pandas as pd
 
 from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.heap import settle_worker
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, quarantined
 from fleetwatch.streaming.scorer.bucket_step import (
@@ -240,6 +241,7 @@ def device_scorer(settings: Settings) -> Any:
         """One group = one bucket of devices (:mod:`~fleetwatch.streaming.scorer.bucket_step`)."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
+            settle_worker()  # once per worker process: see fleetwatch.heap
             self.handle = handle
             self.store = MapStateStore(handle)
             self.context = Context(policy, self.store, topics, raw_topic)
