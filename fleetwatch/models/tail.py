@@ -196,13 +196,15 @@ class TailSummary:
             self._memo = fit_tail(self.counts)
         return self._memo
 
-    def threshold(self, p: float, floor: float) -> float:
-        """The value exceeded with probability ``p`` per reading under the body's exponential
-        tail, not below ``floor``."""
+    def threshold(self, p: float, floor: float, fitted: bool = False) -> float:
+        """The value exceeded with probability ``p`` per reading, not below ``floor``: under the
+        body's exponential tail, or with ``fitted``, its tail of the shape fitted above ``u``
+        (a generalised Pareto distribution of that shape and the same mean excess)."""
         if self.weight < MIN_HISTORY:
             return floor
         tail = self.tail()
-        return max(floor, tail.u + excess(0.0, tail.scale_exp, P_BODY / p))
+        shape = tail.shape if fitted else 0.0
+        return max(floor, tail.u + excess(shape, tail.scale_exp * (1.0 - shape), P_BODY / p))
 
     def nats(self, values: FloatArray) -> FloatArray:
         """``-ln P(X >= x)``: the history's own share at or above ``x`` below ``u``, the
@@ -247,9 +249,16 @@ class StreamTail:
     that stays up for one reading or for fifty after a heavy-tailed spike is one excursion, and a
     long fault adds one peak to the history, once it is over, whatever its length.
 
-    Until ``MIN_PEAKS`` excursions were seen, the threshold is the body's exponential quantile
-    at the per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span``
-    readings). Nothing is counted before the body has ``MIN_HISTORY`` values."""
+    Until ``MIN_PEAKS`` excursions were seen, the threshold is the body's quantile at the
+    per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span`` readings).
+    For a statistic of single readings (``span`` 1: the seasonal member's ``|z|``) the body's
+    tail is extrapolated with the shape fitted to it, since such a statistic has the noise's own
+    tail: a young stream of heavy-tailed readings (a vibration, Student-t) was judged by an
+    exponential tail and alerted on its own shocks (7 of the 17 false alerts on the realistic
+    12-minute cut). An average's tail (longer ``span``) is extrapolated exponentially: over a
+    short history its fitted shape, taken that far, overshoots (SKAB, the level member with half
+    the fitted shape: F1 0.838 → 0.824). Nothing is counted before the body has
+    ``MIN_HISTORY`` values."""
 
     def __init__(self, halflife: float) -> None:
         self.summary = TailSummary(halflife)
@@ -342,7 +351,8 @@ class StreamTail:
         if not self.knows_excursions():
             if summary.weight < MIN_HISTORY:
                 return floor
-            return summary.threshold(self.p(budget, span, streams), floor)
+            # a statistic of single readings keeps the noise's own tail: extrapolate its shape
+            return summary.threshold(self.p(budget, span, streams), floor, span <= 1.0)
         u = summary.tail().u
         k = _bin(u)
         seen = float(self.peaks[k:].sum())

@@ -5,12 +5,14 @@ from __future__ import annotations
 from fleetwatch.streaming.scorer.device_moves import (
     DEVICE_WIDE_KEY,
     DEVICE_WIDE_KIND,
+    Moves,
     Reading,
     fold_moves,
 )
-from fleetwatch.streaming.scorer.episodes import Lifecycle, Observation
+from fleetwatch.streaming.scorer.episodes import CALM_SCORE, Lifecycle, Observation
 
 NAN = float("nan")
+CALM = CALM_SCORE
 
 
 def obs(metric: str, kind: str, score: float, t: int, value: float = 1.0) -> Observation:
@@ -96,3 +98,61 @@ def test_a_move_into_a_state_the_fleet_knows_is_no_alert() -> None:
     # with a state episode under way, a familiar move reads as calm: it may close the episode
     under_way = fold_moves(moved[:2], readings(1000), {DEVICE_WIDE_KEY}, familiar)
     assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]
+
+
+def stop_then(after: list[Observation]) -> list[Observation]:
+    """A machine stopping at 1000 (both metrics alerting), then ``after``."""
+    return [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "seasonal", 0.99, 1000), *after]
+
+
+def test_the_metrics_of_a_familiar_move_are_held_until_calm_on_their_own() -> None:
+    """After a stop the fleet knows, the speed's own members still alert while the vibration is
+    already calm: held, across batches, while the fleet knows the readings; once the speed is
+    calm on its own it is let go, and its next alert is one."""
+    moves = Moves({}, 600_000)
+    known = {1000, 2000, 3000, 5000}
+    first = fold_moves(
+        stop_then([obs("rpm", "flatline", 0.9, 2000)]),
+        readings(1000, 2000),
+        set(),
+        lambda: known,
+        moves,
+    )
+    assert all(o.score < 0.5 for o in first)
+    assert moves.held == {"rpm": 1000}  # the vibration, calm on its own at 2000, was let go
+    # a later batch: the speed is still held
+    later = fold_moves(
+        [obs("rpm", "seasonal", 0.99, 3000)], readings(3000), set(), lambda: known, moves
+    )
+    assert [o.score < 0.5 for o in later] == [True]
+    # the speed calm on its own at 4000: let go, and its alert at 5000 stands
+    calm = fold_moves([], readings(4000), set(), lambda: known, moves)
+    assert calm == []
+    assert moves.held == {}
+    alert = [obs("rpm", "seasonal", 0.99, 5000)]
+    assert fold_moves(alert, readings(5000), set(), lambda: known, moves) == alert
+
+
+def test_a_held_metric_alerts_at_a_reading_the_fleet_does_not_know() -> None:
+    moves = Moves({}, 600_000)
+    spike = obs("rpm", "seasonal", 0.99, 2000, 2500.0)
+    out = fold_moves(stop_then([spike]), readings(1000, 2000), set(), lambda: {1000}, moves)
+    assert out == [spike]
+
+
+def test_a_hold_ends_after_its_time_and_spares_metrics_that_did_not_move() -> None:
+    moves = Moves({"rpm": 1000}, 5_000)
+    known = {3000, 9000}
+    held = [obs("rpm", "flatline", 0.9, 3000), obs("temp", "seasonal", 0.99, 3000)]
+    out = fold_moves(held, readings(3000, metrics=("rpm",)), set(), lambda: known, moves)
+    assert [(o.metric, o.score) for o in out] == [("rpm", CALM), ("temp", 0.99)]
+    late = [obs("rpm", "flatline", 0.9, 9000)]
+    assert fold_moves(late, readings(9000, metrics=("rpm",)), set(), lambda: known, moves) == late
+    assert moves.held == {}
+
+
+def test_without_a_fleet_nothing_is_held() -> None:
+    moves = Moves({}, 600_000)
+    out = fold_moves(stop_then([]), readings(1000), set(), None, moves)
+    assert [o.kind for o in out] == [DEVICE_WIDE_KIND]
+    assert moves.held == {}

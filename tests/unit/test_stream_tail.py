@@ -236,3 +236,27 @@ def test_a_young_stream_is_judged_against_twice_the_floor_until_its_tail_is_know
     once = SeasonalBaseline().learn(frame)  # a first batch, however long, leaves its tail known
     assert once.tails[0].summary.weight >= MIN_HISTORY
     assert once.score(at(60.0)).alert.all()
+
+
+def test_a_young_stream_of_single_readings_extrapolates_its_own_tail_shape() -> None:
+    """Before twenty excursions are known the threshold extrapolates the body: for a statistic
+    of single readings with the shape fitted to the body's top, so a heavy-tailed stream's own
+    shocks are not taken for one-in-a-million events (the quantile of |t(2.5)| this far out is
+    about 25); a Gaussian body fits no shape and keeps the exponential threshold; an average
+    (a longer span) keeps the exponential one whatever its body."""
+    fitted, exponential, gaussian = [], [], []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        heavy = warm(np.abs(rng.standard_t(2.5, 400)))
+        calm = warm(np.abs(rng.standard_normal(400)))
+        assert not heavy.knows_excursions()
+        assert not calm.knows_excursions()
+        p = heavy.p(1.0, 1.0, 1)
+        fitted.append(heavy.threshold(1.0, 1.0, 1, 0.1))
+        exponential.append(heavy.summary.threshold(p, 0.1))
+        gaussian.append(calm.threshold(1.0, 1.0, 1, 0.1) / calm.summary.threshold(p, 0.1))
+        averaged = heavy.summary.threshold(heavy.p(1.0, 19.0, 1), 0.1)
+        assert heavy.threshold(1.0, 19.0, 1, 0.1) == averaged
+    assert min(f / e for f, e in zip(fitted, exponential, strict=True)) >= 1.0
+    assert np.median(fitted) > 1.2 * np.median(exponential)
+    assert np.median(gaussian) < 1.05

@@ -11,11 +11,24 @@ strongest score and naming every metric's value in its reason; it opens, updates
 like any episode. A reading with a single metric, or where some metric is calm on its own, is
 left as it is — so is a dropout (already device-wide). Pure: a step of
 :func:`~fleetwatch.streaming.scorer.observations.observations`.
+
+A move into a state the device's fleet knows (a machine stopping for the first time, as others
+of its kind do) is no alert. Its metrics do not all settle together: a heavy-tailed vibration
+is soon within its wide band again while the speed's members still find 0 rpm far from what
+they learned, or see it flat — and the speed alone then alerted, on its own, a few readings
+after the move (39 of the 110 false alerts on the realistic eval-500's machines came within a
+minute of one starting or stopping). So the metrics that moved are *held* (:class:`Moves`, in
+the device's state across micro-batches): a held metric's own alert at a reading the fleet
+knows is kept under the alert level, until the metric is calm on its own or the hold is
+``hold_ms`` old (``score.new_normal_after_s``: by then a lasting state is the device's new
+normal). A reading the fleet does not know alerts as before, held or not, and so does a metric
+that did not move.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import NamedTuple
 
@@ -31,6 +44,28 @@ DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
 """The episode key of a device-wide alert (metric ``*``)."""
 
 
+@dataclass
+class Moves:
+    """The metrics held since a move into a state the fleet knows: metric → the move's event
+    time (the device state's dict, updated in place), and how long a hold lasts at most."""
+
+    held: dict[str, int]
+    hold_ms: int
+
+    def start(self, metrics: Iterable[str], event_ms: int) -> None:
+        self.held.update(dict.fromkeys(metrics, event_ms))
+
+    def release(self, present: frozenset[str], unusual: set[str], event_ms: int) -> None:
+        """Let go of each held metric calm on its own at this reading, or held for too long."""
+        for metric, since in list(self.held.items()):
+            if event_ms - since > self.hold_ms or (metric in present and metric not in unusual):
+                del self.held[metric]
+
+    def holds(self, o: Observation) -> bool:
+        """Whether ``o`` is an alert of a held metric's own."""
+        return o.kind in PER_METRIC and o.metric in self.held and o.score >= ALERT_SCORE
+
+
 class Reading(NamedTuple):
     """What the folding needs of one reading: its metrics, sequence number and arrival."""
 
@@ -44,6 +79,7 @@ def fold_moves(
     readings: dict[int, Reading],
     active: set[str],
     familiar: Callable[[], set[int]] | None = None,
+    moves: Moves | None = None,
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
     moved at once — every one unusual on its own, one alerting — folded into one
@@ -55,11 +91,19 @@ def fold_moves(
     episode, not a string of them. ``familiar`` (asked once, at the first move) gives the event
     times whose reading is a state the fleet knows (:meth:`Detector.familiar_times` of the
     scope's champion): a move into one is no alert — a machine stopping for the first time, as
-    others of its kind do — and reads as calm."""
+    others of its kind do — and reads as calm; with ``moves``, its metrics are held from then
+    on (see the module's text)."""
     under_way = DEVICE_WIDE_KEY in active
-    if not under_way and not found:
+    if not under_way and not found and not (moves and moves.held):
         return found
     known: set[int] | None = None
+
+    def knows(event_ms: int) -> bool:
+        nonlocal known
+        if known is None:
+            known = familiar() if familiar is not None else set()
+        return event_ms in known
+
     by_time = {t: list(g) for t, g in groupby(found, key=lambda o: o.event_ms)}
     out: list[Observation] = []
     for event_ms in sorted(by_time.keys() | readings.keys()):
@@ -70,16 +114,20 @@ def fold_moves(
         moved = any(o.score >= ALERT_SCORE for o in own)
         unusual = {o.metric for o in own if o.score >= CALM_SCORE}
         if len(present) >= 2 and moved and present <= unusual:
-            if known is None:
-                known = familiar() if familiar is not None else set()
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
-            if event_ms in known:
+            if knows(event_ms):
+                if moves is not None:
+                    moves.start(present, event_ms)
                 if under_way and reading is not None:
                     out.append(_settling(reading, event_ms, 0.0))
                 continue
             out.append(_device_wide(at, present))
             under_way = True
             continue
+        if moves is not None and moves.held:
+            moves.release(present, unusual, event_ms)
+            if any(moves.holds(o) for o in at) and knows(event_ms):
+                at = [replace(o, score=CALM_SCORE) if moves.holds(o) else o for o in at]
         out.extend(at)
         if under_way and reading is not None:
             weakest = min(_own_score(at, metric) for metric in present) if present else 0.0

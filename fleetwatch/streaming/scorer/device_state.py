@@ -82,6 +82,9 @@ class DeviceScoringState(TypedDict):
     """What the PCA member's evidence of a lasting break carries on from the newest readings
     with every metric, ``[]``: none (:mod:`fleetwatch.models.lasting`: a tie broken for one
     reading alone is seldom an alert)."""
+    familiar_moves: dict[str, int]
+    """Metric → the event time of the device's move into a state its fleet knows, while that
+    metric's own alerts are held (:mod:`~fleetwatch.streaming.scorer.device_moves`)."""
     open_windows: dict[str, dict[str, list[float]]]
     """Event-time windows not final yet: start → metric → accumulators
     (:mod:`~fleetwatch.streaming.scorer.windows`)."""
@@ -122,6 +125,7 @@ def new_state() -> DeviceScoringState:
         "local_trends": {},
         "level_averages": {},
         "joint_surprise": [],
+        "familiar_moves": {},
         "open_windows": {},
         "closed_windows": {},
         "duplicate_readings": 0,

@@ -56,6 +56,7 @@ from fleetwatch.streaming.scorer.detectors import (
     fleet_prior,
     members_for,
 )
+from fleetwatch.streaming.scorer.device_moves import Moves
 from fleetwatch.streaming.scorer.device_state import (
     DeviceScoringState,
     new_state,
@@ -95,6 +96,10 @@ class Policy:
     fleet_model: str = "fallback"
     """``score.fleet_model``: when the scope's champion replaces the device's own multivariate
     detector — ``fallback`` (own one not fitted yet), ``always`` or ``off``."""
+    familiar_hold_ms: int = 600_000
+    """How long after a device's move into a state its fleet knows its moved metrics' own
+    alerts are held at most (``score.new_normal_after_s``;
+    :mod:`~fleetwatch.streaming.scorer.device_moves`)."""
     windows: WindowSpec = field(default_factory=lambda: WindowSpec(60_000, 60_000))
     """Event-time windows of the metrics (:mod:`fleetwatch.streaming.scorer.windows`)."""
     quarantine: Rule = field(default_factory=Rule)
@@ -234,7 +239,8 @@ def process(
             st["level_averages"],
             st["joint_surprise"],
         )
-        scored = observations(in_order, members, policy.baseline, active, memory, prior)
+        moves = Moves(st["familiar_moves"], policy.familiar_hold_ms)
+        scored = observations(in_order, members, policy.baseline, active, memory, prior, moves)
         for obs in scored:
             lifecycle.observe(obs)
         _advance(st, in_order)

@@ -1,7 +1,7 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 13)::
+The plan (PLAN_VERSION 14)::
 
     telemetry.raw (key = device id, value = JSON, timestamp = event time)
         ─ watermark(timestamp, score.allowed_lateness) ─ (device, value as text) ─────┐
@@ -50,13 +50,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 13
+PLAN_VERSION = 14
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint), or the
 layout of its state (plan 10: the device state's fields by name,
 :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`; plan 11: the level
 detector's averages, ``level_averages``; plan 12: each reading's partition and offset in
 the operator's input, dead letters and ``headers`` in its output, the quarantine fields; plan 13:
-what the PCA member carries of its last readings, ``joint_surprise``)."""
+what the PCA member carries of its last readings, ``joint_surprise``; plan 14: the metrics held
+since a move the fleet knows, ``familiar_moves``)."""
 BUCKETS = 16
 """The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
 a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds

@@ -20,7 +20,12 @@ from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores, judges_value
 from fleetwatch.streaming.scorer.detectors import Member
-from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, fold_moves, readings_of
+from fleetwatch.streaming.scorer.device_moves import (
+    DEVICE_WIDE_KEY,
+    Moves,
+    fold_moves,
+    readings_of,
+)
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.scorer.readings import Rows
 
@@ -32,6 +37,7 @@ def observations(
     active: set[str],
     memory: ScoringMemory | None = None,
     prior: Detector | None = None,
+    moves: Moves | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -98,10 +104,10 @@ def observations(
         found.extend((obs.event_ms, -1, obs) for obs in base)
     found.sort(key=lambda t: (t[0], t[1]))
     scored = [obs for _, _, obs in found]
-    if not scored and DEVICE_WIDE_KEY not in active:
+    if not scored and DEVICE_WIDE_KEY not in active and not (moves and moves.held):
         return scored
     readings = readings_of(event_ms, rows["metric"], seq, received)
-    return fold_moves(scored, readings, active, familiar)
+    return fold_moves(scored, readings, active, familiar, moves)
 
 
 def fleet_checked(

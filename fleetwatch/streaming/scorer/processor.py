@@ -70,6 +70,9 @@ def policy_of(settings: Settings) -> Policy:
         clear_readings=settings.score.clear_readings,
         baseline=FixedBaseline(bands=dict(settings.score.baseline)),
         fleet_model=settings.score.fleet_model,
+        # a shift never taken as normal (0): a hold lasts until its metric is calm
+        familiar_hold_ms=round(settings.score.new_normal_after_s * 1000)
+        or settings.score.expire_after_s * 1000,
         windows=WindowSpec(
             settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
         ),
