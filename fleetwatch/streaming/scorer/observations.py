@@ -57,7 +57,9 @@ def observations(
     at once comes back as one device-wide observation
     (:mod:`~fleetwatch.streaming.scorer.device_moves`), unless ``prior`` (the scope's champion,
     :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into;
-    a pattern break the ``prior`` knows does not alert (:func:`fleet_checked`)."""
+    then its metrics are held in ``moves`` (the device's, updated in place), their own alerts at
+    readings the ``prior`` knows kept under the alert level until each is calm on its own. A
+    pattern break the ``prior`` knows does not alert (:func:`fleet_checked`)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if not members:
         return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
