@@ -310,7 +310,7 @@ class LevelShiftDetector(Detector):
         judged = self._judge(batch, held=False)
         keep = keep.copy()
         for m, j in judged.items():
-            self.tails[m].excursions(j.z)
+            self.tails[m].excursions(j.z, j.threshold)
             self._adopt(m, j.rows, batch.event_ms, keep, j.average)
         shifted = batch.value - self._offsets(batch)
         self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)

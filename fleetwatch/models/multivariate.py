@@ -68,6 +68,7 @@ is fixed by the first batch that has at least ``components + 1`` metrics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -84,7 +85,7 @@ from fleetwatch.models.lasting import WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import StreamTail, calibrated_surprise
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -223,8 +224,9 @@ class PcaDetector(Detector):
             # the statistic of every complete reading against the model as it was before it
             statistic = self._statistic(matrix, complete, model)
             self.tail.observe(times[complete].astype(np.int64))
+            cap = self._bar()  # in force for the batch
             self.tail.summary.add(statistic[use])
-            self.tail.excursions(statistic[complete])
+            self.tail.excursions(statistic[complete], cap)
         end = int(times[-1])
         to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
         halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
@@ -328,12 +330,19 @@ class PcaDetector(Detector):
     def _calibrated(self, wh: FloatArray) -> FloatArray:
         """The surprise of the residual's deviates: by the χ² model, or by the device's own tail
         of them when held to a budget."""
-        budget = self.false_alerts_per_day
-        if budget is None or not self.tail.knows_excursions():
+        if self.false_alerts_per_day is None or not self.tail.knows_excursions():
             return normal_upper_surprise(wh)
-        bar = self.tail.threshold(budget, 1.0, 1, ALERT_Z)
+        bar = self._bar()
         out: FloatArray = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
         return out
+
+    def _bar(self) -> float:
+        """The deviate at which the residual alerts by the device's own tail (none without a
+        budget or a history yet)."""
+        budget = self.false_alerts_per_day
+        if budget is None or self.tail.summary.weight < MIN_HISTORY:
+            return math.inf
+        return self.tail.threshold(budget, 1.0, 1, ALERT_Z)
 
     def _surprise(self, batch: Batch) -> FloatArray:
         model = self.model()

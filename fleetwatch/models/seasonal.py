@@ -34,6 +34,7 @@ times that).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
@@ -143,8 +144,9 @@ class SeasonalBaseline(Detector):
                 # every warm reading, |z| of 0 too; the body first (taking the batch's excursions
                 # against the previous body instead: on/off streams 1.69 -> 2.03 alerts a day)
                 warm = rows[judged.ok[rows]]
+                cap = self._bar(tail, k)  # in force for the batch
                 tail.summary.add(judged.z[warm[keep[warm]]])
-                tail.excursions(judged.z[warm])
+                tail.excursions(judged.z[warm], cap)
             if fresh is not None:
                 late = rows[early[rows] & fresh.ok[rows] & keep[rows]]
                 tail.summary.add(fresh.z[late])
@@ -181,6 +183,13 @@ class SeasonalBaseline(Detector):
             surprise[rows] = np.where(ok[rows], judged, 0.0)
             band[rows] = bar * std[rows] + 0.5 * step[rows]
         return Deviation(mean, ok, surprise, z, band, early)
+
+    def _bar(self, tail: StreamTail, streams: int) -> float:
+        """The ``|z|`` at which the stream alerts (none without a budget or a history yet)."""
+        budget = self.false_alerts_per_day
+        if budget is None or tail.summary.weight < MIN_HISTORY:
+            return math.inf
+        return tail.threshold(budget, 1.0, streams, ALERT_Z)
 
     def _surprise(self, batch: Batch) -> FloatArray:
         return self._deviation(batch).surprise

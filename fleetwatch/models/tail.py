@@ -55,6 +55,9 @@ PEAK_MEMORY = 10.0
 """The excursion peaks are remembered this many times longer than the body."""
 P_PEAKS = 0.25
 """The tail of the excursion peaks is fitted above their ``1 - P_PEAKS`` quantile."""
+PASSING_ODDS = 20.0
+"""A peak past the threshold in force is taken as it is up to where a passing reaches once in
+this many under the stream's fitted tail, and at that level beyond (see ``excursions``)."""
 MAX_SHAPE = 0.75
 """The heaviest tail extrapolated: a power law of index ``1 / MAX_SHAPE``."""
 EDGES = np.concatenate(
@@ -291,8 +294,13 @@ class StreamTail:
             )
         self.last_ms = int(event_ms[-1]) if before is None else max(before, int(event_ms[-1]))
 
-    def excursions(self, values: FloatArray) -> None:
-        """Take in the statistic on the stream's next readings, in order, all of them."""
+    def excursions(self, values: FloatArray, cap: float = math.inf) -> None:
+        """Take in the statistic on the stream's next readings, in order, all of them. An
+        excursion that passed ``cap`` (the threshold in force) counts as one passing of it: its
+        peak is taken as it is up to the level a passing reaches once in ``PASSING_ODDS`` under
+        the stream's own fitted tail, and at that level beyond. A fault's peak, far past what
+        the noise reaches, would otherwise set the fitted tail of a stream with few peaks and
+        blind it to faults of its size for as long as peaks are remembered."""
         n = values.size
         if n == 0 or self.summary.weight < MIN_HISTORY:
             return
@@ -321,7 +329,31 @@ class StreamTail:
             if hi == n:
                 self.peak = top
             else:  # ended before reading ``hi``: weighed as of then
+                if top > cap:  # a passing: where the stream's own tail expects one to reach
+                    top = min(top, self._passing(cap))
                 self.peaks[_bin(top)] += keep ** (n - 1 - hi)
+
+    def _passing(self, cap: float) -> float:
+        """The level an excursion past ``cap`` passes once in ``PASSING_ODDS`` under the tail
+        the stream has fitted: of its excursion peaks once it knows them, else of its body (past
+        ``cap``, a generalised Pareto excess of shape ``ξ`` and scale ``s`` over ``v`` is one of
+        the same shape and scale ``s + ξ (cap - v)``)."""
+        if self.knows_excursions():
+            level, shape, scale = self._peaks_tail()
+        else:
+            tail = self.summary.tail()
+            level, shape, scale = tail.u, tail.shape, tail.scale
+        return cap + excess(shape, scale + shape * max(cap - level, 0.0), PASSING_ODDS)
+
+    def _peaks_tail(self) -> tuple[float, float, float]:
+        """Where the fit of the excursion peaks starts (the upper ``P_PEAKS`` of the peaks above
+        ``u``, at least ``MIN_PEAKS``: the tail's shape shows far out), and its shape and scale."""
+        k = _bin(self.summary.tail().u)
+        above = np.cumsum(self.peaks[::-1])[::-1]
+        seen = float(above[k])
+        top = max(k, int(np.flatnonzero(above >= max(P_PEAKS * seen, MIN_PEAKS))[-1]))
+        shape, scale = fit_excess(self.peaks, top)
+        return float(EDGES[top]), shape, scale
 
     def knows_excursions(self) -> bool:
         """Whether ``MIN_PEAKS`` excursions were seen: the threshold is then where their peaks
@@ -354,20 +386,16 @@ class StreamTail:
             # a statistic of single readings keeps the noise's own tail: extrapolate its shape
             return summary.threshold(self.p(budget, span, streams), floor, span <= 1.0)
         u = summary.tail().u
-        k = _bin(u)
-        seen = float(self.peaks[k:].sum())
+        seen = float(self.peaks[_bin(u) :].sum())
         rate = seen / self.readings
         allowed = budget / (self._per_day() * max(streams, 1))
         if allowed >= rate:
             return max(floor, u)
-        # the fit starts at the upper P_PEAKS of the peaks (the tail's shape shows far out)
-        above = np.cumsum(self.peaks[::-1])[::-1]
-        top = max(k, int(np.flatnonzero(above >= max(P_PEAKS * seen, MIN_PEAKS))[-1]))
-        rate *= float(above[top]) / seen
+        level, shape, scale = self._peaks_tail()
+        rate *= float(self.peaks[_bin(level) :].sum()) / seen
         if allowed >= rate:
-            return max(floor, float(EDGES[top]))
-        shape, scale = fit_excess(self.peaks, top)
-        return max(floor, float(EDGES[top]) + excess(shape, scale, rate / allowed))
+            return max(floor, level)
+        return max(floor, level + excess(shape, scale, rate / allowed))
 
     def _per_day(self) -> float:
         return DAY_MS / self.interval_ms if self.interval_ms > 0 else DAY_MS / 1000.0

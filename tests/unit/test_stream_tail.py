@@ -37,12 +37,14 @@ def warm(values: np.ndarray, halflife: float = 2000.0) -> StreamTail:
 
 def learned(values: np.ndarray, batches: int) -> StreamTail:
     """A tail that has learned ``values`` (all normal) in ``batches`` batches, a reading every
-    ``STEP_MS``."""
+    ``STEP_MS``, each excursion's peak taken at most at the threshold in force (as the
+    detectors do: one that alerted counts as one passing)."""
     tail = StreamTail(20_000.0)
-    for part in np.array_split(values, batches):
-        tail.summary.add(part)
-        tail.excursions(part)
     tail.observe(np.arange(0, 1000 * STEP_MS, STEP_MS, dtype=np.int64))
+    for part in np.array_split(values, batches):
+        cap = tail.threshold(1.0, 1.0, 1, 0.0) if tail.summary.weight >= MIN_HISTORY else math.inf
+        tail.summary.add(part)
+        tail.excursions(part, cap)
     return tail
 
 
@@ -260,3 +262,31 @@ def test_a_young_stream_of_single_readings_extrapolates_its_own_tail_shape() -> 
     assert min(f / e for f, e in zip(fitted, exponential, strict=True)) >= 1.0
     assert np.median(fitted) > 1.2 * np.median(exponential)
     assert np.median(gaussian) < 1.05
+
+
+def test_an_excursion_past_the_threshold_counts_as_one_passing_not_at_its_peak() -> None:
+    """A fault's excursion far past the threshold in force adds one passing, its peak taken
+    no further than a passing reaches once in ``PASSING_ODDS`` under the stream's own tail: the
+    threshold moves a little, as for one false alert, where the fault's own peak among a young
+    stream's few would have multiplied it (the stream blind to faults of its size for as long
+    as it remembers peaks); below the threshold, or without one, a peak is taken as it is."""
+    rng = np.random.default_rng(5)
+    body = np.abs(rng.standard_normal(1500))
+    raw, censored = warm(body), warm(body)
+    for part in np.array_split(np.abs(rng.standard_normal(3000)), 30):
+        cap = censored.threshold(1.0, 1.0, 1, 0.0)
+        raw.excursions(part)
+        censored.excursions(part, cap)
+    assert censored.knows_excursions()
+    before = censored.threshold(1.0, 1.0, 1, 0.0)
+    assert before == raw.threshold(1.0, 1.0, 1, 0.0), "no passing yet: the same tail"
+    fault = np.concatenate([[0.0], np.full(30, 60.0), [0.0]])
+    raw.excursions(fault)
+    censored.excursions(fault, before)
+    assert raw.threshold(1.0, 1.0, 1, 0.0) > 3.0 * before
+    after = censored.threshold(1.0, 1.0, 1, 0.0)
+    assert before < after < 1.5 * before
+    assert censored.peaks[bin_of(np.asarray([60.0]))[0]] == 0.0, "not at the fault's peak"
+    under = warm(body)
+    under.excursions(np.array([0.0, 3.0, 0.0]), 5.0)
+    assert under.peaks[bin_of(np.asarray([3.0]))[0]] > 0.99, "under the cap: as it is"
