@@ -170,7 +170,6 @@ class SeasonalBaseline(Detector):
             return Deviation(mean, ok, surprise, z, band)
         surprise = np.zeros(len(batch))
         k = len(self.profile.metrics)
-        budget = self.false_alerts_per_day
         early = np.zeros(len(batch), bool)
         for m, rows in per_metric_runs(codes, k):
             tail = self.tails[m]
@@ -178,7 +177,7 @@ class SeasonalBaseline(Detector):
                 bar = EARLY_Z
                 early[rows] = True
             else:
-                bar = tail.threshold(budget, 1.0, k, ALERT_Z)
+                bar = self._bar(tail, k)
             judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
             surprise[rows] = np.where(ok[rows], judged, 0.0)
             band[rows] = bar * std[rows] + 0.5 * step[rows]

@@ -329,7 +329,7 @@ class StreamTail:
             if hi == n:
                 self.peak = top
             else:  # ended before reading ``hi``: weighed as of then
-                if top > cap:  # a passing: where the stream's own tail expects one to reach
+                if top > cap:  # a passing: no further than the stream's own tail expects
                     top = min(top, self._passing(cap))
                 self.peaks[_bin(top)] += keep ** (n - 1 - hi)
 
