@@ -156,3 +156,32 @@ def test_without_a_fleet_nothing_is_held() -> None:
     out = fold_moves(stop_then([]), readings(1000), set(), None, moves)
     assert [o.kind for o in out] == [DEVICE_WIDE_KIND]
     assert moves.held == {}
+
+
+def test_a_lone_alert_whose_partners_moved_with_it_is_a_familiar_move() -> None:
+    """A stop the vibration's wide band hides: only the speed alerts, at a reading the fleet
+    knows but would not with the speed back at its expected value (a running machine without
+    its vibration) — so the vibration did move with it: the speed is held, its alerts after
+    too. A dip the fleet would know with the speed back alerts; so does any alert at a reading
+    the fleet does not know."""
+    moves = Moves({}, 600_000)
+    stop = [obs("rpm", "seasonal", 0.99, 1000, 0.0), obs("rpm", "level", 0.95, 2000, 1300.0)]
+    out = fold_moves(
+        stop, readings(1000, 2000), set(), lambda: {1000, 2000}, moves, lambda t, back: False
+    )
+    assert [o.score for o in out] == [CALM, CALM]
+    assert moves.held == {"rpm": 1000}
+    asked: list[tuple[int, dict[str, float]]] = []
+
+    def running(event_ms: int, back: dict[str, float]) -> bool:
+        asked.append((event_ms, back))
+        return True
+
+    dip = [obs("rpm", "seasonal", 0.99, 1000, 1300.0)]
+    moves = Moves({}, 600_000)
+    assert fold_moves(dip, readings(1000), set(), lambda: {1000}, moves, running) == dip
+    assert asked == [(1000, {"rpm": 0.0})], "asked with the speed at its expected value"
+    assert moves.held == {}
+    unknown = fold_moves(dip, readings(1000), set(), lambda: set(), moves, lambda t, b: False)
+    assert unknown == dip
+    assert moves.held == {}

@@ -11,7 +11,7 @@ from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE
-from fleetwatch.streaming.scorer.observations import fleet_checked
+from fleetwatch.streaming.scorer.observations import _reverted, fleet_checked
 
 
 def tied(seed: int, looseness: float, n: int = 3000, offset: float = 0.0) -> pd.DataFrame:
@@ -101,3 +101,26 @@ def test_only_the_pattern_member_is_checked_against_the_fleet() -> None:
 
     assert fleet_checked(level, rows["event_ms"].to_numpy(), familiar) is level
     assert asked == []  # no pattern break alerting: the fleet is not asked
+
+
+def test_the_fleet_is_asked_of_a_reading_with_some_values_put_back() -> None:
+    """``_reverted``: whether the fleet knows a reading with some metrics at other values (the
+    device's expected ones), the rest as read."""
+    fleet = PcaDetector.from_params(
+        pool_pca(
+            {
+                f"dev-{i}": PcaDetector(halflife_hours=None)
+                .learn(tied(10 + i, looseness=0.1, offset=0.2 * i))
+                .to_params()
+                for i in range(3)
+            }
+        )
+    )
+    frame = Batch.of(probe(0.0, 0.05))
+    at = 10_000_000
+    assert at in fleet.familiar_times(frame)
+    knows = _reverted(fleet, frame)
+    assert knows(at, {"volts": 0.1})
+    assert not knows(at, {"volts": 3.0}), "a tie the pooled devices never show"
+    assert not knows(at, {"load": 3.0})
+    assert knows(at + 1000, {}), "the other reading, as read"

@@ -23,10 +23,19 @@ knows is kept under the alert level, until the metric is calm on its own or the 
 ``hold_ms`` old (``score.new_normal_after_s``: by then a lasting state is the device's new
 normal). A reading the fleet does not know alerts as before, held or not, and so does a metric
 that did not move.
+
+A move whose partners' bands hide it — only the speed alerts as a machine stops, its
+vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
+knows the reading but would not with the alerting metrics put back at the device's expected
+values (``reverted``): the others moved with them (0 rpm with 0.15 vibration is a stopped
+machine; 1,480 rpm with 0.15 would be a running machine without its vibration). The alerting
+metrics are held from there. A dip or a spike (1,300 or 1,600 rpm, the vibration where a
+running machine's is) is a reading the fleet would know with the speed put back: it alerts.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from itertools import groupby
@@ -80,6 +89,7 @@ def fold_moves(
     active: set[str],
     familiar: Callable[[], set[int]] | None = None,
     moves: Moves | None = None,
+    reverted: Callable[[int, dict[str, float]], bool] | None = None,
 ) -> list[Observation]:
     """``found`` (event-time order) with each reading on which all its metrics (two or more)
     moved at once — every one unusual on its own, one alerting — folded into one
@@ -92,7 +102,8 @@ def fold_moves(
     times whose reading is a state the fleet knows (:meth:`Detector.familiar_times` of the
     scope's champion): a move into one is no alert — a machine stopping for the first time, as
     others of its kind do — and reads as calm; with ``moves``, its metrics are held from then
-    on (see the module's text)."""
+    on (see the module's text); ``reverted`` (the event time, metric → value) tells whether
+    the fleet knows the reading with those metrics put back, for a lone alert's move."""
     under_way = DEVICE_WIDE_KEY in active
     if not under_way and not found and not (moves and moves.held):
         return found
@@ -124,6 +135,24 @@ def fold_moves(
             out.append(_device_wide(at, present))
             under_way = True
             continue
+        if (
+            moves is not None
+            and reverted is not None
+            and moved
+            and not under_way
+            and len(present) >= 2
+            and knows(event_ms)
+        ):
+            back = {
+                o.metric: o.expected
+                for o in own
+                if o.score >= ALERT_SCORE
+                and o.metric not in moves.held
+                and math.isfinite(o.expected)
+            }
+            # the others moved with it: back where it was, the fleet would not know the reading
+            if back and not reverted(event_ms, back):
+                moves.start(back, event_ms)
         if moves is not None and moves.held:
             moves.release(present, unusual, event_ms)
             if any(moves.holds(o) for o in at) and knows(event_ms):

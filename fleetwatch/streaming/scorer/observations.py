@@ -109,7 +109,22 @@ def observations(
     if not scored and DEVICE_WIDE_KEY not in active and not (moves and moves.held):
         return scored
     readings = readings_of(event_ms, rows["metric"], seq, received)
-    return fold_moves(scored, readings, active, familiar, moves)
+    reverted = None if prior is None else _reverted(prior, frame)
+    return fold_moves(scored, readings, active, familiar, moves, reverted)
+
+
+def _reverted(prior: Detector, frame: Batch) -> Callable[[int, dict[str, float]], bool]:
+    """Whether ``prior`` knows the reading at an event time with some metrics' values put back
+    (metric → value)."""
+
+    def knows(event_ms: int, values: dict[str, float]) -> bool:
+        at = np.flatnonzero(frame.event_ms == event_ms)
+        names = [frame.names[c] for c in frame.codes[at]]
+        value = np.array([values.get(n, v) for n, v in zip(names, frame.value[at], strict=True)])
+        moved = Batch.from_arrays(frame.event_ms[at], np.asarray(names, dtype=object), value)
+        return event_ms in prior.familiar_times(moved)
+
+    return knows
 
 
 def fleet_checked(
