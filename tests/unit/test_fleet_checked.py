@@ -29,6 +29,18 @@ def tied(seed: int, looseness: float, n: int = 3000, offset: float = 0.0) -> pd.
     )
 
 
+def pooled(looseness: float) -> PcaDetector:
+    """The fleet's model pooled over three devices whose ties are ``looseness`` loose, their
+    levels 0.2 apart."""
+    devices = {
+        f"dev-{i}": PcaDetector(halflife_hours=None)
+        .learn(tied(10 + i, looseness=looseness, offset=0.2 * i))
+        .to_params()
+        for i in range(3)
+    }
+    return PcaDetector.from_params(pool_pca(devices))
+
+
 def probe(*volts: float) -> pd.DataFrame:
     """Readings at a usual load (0) with these volts, one second apart from t = 10^7 ms, every
     load before every volts (not in time order)."""
@@ -46,16 +58,7 @@ def probe(*volts: float) -> pd.DataFrame:
 def test_a_break_the_fleet_knows_is_calm_and_one_it_does_not_still_alerts() -> None:
     # the device's tie is tight; the fleet's devices hold theirs looser
     device = PcaDetector(halflife_hours=None).learn(tied(1, looseness=0.1))
-    fleet = PcaDetector.from_params(
-        pool_pca(
-            {
-                f"dev-{i}": PcaDetector(halflife_hours=None)
-                .learn(tied(10 + i, looseness=0.6, offset=0.2 * i))
-                .to_params()
-                for i in range(3)
-            }
-        )
-    )
+    fleet = pooled(0.6)
     # usual; a break only for the tight device, twice (a break alerts once it lasts: see
     # lasting.py); a break for both, twice
     rows = probe(0.0, 2.0, 2.0, 5.0, 5.0)
@@ -106,16 +109,7 @@ def test_only_the_pattern_member_is_checked_against_the_fleet() -> None:
 def test_the_fleet_is_asked_of_a_reading_with_some_values_put_back() -> None:
     """``_reverted``: whether the fleet knows a reading with some metrics at other values (the
     device's expected ones), the rest as read."""
-    fleet = PcaDetector.from_params(
-        pool_pca(
-            {
-                f"dev-{i}": PcaDetector(halflife_hours=None)
-                .learn(tied(10 + i, looseness=0.1, offset=0.2 * i))
-                .to_params()
-                for i in range(3)
-            }
-        )
-    )
+    fleet = pooled(0.1)
     frame = Batch.of(probe(0.0, 0.05))
     at = 10_000_000
     assert at in fleet.familiar_times(frame)
