@@ -91,12 +91,34 @@ def tree_rss_mb(pid: int) -> float:
 
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) one process used so far (0 when it is gone)."""
+    return cpu_s_of(Path(f"/proc/{pid}"))
+
+
+def cpu_s_of(proc: Path) -> float:
+    """CPU seconds (user + system) of a ``/proc`` process or thread directory (0 when gone)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / "stat").read_text()
     except OSError:
         return 0.0
     ticks = sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:13])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+JVM_THREADS = {"jit": ("C1 CompilerThre", "C2 CompilerThre"), "gc": ("GC Thread", "G1 ")}
+"""Threads of a JVM counted apart by :class:`CpuShares` (by ``/proc`` thread name): the JIT
+compilers, and the garbage collector's own threads (its pauses stop the others)."""
+
+
+def jvm_thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds each group of :data:`JVM_THREADS` of a JVM used so far (its threads alive
+    now)."""
+    out = dict.fromkeys(JVM_THREADS, 0.0)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        name = comm_of(task)
+        group = next((g for g, names in JVM_THREADS.items() if name.startswith(names)), None)
+        if group is not None:
+            out[group] += cpu_s_of(task)
+    return out
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -190,17 +212,23 @@ def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
 
 def comm(pid: int) -> str:
     """A process's command name ('' when it is gone)."""
+    return comm_of(Path(f"/proc/{pid}"))
+
+
+def comm_of(proc: Path) -> str:
+    """The name of a ``/proc`` process or thread directory ('' when it is gone)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return (proc / "comm").read_text().strip()
     except OSError:
         return ""
 
 
 class CpuShares:
     """CPU seconds of named process trees between two samples, as cores: ``stages`` names a
-    tree each (a Spark job's tree is split into its driver, its JVM and its Python workers),
-    and ``rest`` is this process's own tree less those (the bench's publishers and
-    consumers)."""
+    tree each (a Spark job's tree is split into its driver, its JVM and its Python workers,
+    and the JVM's JIT compiler and GC threads are also given apart, as ``{name}_jvm_jit`` and
+    ``{name}_jvm_gc``: part of ``{name}_jvm``), and ``rest`` is this process's own tree less
+    those (the bench's publishers and consumers)."""
 
     def __init__(self, stages: dict[str, int], spark: Sequence[str] = ()) -> None:
         self.stages, self.spark = stages, set(spark)
@@ -218,6 +246,10 @@ class CpuShares:
             for p in pids:
                 part = "driver" if p == pid else ("jvm" if comm(p) == "java" else "workers")
                 out[f"{name}_{part}"] = out.get(f"{name}_{part}", 0.0) + cpu_s(p)
+                if part == "jvm":
+                    for group, seconds in jvm_thread_cpu_s(p).items():
+                        key = f"{name}_jvm_{group}"
+                        out[key] = out.get(key, 0.0) + seconds
         out["bench"] = sum(cpu_s(p) for p in tree(os.getpid()) if p not in owned)
         return out
 

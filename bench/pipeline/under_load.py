@@ -25,7 +25,8 @@ latency is split into ingest, the wait for the micro-batch in progress, its own 
 and delivery; the slowest 1 % of probes are printed with the batch they waited on and their
 own, the slowest 1 % of batches with their parts (planning, ``addBatch``, state commit and
 RocksDB figures, GC pauses within), and the CPU each process used over the phase (the
-scorer's driver, JVM and Python workers apart) and the Python workers started.
+scorer's driver, JVM and Python workers apart; of the JVM, its JIT compilers and GC threads
+also apart) and the Python workers started.
 
 ``--repeat N`` runs the phases N times in a row, each with a fresh scorer, and gives each
 run's p50 / p95 / p99 and p99 / p50 per phase: one lucky run is never the figure.
@@ -34,7 +35,8 @@ run's p50 / p95 / p99 and p99 / p50 per phase: one lucky run is never the figure
     python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max]
 
 Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
-"p99_over_p50_1k", "p99_over_p50_5k", "load_avg_1m", "max_throughput_rps",
+"p99_over_p50_1k", "p99_over_p50_5k", "jit_cores" ([1k], [5k]),
+"load_avg_1m", "max_throughput_rps",
 "cold_throughput_rps", "peak_rss_mb", ...}
 """
 
@@ -386,6 +388,7 @@ def summary(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
         "p99_over_p50": ratio,
         "ingest_p99_ms": [r[label]["ingest_p99_ms"] for r in runs],
         "load_avg_1m": [r[label]["load_avg_1m"] for r in runs],
+        "jit_cores": [r[label]["cores"].get("scorer_jvm_jit") for r in runs],
         "worst_p99_ms": max((x for x in p99 if x is not None), default=None),
     }
 
@@ -430,6 +433,7 @@ def main() -> None:
                 "p99_over_p50_1k": phases["1k"]["p99_over_p50"],
                 "p99_over_p50_5k": phases["5k"]["p99_over_p50"],
                 "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
+                "jit_cores": [phases["1k"]["jit_cores"], phases["5k"]["jit_cores"]],
                 "load_avg_1m": [phases["1k"]["load_avg_1m"], phases["5k"]["load_avg_1m"]],
                 "max_throughput_rps": top.get("max_throughput_rps"),
                 "cold_throughput_rps": top.get("cold_throughput_rps"),
