@@ -227,7 +227,7 @@ class CpuShares:
     """CPU seconds of named process trees between two samples, as cores: ``stages`` names a
     tree each (a Spark job's tree is split into its driver, its JVM and its Python workers,
     and the JVM's JIT compiler and GC threads are also given apart, as ``{name}_jvm_jit`` and
-    ``{name}_jvm_gc``: part of ``{name}_jvm``), and ``rest`` is this process's own tree less
+    ``{name}_jvm_gc``: part of ``{name}_jvm``), and ``bench`` is this process's own tree less
     those (the bench's publishers and consumers)."""
 
     def __init__(self, stages: dict[str, int], spark: Sequence[str] = ()) -> None:
