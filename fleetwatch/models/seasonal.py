@@ -15,6 +15,21 @@ Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the 
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
 the band and a long fault does not become the expected value.
 
+Two regimes: a metric that switches between states (a machine's speed, running or stopped) is
+not one wide distribution. A learned reading more than ``SPLIT_Z`` from its profile (one the
+combined detector learns "alerts and all" once a lasting move of the whole device is adopted)
+goes to a second profile of the metric, ``alt``, as the readings nearest to it do from then on.
+A reading is judged against whichever of the two is nearer, the second once its mean stands
+``SEPARATION`` standard deviations apart from the first's (from its first reading: its spread is
+drawn toward the first regime's over its first ``warmup`` readings, the sensor's noise being the
+same in either state, so that a slow device's new state, of which the combined detector's gate
+lets in a reading or two, is its normal from then on): so a spike on a
+running machine is judged against the running machine's spread, not against the mixture of
+running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
+leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings
+(two in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime
+keeps its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least.
+
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
 ``EARLY_Z``, twice the floor (its rows' reason ``EARLY``: the scorer's fixed baseline judges them
@@ -74,6 +89,12 @@ def new_profile(halflife_hours: float | None, buckets: int, period_hours: float)
 
 EARLY_Z = 2.0 * ALERT_Z
 """The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
+SPLIT_Z = EARLY_Z
+"""A learned reading this far from its metric's profile belongs to the metric's second regime."""
+SEPARATION = 3.0
+"""The second regime is used once its mean is this many standard deviations (the wider of the
+two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped
+is 3.9 apart."""
 
 
 class Deviation(NamedTuple):
@@ -89,6 +110,11 @@ class Deviation(NamedTuple):
     """Half-width of the normal range: the threshold in force times the standard deviation."""
     early: BoolArray | None = None
     """Judged against ``EARLY_Z``, its stream's tail still short (``None``: no row)."""
+    alt: BoolArray | None = None
+    """Judged against the metric's second regime (``None``: no row)."""
+    apart: BoolArray | None = None
+    """More than ``SPLIT_Z`` from the first regime, the second not in use for it (``None``: no
+    row)."""
 
 
 class SeasonalBaseline(Detector):
@@ -121,35 +147,107 @@ class SeasonalBaseline(Detector):
         self.bucket_warmup = bucket_warmup
         self.min_std = min_std
         self.profile = new_profile(halflife_hours, buckets, period_hours)
+        self.alt = new_profile(halflife_hours, buckets, period_hours)
+        """Per metric, its second regime (see the module's docstring); empty until one is seen."""
         self.tails: list[StreamTail] = []
         """Per metric, its own history of ``|z|`` (:mod:`~fleetwatch.models.tail`)."""
+        self.alt_tails: list[StreamTail] = []
+        """Per metric of ``alt``, the history of ``|z|`` in its second regime."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         before = len(self.profile.metrics)
         judged = self._deviation(batch, judge=False) if before else None
-        codes = self.profile.learn(batch, keep)
+        to_alt = np.zeros(len(batch), bool)
+        on_alt = np.zeros(len(batch), bool)
+        if judged is not None and judged.alt is not None and judged.apart is not None:
+            on_alt = judged.alt
+            to_alt = keep & (on_alt | _in_runs(batch, judged.apart, judged.expected))
+        codes = self.profile.learn(batch, keep & ~to_alt)
+        if to_alt.any() or self.alt.metrics:
+            alt_before = len(self.alt.metrics)
+            alt_codes = self.alt.learn(batch, to_alt)
+            self.alt_tails += [
+                StreamTail(self.tail_halflife) for _ in range(len(self.alt.metrics) - alt_before)
+            ]
+            if judged is not None:
+                self._learn_tails(self.alt_tails, alt_codes, batch, judged, keep, on_alt)
         k = len(self.profile.metrics)
         self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
         self.grid.learn_rows(codes, batch.value, k)
+        # a reading of the second regime, or of one not in use yet, says nothing of the first's
+        mine = ~(to_alt | on_alt)
+        if judged is not None:
+            self._learn_tails(self.tails[:before], codes, batch, judged, keep, mine)
         early = np.ones(len(batch), bool) if judged is None else ~judged.ok
+        if not early.any():
+            return
         # readings the profile was not warm for are measured against it as learned now (a first
         # batch, however long, leaves the tail a history to judge by)
-        fresh = self._deviation(batch, judge=False) if early.any() else None
+        fresh = self._deviation(batch, judge=False)
         for m, rows in per_metric_runs(codes, k):
-            tail = self.tails[m]
+            late = rows[early[rows] & fresh.ok[rows] & keep[rows] & mine[rows]]
+            self.tails[m].summary.add(fresh.z[late])
+
+    def _learn_tails(
+        self,
+        tails: list[StreamTail],
+        codes: npt.NDArray[np.intp],
+        batch: Batch,
+        judged: Deviation,
+        keep: BoolArray,
+        rows_of: BoolArray,
+    ) -> None:
+        """Every warm reading of ``rows_of`` into its metric's tail (``codes`` index ``tails``),
+        |z| of 0 too; the body first (taking the batch's excursions against the previous body
+        instead: on/off streams 1.69 -> 2.03 alerts a day)."""
+        k = len(self.profile.metrics)
+        for m, rows in per_metric_runs(codes, len(tails)):
+            tail = tails[m]
             tail.observe(batch.event_ms[rows])
-            if judged is not None and m < before:
-                # every warm reading, |z| of 0 too; the body first (taking the batch's excursions
-                # against the previous body instead: on/off streams 1.69 -> 2.03 alerts a day)
-                warm = rows[judged.ok[rows]]
-                cap = self._bar(tail, k)  # in force for the batch
-                tail.summary.add(judged.z[warm[keep[warm]]])
-                tail.excursions(judged.z[warm], cap)
-            if fresh is not None:
-                late = rows[early[rows] & fresh.ok[rows] & keep[rows]]
-                tail.summary.add(fresh.z[late])
+            warm = rows[judged.ok[rows] & rows_of[rows]]
+            cap = self._bar(tail, k)  # in force for the batch
+            tail.summary.add(judged.z[warm[keep[warm]]])
+            tail.excursions(judged.z[warm], cap)
+
+    def _regimes(
+        self,
+        codes: npt.NDArray[np.intp],
+        batch: Batch,
+        mean: FloatArray,
+        std: FloatArray,
+        z: FloatArray,
+        step: FloatArray,
+    ) -> tuple[BoolArray, BoolArray, FloatArray, FloatArray, FloatArray]:
+        """Per row: whether its metric's second regime judges it (nearer, warm and apart from
+        the first), whether it is ``SPLIT_Z`` from the first with the second not in use, and
+        the expected value, deviation and ``|z|`` of the regime that judges it."""
+        far = z > SPLIT_Z
+        if not self.alt.metrics:
+            return np.zeros(len(batch), bool), far, mean, std, z
+        alt_codes = batch.lookup(self.alt.metrics)
+        mean2, std2, ok2 = self.alt.expect(
+            alt_codes, batch.event_ms, 1, self.bucket_warmup, self.min_std
+        )
+        # the sensor's noise is the same in either state: a young second regime's spread is
+        # drawn toward the first's, as if it had ``warmup`` readings of that spread besides its own
+        seen = np.where(alt_codes >= 0, self.alt.counts[np.maximum(alt_codes, 0), self.buckets], 0)
+        prior = float(self.warmup)
+        with np.errstate(invalid="ignore"):
+            var2 = (seen * np.square(std2) + prior * np.square(std)) / (seen + prior)
+            std2 = floor_std(np.sqrt(var2), step)
+            gap = np.abs(mean2 - mean)
+            usable = ok2 & (np.nan_to_num(gap) >= SEPARATION * np.maximum(std, std2))
+            z2 = np.abs(shrink(np.nan_to_num(batch.value - mean2), step)) / std2
+        alt = usable & (z2 < z)
+        return (
+            alt,
+            far & ~usable,
+            np.where(alt, mean2, mean),
+            np.where(alt, std2, std),
+            np.where(alt, z2, z),
+        )
 
     def _deviation(self, batch: Batch, judge: bool = True) -> Deviation:
         """Per row: how it deviates from its profile, judged against its stream's tail (without
@@ -162,26 +260,38 @@ class SeasonalBaseline(Detector):
         std = floor_std(std, step)
         deviation = shrink(batch.value - mean, step)
         z = np.where(ok, np.abs(deviation) / np.where(ok, std, 1.0), 0.0)
+        alt, apart, mean, std, z = self._regimes(codes, batch, mean, std, z, step)
+        alt &= ok
         band = ALERT_Z * std + 0.5 * step
         if not judge:
-            return Deviation(mean, ok, np.zeros(len(batch)), z, band)
+            return Deviation(mean, ok, np.zeros(len(batch)), z, band, None, alt, apart & ok)
         if self.false_alerts_per_day is None:
             surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
-            return Deviation(mean, ok, surprise, z, band)
+            return Deviation(mean, ok, surprise, z, band, None, alt)
         surprise = np.zeros(len(batch))
         k = len(self.profile.metrics)
         early = np.zeros(len(batch), bool)
-        for m, rows in per_metric_runs(codes, k):
-            tail = self.tails[m]
-            if tail.summary.weight < MIN_HISTORY:  # its tail unknown yet
-                bar = EARLY_Z
-                early[rows] = True
-            else:
-                bar = self._bar(tail, k)
-            judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
-            surprise[rows] = np.where(ok[rows], judged, 0.0)
-            band[rows] = bar * std[rows] + 0.5 * step[rows]
-        return Deviation(mean, ok, surprise, z, band, early)
+        streams = [(self.tails, np.where(alt, -1, codes))]
+        if alt.any():
+            streams.append((self.alt_tails, np.where(alt, batch.lookup(self.alt.metrics), -1)))
+        for tails, judged_codes in streams:
+            for m, rows in per_metric_runs(judged_codes, len(tails)):
+                tail = tails[m]
+                if tail.summary.weight < MIN_HISTORY:  # its tail unknown yet
+                    bar = EARLY_Z
+                    early[rows] = True
+                else:
+                    bar = self._bar(tail, k)
+                if tails is self.alt_tails:
+                    # the sensor's noise has one shape in either regime: a second regime's
+                    # short history is held to the first one's threshold at least
+                    first = self.tails[int(codes[rows[0]])]
+                    if first.summary.weight >= MIN_HISTORY:
+                        bar = max(bar, self._bar(first, k))
+                judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
+                surprise[rows] = np.where(ok[rows], judged, 0.0)
+                band[rows] = bar * std[rows] + 0.5 * step[rows]
+        return Deviation(mean, ok, surprise, z, band, early, alt)
 
     def _bar(self, tail: StreamTail, streams: int) -> float:
         """The ``|z|`` at which the stream alerts (none without a budget or a history yet)."""
@@ -212,6 +322,8 @@ class SeasonalBaseline(Detector):
             **self.profile.state(),
             "tails": [t.state() for t in self.tails],
             "grid": self.grid.state(),
+            "alt": self.alt.state(),
+            "alt_tails": [t.state() for t in self.alt_tails],
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -223,3 +335,32 @@ class SeasonalBaseline(Detector):
         if len(self.tails) != k:
             raise ParamsError(f"seasonal state has {len(self.tails)} tails for {k} metrics")
         self.grid = Grid.load(state.get("grid"), k)
+        # parameters from before the second regime have none
+        self.alt = new_profile(self.halflife_hours, self.buckets, self.period_hours)
+        if state.get("alt"):
+            self.alt.load(state["alt"])
+        alt_tails = state.get("alt_tails") or []
+        self.alt_tails = [StreamTail.load(self.tail_halflife, t) for t in alt_tails]
+        if len(self.alt_tails) != len(self.alt.metrics):
+            raise ParamsError(
+                f"seasonal state has {len(self.alt_tails)} second-regime tails for "
+                f"{len(self.alt.metrics)} metrics"
+            )
+
+
+def _in_runs(batch: Batch, apart: BoolArray, expected: FloatArray) -> BoolArray:
+    """The ``apart`` rows that have a neighbour of their metric (the reading before or after it
+    in the batch) apart on the same side: a regime is a run of readings, a heavy tail's shock
+    one reading alone."""
+    if not apart.any():
+        return apart
+    side = np.sign(batch.value - expected) * apart
+    out = np.zeros(len(batch), bool)
+    for _, rows in per_metric_runs(batch.codes, len(batch.names)):
+        s = side[rows]
+        if s.size < 2:
+            continue
+        same = (s[1:] == s[:-1]) & (s[1:] != 0)
+        out[rows[1:]] |= same
+        out[rows[:-1]] |= same
+    return out
