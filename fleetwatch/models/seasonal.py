@@ -220,9 +220,9 @@ class SeasonalBaseline(Detector):
         z: FloatArray,
         step: FloatArray,
     ) -> tuple[BoolArray, BoolArray, FloatArray, FloatArray, FloatArray]:
-        """Per row: whether its metric's second regime judges it (nearer, warm and apart from
-        the first), whether it is ``SPLIT_Z`` from the first with the second not in use, and
-        the expected value, deviation and ``|z|`` of the regime that judges it."""
+        """Per row: whether its metric's second regime judges it (nearer, and ``SEPARATION``
+        apart from the first), whether it is ``SPLIT_Z`` from the first with the second not in
+        use, and the expected value, deviation and ``|z|`` of the regime that judges it."""
         far = z > SPLIT_Z
         if not self.alt.metrics:
             return np.zeros(len(batch), bool), far, mean, std, z
