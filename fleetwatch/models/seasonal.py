@@ -21,12 +21,12 @@ combined detector learns "alerts and all" once a lasting move of the whole devic
 goes to a second profile of the metric, ``alt``, as the readings nearest to it do from then on.
 A reading is judged against whichever of the two is nearer, the second once its mean stands
 ``SEPARATION`` standard deviations apart from the first's (from its first reading: its spread is
-drawn toward the first regime's over its first ``warmup`` readings, the sensor's noise being the
-same in either state, so that a slow device's new state, of which the combined detector's gate
-lets in a reading or two, is its normal from then on): so a spike on a
-running machine is judged against the running machine's spread, not against the mixture of
-running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
-leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings
+drawn toward the wider of the first regime's and its own over its first ``warmup`` readings, so
+that a slow device's new state, of which the combined detector's gate lets in a reading or two,
+is its normal from then on, and a machine first seen stopped does not lend its running state
+the stopped one's calm): so a spike on a running machine is judged against the running
+machine's spread, not against the mixture of running and stopped (whose deviation, and the
+tail of ``|z|`` that the moves between the two leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings
 (two in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime
 keeps its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least.
 
@@ -63,7 +63,7 @@ from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
+from fleetwatch.models.tail import MIN_HISTORY, PRIOR_WEIGHT, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -169,12 +169,13 @@ class SeasonalBaseline(Detector):
             alt_before = len(self.alt.metrics)
             alt_codes = self.alt.learn(batch, to_alt)
             self.alt_tails += [
-                StreamTail(self.tail_halflife) for _ in range(len(self.alt.metrics) - alt_before)
+                StreamTail(self.tail_halflife, PRIOR_WEIGHT)
+                for _ in range(len(self.alt.metrics) - alt_before)
             ]
             if judged is not None:
                 self._learn_tails(self.alt_tails, alt_codes, batch, judged, keep, on_alt)
         k = len(self.profile.metrics)
-        self.tails += [StreamTail(self.tail_halflife) for _ in range(k - before)]
+        self.tails += [StreamTail(self.tail_halflife, PRIOR_WEIGHT) for _ in range(k - before)]
         self.grid.learn_rows(codes, batch.value, k)
         # a reading of the second regime, or of one not in use yet, says nothing of the first's
         mine = ~(to_alt | on_alt)
@@ -230,12 +231,16 @@ class SeasonalBaseline(Detector):
         mean2, std2, ok2 = self.alt.expect(
             alt_codes, batch.event_ms, 1, self.bucket_warmup, self.min_std
         )
-        # the sensor's noise is the same in either state: a young second regime's spread is
-        # drawn toward the first's, as if it had ``warmup`` readings of that spread besides its own
+        # a young second regime's spread is drawn toward the wider of the first's and its own,
+        # as if it had ``warmup`` readings of that spread besides its own: a slow device's new
+        # state, of which the gate lets in a reading or two, borrows the first regime's noise;
+        # a machine that first started, whose stopped speed sits on 0 ± nothing, does not
+        # borrow the stopped state's calm for its running noise
         seen = np.where(alt_codes >= 0, self.alt.counts[np.maximum(alt_codes, 0), self.buckets], 0)
         prior = float(self.warmup)
         with np.errstate(invalid="ignore"):
-            var2 = (seen * np.square(std2) + prior * np.square(std)) / (seen + prior)
+            wider = np.maximum(np.square(std), np.square(std2))
+            var2 = (seen * np.square(std2) + prior * wider) / (seen + prior)
             std2 = floor_std(np.sqrt(var2), step)
             gap = np.abs(mean2 - mean)
             usable = ok2 & (np.nan_to_num(gap) >= SEPARATION * np.maximum(std, std2))
@@ -331,7 +336,7 @@ class SeasonalBaseline(Detector):
         k = len(self.profile.metrics)
         # parameters from before the stream's own tail start one empty
         tails = state.get("tails") or [StreamTail(self.tail_halflife).state()] * k
-        self.tails = [StreamTail.load(self.tail_halflife, t) for t in tails]
+        self.tails = [StreamTail.load(self.tail_halflife, t, PRIOR_WEIGHT) for t in tails]
         if len(self.tails) != k:
             raise ParamsError(f"seasonal state has {len(self.tails)} tails for {k} metrics")
         self.grid = Grid.load(state.get("grid"), k)
@@ -340,7 +345,7 @@ class SeasonalBaseline(Detector):
         if state.get("alt"):
             self.alt.load(state["alt"])
         alt_tails = state.get("alt_tails") or []
-        self.alt_tails = [StreamTail.load(self.tail_halflife, t) for t in alt_tails]
+        self.alt_tails = [StreamTail.load(self.tail_halflife, t, PRIOR_WEIGHT) for t in alt_tails]
         if len(self.alt_tails) != len(self.alt.metrics):
             raise ParamsError(
                 f"seasonal state has {len(self.alt_tails)} second-regime tails for "

@@ -88,3 +88,17 @@ def test_the_second_regime_round_trips_through_the_parameters() -> None:
     )
     np.testing.assert_array_equal(detector.score(probe).surprise, again.score(probe).surprise)
     assert again.alt.metrics == ["rpm"]
+
+
+def test_a_machine_first_seen_stopped_judges_its_running_noise_by_its_own_spread() -> None:
+    """Stopped for 10 minutes (its speed 0, no spread at all), then running, its start adopted
+    by the gate 5 minutes in: in the running regime's first readings, its spread is drawn
+    toward the wider of the stopped one's and its own, so its own noise (1,480 ± 4 rpm) is
+    normal. Drawn toward the stopped state's calm instead, a running spell of 5 minutes
+    alerted on its own noise (its band some ±12 rpm)."""
+    frame = machine([(10, False), (12, True)])
+    adopt = slice(15 * 60, 15 * 60 + 3)  # the gate lets in three readings
+    detector = online(SeasonalBaseline(), frame.iloc[: 15 * 60 + 10], adopt)
+    assert detector.alt.metrics == ["rpm"]
+    running = frame.iloc[15 * 60 + 10 : 20 * 60 + 10]
+    assert (detector.score(running).surprise >= S_ALERT).sum() == 0
