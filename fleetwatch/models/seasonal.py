@@ -17,18 +17,18 @@ the band and a long fault does not become the expected value.
 
 Two regimes: a metric that switches between states (a machine's speed, running or stopped) is
 not one wide distribution. A learned reading more than ``SPLIT_Z`` from its profile (one the
-combined detector learns "alerts and all" once a lasting move of the whole device is adopted)
-goes to a second profile of the metric, ``alt``, as the readings nearest to it do from then on.
-A reading is judged against whichever of the two is nearer, the second once its mean stands
-``SEPARATION`` standard deviations apart from the first's (from its first reading: its spread is
-drawn toward the wider of the first regime's and its own over its first ``warmup`` readings, so
-that a slow device's new state, of which the combined detector's gate lets in a reading or two,
-is its normal from then on, and a machine first seen stopped does not lend its running state
-the stopped one's calm): so a spike on a running machine is judged against the running
-machine's spread, not against the mixture of running and stopped (whose deviation, and the
-tail of ``|z|`` that the moves between the two leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings
-(two in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime
-keeps its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least.
+combined detector learns "alerts and all" once a lasting move of the whole device is adopted) goes
+to a second profile of the metric, ``alt``, as the readings nearest to it do from then on. A reading
+is judged against whichever of the two is nearer, the second once its mean stands ``SEPARATION``
+standard deviations apart from the first's (from its first reading: its spread is drawn toward the
+wider of the first regime's and its own over its first ``warmup`` readings, so that a slow device's
+new state, of which the combined detector's gate lets in a reading or two, is its normal from then
+on, and a machine first seen stopped does not lend its running state the stopped one's calm): so a
+spike on a running machine is judged against the running machine's spread, not against the mixture
+of running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
+leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings (two
+in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
+its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least.
 
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
