@@ -19,8 +19,11 @@ def obs(metric: str, kind: str, score: float, t: int, value: float = 1.0) -> Obs
     return Observation(metric, kind, score, t // 1000, t, t + 5, value, 0.0, 1.0, f"{kind} says")
 
 
-def readings(*times: int, metrics: tuple[str, ...] = ("rms", "rpm")) -> dict[int, Reading]:
-    return {t: Reading(frozenset(metrics), t // 1000, t + 5) for t in times}
+def readings(
+    *times: int, metrics: tuple[str, ...] = ("rms", "rpm"), value: float = 1.0
+) -> dict[int, Reading]:
+    values = dict.fromkeys(metrics, value)
+    return {t: Reading(frozenset(metrics), t // 1000, t + 5, values) for t in times}
 
 
 def test_every_metric_anomalous_on_its_own_is_one_state_observation() -> None:
@@ -119,7 +122,8 @@ def test_the_metrics_of_a_familiar_move_are_held_until_calm_on_their_own() -> No
         moves,
     )
     assert all(o.score < 0.5 for o in first)
-    assert moves.held == {"rpm": 1000}  # the vibration, calm on its own at 2000, was let go
+    # the vibration, calm on its own at 2000, was let go; the speed held with its value
+    assert moves.held == {"rpm": [1000, 1.0]}
     # a later batch: the speed is still held
     later = fold_moves(
         [obs("rpm", "seasonal", 0.99, 3000)], readings(3000), set(), lambda: known, moves
@@ -151,6 +155,29 @@ def test_a_hold_ends_after_its_time_and_spares_metrics_that_did_not_move() -> No
     assert moves.held == {}
 
 
+def test_a_metric_resting_where_it_moved_stays_held_past_the_hold_time() -> None:
+    """A machine stopped for hours, its speed never learned at rest (its vibration, calm at
+    rest, keeps the device from learning a change of every metric): the speed, on 0 rpm since
+    the stop, stays held while the fleet knows the readings; a burst off its rest after the
+    hold time ends the hold, as the time would have."""
+    moves = Moves({}, 5_000)
+    stop = [obs("rms", "seasonal", 0.99, 1000, 0.15), obs("rpm", "seasonal", 0.99, 1000, 0.0)]
+    hours = 6 * 3_600_000
+    known = {1000, hours, hours + 1000}
+    at_rest = {1000: Reading(frozenset({"rms", "rpm"}), 1, 1005, {"rms": 0.15, "rpm": 0.0})}
+    fold_moves(stop, at_rest, set(), lambda: known, moves)
+    assert moves.held == {"rms": [1000, 0.15], "rpm": [1000, 0.0]}
+    late = [obs("rpm", "flatline", 0.9, hours, 0.0)]
+    still = {hours: Reading(frozenset({"rms", "rpm"}), 9, hours + 5, {"rms": 0.17, "rpm": 0.0})}
+    out = fold_moves(late, still, set(), lambda: known, moves)
+    assert [(o.metric, o.score) for o in out] == [("rpm", CALM)]
+    assert moves.held == {"rpm": [1000, 0.0]}  # the vibration, calm on its own, let go
+    burst = [obs("rpm", "seasonal", 0.99, hours + 1000, 180.0)]
+    off = readings(hours + 1000, value=180.0)
+    assert fold_moves(burst, off, set(), lambda: known, moves) == burst
+    assert moves.held == {}
+
+
 def test_without_a_fleet_nothing_is_held() -> None:
     moves = Moves({}, 600_000)
     out = fold_moves(stop_then([]), readings(1000), set(), None, moves)
@@ -170,7 +197,7 @@ def test_a_lone_alert_whose_partners_moved_with_it_is_a_familiar_move() -> None:
         stop, readings(1000, 2000), set(), lambda: {1000, 2000}, moves, lambda t, back: False
     )
     assert [o.score for o in out] == [CALM, CALM]
-    assert moves.held == {"rpm": 1000}
+    assert moves.held == {"rpm": [1000, 1.0]}
     asked: list[tuple[int, dict[str, float]]] = []
 
     def running(event_ms: int, back: dict[str, float]) -> bool:

@@ -21,8 +21,13 @@ minute of one starting or stopping). So the metrics that moved are *held* (:clas
 the device's state across micro-batches): a held metric's own alert at a reading the fleet
 knows is kept under the alert level, until the metric is calm on its own or the hold is
 ``hold_ms`` old (``score.new_normal_after_s``: by then a lasting state is the device's new
-normal). A reading the fleet does not know alerts as before, held or not, and so does a metric
-that did not move.
+normal) — but for a metric that rests: one that moved to a value and reads exactly it since (a
+stopped machine's 0 rpm) stays held while it does. Its device may never learn that rest: the
+combined detector learns a lasting change only of every metric together (``adapt_s``), and a
+machine's vibration, calm at rest inside its wide band, keeps the speed out of learning; its
+seasonal and flat-line members then alerted ``hold_ms`` into every long first stop. A rest left
+(a burst on the speed of a stopped machine) ends the hold as the time would have. A reading the
+fleet does not know alerts as before, held or not, and so does a metric that did not move.
 
 A move whose partners' bands hide it — only the speed alerts as a machine stops, its
 vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
@@ -36,10 +41,11 @@ running machine's is) is a reading the fleet would know with the speed put back:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS
@@ -55,19 +61,27 @@ DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
 
 @dataclass
 class Moves:
-    """The metrics held since a move into a state the fleet knows: metric → the move's event
-    time (the device state's dict, updated in place), and how long a hold lasts at most."""
+    """The metrics held since a move into a state the fleet knows: metric → ``[the move's event
+    time, the value it moved to]`` (the device state's dict, updated in place; a bare event
+    time, as written before the value was kept, is a hold without a rest), and how long a hold
+    lasts at most unless its metric rests."""
 
-    held: dict[str, int]
+    held: dict[str, Any]
     hold_ms: int
 
-    def start(self, metrics: Iterable[str], event_ms: int) -> None:
-        self.held.update(dict.fromkeys(metrics, event_ms))
+    def start(self, values: Mapping[str, float], event_ms: int) -> None:
+        self.held.update({metric: [event_ms, value] for metric, value in values.items()})
 
-    def release(self, present: frozenset[str], unusual: set[str], event_ms: int) -> None:
-        """Let go of each held metric calm on its own at this reading, or held for too long."""
-        for metric, since in list(self.held.items()):
-            if event_ms - since > self.hold_ms or (metric in present and metric not in unusual):
+    def release(
+        self, present: frozenset[str], unusual: set[str], event_ms: int, values: Mapping[str, float]
+    ) -> None:
+        """Let go of each held metric calm on its own at this reading, or held for
+        ``hold_ms`` and no longer on the value it moved to."""
+        for metric, hold in list(self.held.items()):
+            since, rest = (hold, None) if isinstance(hold, int | float) else hold
+            calm = metric in present and metric not in unusual
+            resting = rest is not None and values.get(metric) == rest
+            if calm or (event_ms - since > self.hold_ms and not resting):
                 del self.held[metric]
 
     def holds(self, o: Observation) -> bool:
@@ -76,11 +90,13 @@ class Moves:
 
 
 class Reading(NamedTuple):
-    """What the folding needs of one reading: its metrics, sequence number and arrival."""
+    """What the folding needs of one reading: its metrics, sequence number, arrival and
+    values."""
 
     metrics: frozenset[str]
     seq: int
     received_ms: int
+    values: Mapping[str, float] = MappingProxyType({})
 
 
 def fold_moves(
@@ -127,8 +143,8 @@ def fold_moves(
         if len(present) >= 2 and moved and present <= unusual:
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
             if knows(event_ms):
-                if moves is not None:
-                    moves.start(present, event_ms)
+                if moves is not None and reading is not None:
+                    moves.start({m: reading.values.get(m, math.nan) for m in present}, event_ms)
                 if under_way and reading is not None:
                     out.append(_settling(reading, event_ms, 0.0))
                 continue
@@ -151,10 +167,10 @@ def fold_moves(
                 and math.isfinite(o.expected)
             }
             # the others moved with it: back where it was, the fleet would not know the reading
-            if back and not reverted(event_ms, back):
-                moves.start(back, event_ms)
+            if back and not reverted(event_ms, back) and reading is not None:
+                moves.start({m: reading.values.get(m, math.nan) for m in back}, event_ms)
         if moves is not None and moves.held:
-            moves.release(present, unusual, event_ms)
+            moves.release(present, unusual, event_ms, reading.values if reading else {})
             if any(moves.holds(o) for o in at) and knows(event_ms):
                 at = [replace(o, score=CALM_SCORE) if moves.holds(o) else o for o in at]
         out.extend(at)
@@ -178,14 +194,18 @@ def _own_score(at: list[Observation], metric: str) -> float:
 
 
 def readings_of(
-    event_ms: Iterable[int], metrics: Iterable[str], seq: Iterable[int], received: Iterable[int]
+    event_ms: Iterable[int],
+    metrics: Iterable[str],
+    seq: Iterable[int],
+    received: Iterable[int],
+    values: Iterable[float],
 ) -> dict[int, Reading]:
     """:class:`Reading` s by event time, from the scored rows' columns."""
-    grouped: dict[int, tuple[set[str], int, int]] = {}
-    for t, metric, n, rx in zip(event_ms, metrics, seq, received, strict=True):
-        entry = grouped.setdefault(int(t), (set(), int(n), int(rx)))
-        entry[0].add(str(metric))
-    return {t: Reading(frozenset(m), n, rx) for t, (m, n, rx) in grouped.items()}
+    grouped: dict[int, tuple[dict[str, float], int, int]] = {}
+    for t, metric, n, rx, v in zip(event_ms, metrics, seq, received, values, strict=True):
+        entry = grouped.setdefault(int(t), ({}, int(n), int(rx)))
+        entry[0][str(metric)] = float(v)
+    return {t: Reading(frozenset(m), n, rx, m) for t, (m, n, rx) in grouped.items()}
 
 
 def _device_wide(at: list[Observation], present: frozenset[str]) -> Observation:

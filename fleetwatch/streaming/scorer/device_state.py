@@ -82,9 +82,10 @@ class DeviceScoringState(TypedDict):
     """What the PCA member's evidence of a lasting break carries on from the newest readings
     with every metric, ``[]``: none (:mod:`fleetwatch.models.lasting`: a tie broken for one
     reading alone is seldom an alert)."""
-    familiar_moves: dict[str, int]
-    """Metric → the event time of the device's move into a state its fleet knows, while that
-    metric's own alerts are held (:mod:`~fleetwatch.streaming.scorer.device_moves`)."""
+    familiar_moves: dict[str, Any]
+    """Metric → ``[the event time of the device's move into a state its fleet knows, the value
+    the metric moved to]``, while that metric's own alerts are held
+    (:mod:`~fleetwatch.streaming.scorer.device_moves`)."""
     open_windows: dict[str, dict[str, list[float]]]
     """Event-time windows not final yet: start → metric → accumulators
     (:mod:`~fleetwatch.streaming.scorer.windows`)."""

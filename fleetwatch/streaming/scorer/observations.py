@@ -108,7 +108,7 @@ def observations(
     scored = [obs for _, _, obs in found]
     if not scored and DEVICE_WIDE_KEY not in active and not (moves and moves.held):
         return scored
-    readings = readings_of(event_ms, rows["metric"], seq, received)
+    readings = readings_of(event_ms, rows["metric"], seq, received, rows["value"])
     reverted = None if prior is None else _reverted(prior, frame)
     return fold_moves(scored, readings, active, familiar, moves, reverted)
 
