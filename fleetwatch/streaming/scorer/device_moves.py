@@ -143,8 +143,8 @@ def fold_moves(
         if len(present) >= 2 and moved and present <= unusual:
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
             if knows(event_ms):
-                if moves is not None and reading is not None:
-                    moves.start({m: reading.values.get(m, math.nan) for m in present}, event_ms)
+                if moves is not None:
+                    moves.start(_moved_to(reading, present), event_ms)
                 if under_way and reading is not None:
                     out.append(_settling(reading, event_ms, 0.0))
                 continue
@@ -167,8 +167,8 @@ def fold_moves(
                 and math.isfinite(o.expected)
             }
             # the others moved with it: back where it was, the fleet would not know the reading
-            if back and not reverted(event_ms, back) and reading is not None:
-                moves.start({m: reading.values.get(m, math.nan) for m in back}, event_ms)
+            if back and not reverted(event_ms, back):
+                moves.start(_moved_to(reading, back), event_ms)
         if moves is not None and moves.held:
             moves.release(present, unusual, event_ms, reading.values if reading else {})
             if any(moves.holds(o) for o in at) and knows(event_ms):
@@ -191,6 +191,13 @@ def _settling(reading: Reading, event_ms: int, score: float) -> Observation:
 def _own_score(at: list[Observation], metric: str) -> float:
     """The highest score a per-metric detector gave ``metric`` at this reading (0: none)."""
     return max((o.score for o in at if o.metric == metric and o.kind in PER_METRIC), default=0.0)
+
+
+def _moved_to(reading: Reading | None, metrics: Iterable[str]) -> dict[str, float]:
+    """What each of ``metrics`` reads at the move (NaN where not known: a hold without a
+    rest)."""
+    values = reading.values if reading is not None else {}
+    return {m: values.get(m, math.nan) for m in metrics}
 
 
 def readings_of(
