@@ -142,11 +142,14 @@ def process(
     given = Rows.of(readings)
     if len(given) == 0:
         return st, out
-    order = np.lexsort((given["seq"], given["event_ms"]))
-    frame = given if _is_sorted(order) else given.take(order)
-    seqs = frame["seq"].tolist()
+    seqs = given["seq"].tolist()
+    evs = given["event_ms"].tolist()
+    frame = given
+    if not _in_order(evs, seqs):
+        frame = given.take(np.lexsort((given["seq"], given["event_ms"])))
+        seqs = frame["seq"].tolist()
+        evs = frame["event_ms"].tolist()
     devs = frame["device_event_ms"].tolist()
-    evs = frame["event_ms"].tolist()
     metrics = frame["metric"].tolist()
     ranges: list[list[int]] = st["seen_seqs"]
     last_dev = st["last_device_ms"]
@@ -319,8 +322,12 @@ def _lifecycle(device_id: str, st: DeviceScoringState, now_ms: int, policy: Poli
     )
 
 
-def _is_sorted(order: Any) -> bool:
-    return bool((np.diff(order) > 0).all()) if len(order) > 1 else True
+def _in_order(evs: list[int], seqs: list[int]) -> bool:
+    """Whether rows of these event times and sequence numbers are in (event_ms, seq) order
+    (a device's readings mostly come so: checked in Python, cheaper than sorting them)."""
+    return all(
+        (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
+    )
 
 
 def _classify(
