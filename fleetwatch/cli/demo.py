@@ -84,6 +84,7 @@ def demo(
     }
     procs = [ManagedProcess(name, settings.run_path) for name in stages]
     died: str | None = None
+    modeller: threading.Thread | None = None
     try:
         for proc in procs:
             proc.stop()  # a previous demo that was killed hard
@@ -99,12 +100,19 @@ def demo(
             f"MLflow UI: mlflow ui --backend-store-uri {settings.mlflow_tracking_uri}",
             highlight=False,
         )
-        threading.Thread(
-            target=_fleet_model, args=(settings, min(devices, 3), stop), daemon=True
-        ).start()
+        modeller = threading.Thread(
+            target=_fleet_model,
+            args=(settings, min(devices, 3), stop),
+            name="demo-fleet-model",
+            daemon=True,
+        )
+        modeller.start()
         died = _print_alerts(settings, procs, stop)
     finally:
         console.print("stopping…")
+        stop.set()  # a demo ended by a dead stage ends its fleet-model thread too
+        if modeller is not None:
+            modeller.join(timeout=15)
         for proc in reversed(procs):
             proc.stop()
         if not stack_was_up:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import stat
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -87,6 +88,7 @@ def test_a_stage_that_dies_fails_the_demo_and_is_named(
     demo_env: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     monkeypatch.setattr(demo_cli, "_stage_argv", stages(failing))
+    threads = set(threading.enumerate())
     result = CliRunner().invoke(app, ["demo"])
     assert result.exit_code == 1, result.output
     assert f"{failing} exited (KafkaException: broken)" in result.output
@@ -94,6 +96,8 @@ def test_a_stage_that_dies_fails_the_demo_and_is_named(
     assert QuietStack.downs == 1
     names = ["demo-gateway", "demo-score", "demo-api", "demo-sim"]
     assert not any(ManagedProcess(n, demo_env).running() for n in names)
+    # its fleet-model thread ended with it rather than polling the parameter table on
+    assert set(threading.enumerate()) <= threads
 
 
 def test_the_demo_fleet_logs_in_with_credentials_issued_to_each_device(
