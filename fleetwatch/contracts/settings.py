@@ -401,6 +401,14 @@ class ApiSettings(_Part):
     database_url: str | None = None
     """SQLAlchemy URL; default: SQLite at ``{run_dir}/api.db``."""
     consumer_group: str = "fleetwatch-api"
+    consumer_session_timeout_s: float = Field(45.0, ge=1, le=3600)
+    """How long the broker waits for an API consumer that stopped heartbeating before it gives
+    the consumer's partitions to another (Kafka's ``session.timeout.ms``; librdkafka's default,
+    45 s), for the materialiser's group and the webhook dispatcher's. After a crash (``kill
+    -9``, a lost host) nothing of those partitions is materialised or dispatched until then,
+    whether by another replica or by the restarted API. Shorter hands over sooner; a process
+    that stalls longer than it loses its partitions, and the broker refuses one below its
+    ``group.min.session.timeout.ms`` (6 s by default)."""
     anonymous_read: bool = False
     """Requests without an API key get the ``read`` scope. Only on a loopback host (the demo)."""
     key_cache_s: float = Field(5.0, ge=0)

@@ -84,6 +84,7 @@ def create_app(
                         settings.kafka,
                         settings.topics.alerts,
                         hooks.consumer_group or f"{settings.api.consumer_group}-webhooks",
+                        settings.api.consumer_session_timeout_s,
                     )
                 )
         if run_workers:

@@ -13,11 +13,14 @@ from fleetwatch.kafka_config import client_config
 logger = logging.getLogger(__name__)
 
 
-def consumer_config(kafka: KafkaSettings, group: str) -> dict[str, Any]:
+def consumer_config(
+    kafka: KafkaSettings, group: str, session_timeout_s: float = 45.0
+) -> dict[str, Any]:
     return client_config(
         kafka,
         {
             "group.id": group,
+            "session.timeout.ms": round(session_timeout_s * 1000),
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,

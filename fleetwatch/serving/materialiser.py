@@ -139,7 +139,13 @@ class Materialiser(Worker):
         }
         if self.keep_readings > 0:
             self.kinds[t.telemetry_raw] = "telemetry"
-        self.consumer = Consumer(consumer_config(settings.kafka, settings.api.consumer_group))
+        self.consumer = Consumer(
+            consumer_config(
+                settings.kafka,
+                settings.api.consumer_group,
+                settings.api.consumer_session_timeout_s,
+            )
+        )
         self.dead = DeadLetters(settings)
         self.consumer.subscribe(sorted(self.kinds))
         self.stored = 0

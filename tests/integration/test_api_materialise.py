@@ -129,6 +129,9 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
     produce(isolated, t.telemetry_raw, [(device, reading.model_dump_json().encode())])
 
     key = admin_key(Path(isolated.env["FLEETWATCH_RUN_DIR"]))
+    # the killed API's consumer holds its partitions until the broker gives up on it: the
+    # broker's shortest session, not librdkafka's 45 s, for the restart after the kill below
+    isolated.env["FLEETWATCH_API__CONSUMER_SESSION_TIMEOUT_S"] = "6"
     api = start_api(isolated, key)
     wait_until(lambda: api.get("/alerts").json()["count"] == 2, 30, "both episodes")
     wait_until(

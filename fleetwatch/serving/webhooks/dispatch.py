@@ -45,12 +45,18 @@ class Dispatcher(Worker):
     name = "webhook-dispatch"
 
     def __init__(
-        self, store: Store, metrics: Metrics, kafka: KafkaSettings, topic: str, group: str
+        self,
+        store: Store,
+        metrics: Metrics,
+        kafka: KafkaSettings,
+        topic: str,
+        group: str,
+        session_timeout_s: float = 45.0,
     ) -> None:
         super().__init__()
         self.store = store
         self.metrics = metrics
-        self.consumer = Consumer(consumer_config(kafka, group))
+        self.consumer = Consumer(consumer_config(kafka, group, session_timeout_s))
         self.consumer.subscribe([topic])
 
     def step(self) -> float:
