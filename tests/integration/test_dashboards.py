@@ -1,7 +1,7 @@
 """Proof that every panel of every dashboard shows data: the real stages (gateway, scorer,
 trainer, API on PostgreSQL) on the test's own topics and ports, scraped by the stack's
 Prometheus (``stack/prometheus.py``, with a fresh data dir) through its file_sd targets, a
-simulated fleet for about a minute; then every PromQL query of every panel runs against that
+simulated fleet for about half a minute; then every PromQL query of every panel runs against that
 Prometheus' HTTP API and every SQL query (panels, annotations, variables) against the API's
 database, with the dashboard's variables and macros substituted. A query with no answer fails
 the test, named.
@@ -296,7 +296,7 @@ def test_every_panel_of_every_dashboard_shows_data(
             "--devices",
             "20",
             "--rate",
-            "5",
+            "10",
             "--count",
             "300",
             "--spike-every",
