@@ -182,6 +182,7 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     assert {s for _, s in starts} == {T0 + 40_000, T0 + 100_000}
 
     # the same log, replayed with the same code into another topic: the same events
+    isolated.stop()  # the restarted scorer has done its part: the replay has the machine
     replayed = f"{alerts}.replay"
     try:
         result = fleetwatch("replay", "--output-topic", replayed, env=isolated.env, timeout=300)
