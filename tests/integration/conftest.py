@@ -141,11 +141,15 @@ class Isolated:
         self.procs[name] = proc
         return proc
 
-    def stop(self) -> None:
-        """SIGTERM every stage still running, at once, and wait for each to exit 0 (as the
-        fixture would at the end): for the part of a test that needs none of them, which their
-        polling and micro-batches would only slow down."""
-        running = {name: p for name, p in self.procs.items() if p.poll() is None}
+    def stop(self, *names: str) -> None:
+        """SIGTERM the named processes (every one when none is named) still running, at once,
+        and wait for each to exit 0 (as the fixture would at the end): for the part of a test
+        that needs none of them, which their polling and micro-batches would only slow down."""
+        running = {
+            name: p
+            for name, p in self.procs.items()
+            if p.poll() is None and (not names or name in names)
+        }
         for proc in running.values():
             proc.send_signal(signal.SIGTERM)
         logs = self.env["FLEETWATCH_RUN_DIR"]

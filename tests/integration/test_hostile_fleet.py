@@ -30,7 +30,7 @@ from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
 from fleetwatch.streaming.trainer.job import JOB as TRAIN_JOB
 from fleetwatch.streaming.trainer.job import PLAN_VERSION as TRAIN_PLAN
-from tests.integration.conftest import Isolated, Record, fleetwatch
+from tests.integration.conftest import Isolated, Record
 from tests.integration.topic_reads import read, stable_end
 from tests.polling import wait_until
 
@@ -93,6 +93,9 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     assert sim.returncode == 0, err
 
     ends = stable_end(isolated, topics.telemetry_raw)
+    raw = read(isolated, topics.telemetry_raw)
+    # the log is complete: the normal fleet's readings alone are replayed beside the checks
+    replay, replayed = replay_alone(isolated, raw, normal_prefix, started)
     wait_until(
         lambda: committed_offsets(checkpoint, topics.telemetry_raw) == ends,
         180,
@@ -106,7 +109,6 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     taught = {r.key.decode() for r in read(isolated, learned) if r.key}
     assert any(k.startswith(normal_prefix) for k in taught), "the trainer learned the fleet"
     stable_end(isolated, topics.telemetry_deadletter)
-    raw = read(isolated, topics.telemetry_raw)
     dead = read(isolated, topics.telemetry_deadletter)
 
     # -- every hostile input is accounted for -------------------------------------------------
@@ -154,12 +156,25 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     hostile_devices_in_api(api, hostile_prefix, sent, raw)
     for name, proc in isolated.procs.items():
         assert proc.poll() is None, f"{name} stopped; logs in {tmp_path}"
-    isolated.stop()  # what is left reads the log and replays it: the replay has the machine
+    # what is left reads the log and waits for the replay: the replay has the machine
+    isolated.stop("gateway", "score", "api", "train")
 
     # -- the normal fleet: its alerts are those of its own readings replayed alone ------------
     live = [json.loads(r.value) for r in read(isolated, topics.alerts)]
     live_normal = {_event(e) for e in live if e["device_id"].startswith(normal_prefix)}
     assert any(e[1] == "open" for e in live_normal), "the spike was not alerted"
+    code = replay.wait(timeout=300)
+    assert code == 0, (tmp_path / "replay.log").read_text()[-3000:]
+    again = {_event(json.loads(r.value)) for r in read(isolated, replayed)}
+    assert again == live_normal
+
+
+def replay_alone(
+    isolated: Isolated, raw: list[Record], normal_prefix: str, started: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The normal fleet's readings copied alone to a raw topic of their own, and a replay of
+    that topic started into another (its process, and that topic)."""
+    topics = isolated.topics
     alone = f"{topics.telemetry_raw}.alone"
     replayed = f"{topics.alerts}.alone"
     ensure_topics(
@@ -174,17 +189,15 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
         copy.produce(alone, r.value, key=r.key, timestamp=json.loads(r.value)["event_ms"])
     assert copy.flush(30) == 0
     env = {**isolated.env, "FLEETWATCH_TOPICS__TELEMETRY_RAW": alone}
-    result = fleetwatch(
+    replay = isolated.start(
+        "replay",
         "replay",
         "--from", _iso(started - 3_600_000),
         "--to", _iso(now_ms() + 3_600_000),
         "--output-topic", replayed,
         env=env,
-        timeout=300,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    again = {_event(json.loads(r.value)) for r in read(isolated, replayed)}
-    assert again == live_normal
+    return replay, replayed
 
 
 def hostile_devices_in_api(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from fleetwatch.kafka_config import client_config
@@ -98,7 +99,7 @@ def frozen(pids: list[int]) -> Iterator[None]:
 
 
 def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
-    isolated: Isolated, tmp_path: Path
+    isolated: Isolated, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     raw, alerts = isolated.topics.telemetry_raw, isolated.topics.alerts
     checkpoint = versioned(tmp_path / "checkpoints", "score", PLAN_VERSION)
@@ -162,6 +163,11 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     isolated.start("score-again", "score")
     ends = isolated.end_offsets(raw)
     assert sum(ends.values()) == DEVICES * READINGS
+    # the whole log is written: its replay, with the same code into another topic, runs
+    # beside the restarted scorer (a fresh checkpoint of its own), compared with it below
+    replayed = f"{alerts}.replay"
+    replay = isolated.start("replay", "replay", "--output-topic", replayed)
+    request.addfinalizer(lambda: delete_topics(isolated.settings.kafka, [replayed]))
     wait_until(
         lambda: committed_offsets(checkpoint, raw) == ends, 180, "the restarted scorer to catch up"
     )
@@ -182,16 +188,12 @@ def test_sigkill_and_restart_lose_no_alert_and_a_replay_matches(
     assert {s for _, s in starts} == {T0 + 40_000, T0 + 100_000}
 
     # the same log, replayed with the same code into another topic: the same events
-    isolated.stop()  # the restarted scorer has done its part: the replay has the machine
-    replayed = f"{alerts}.replay"
-    try:
-        result = fleetwatch("replay", "--output-topic", replayed, env=isolated.env, timeout=300)
-        assert result.returncode == 0, result.stderr
-        again = isolated.read_all(replayed, len(live))
-        tail = "\n".join(result.stderr.splitlines()[-15:])
-        assert len(again) == len(by_event), f"{len(again)} replayed events; replay said:\n{tail}"
-        compared = fleetwatch("replay", "diff", alerts, replayed, env=isolated.env)
-        assert compared.returncode == 0, compared.stdout + compared.stderr
-        assert f"{len(by_event)} identical" in compared.stdout
-    finally:
-        delete_topics(isolated.settings.kafka, [replayed])
+    isolated.stop("score-again")  # it has done its part: the replay has the machine
+    code = replay.wait(timeout=300)
+    tail = "\n".join((tmp_path / "replay.log").read_text().splitlines()[-15:])
+    assert code == 0, f"the replay exited {code}:\n{tail}"
+    again = isolated.read_all(replayed, len(live))
+    assert len(again) == len(by_event), f"{len(again)} replayed events; replay said:\n{tail}"
+    compared = fleetwatch("replay", "diff", alerts, replayed, env=isolated.env)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert f"{len(by_event)} identical" in compared.stdout
