@@ -209,7 +209,9 @@ class Isolated:
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline and len(out) < expected:
-                for msg in consumer.consume(500, timeout=0.5):
+                # a consume waits out its timeout unless 500 records come: a short one stops
+                # as soon as `expected` are in (a topic read whole waited 0.5 s for nothing)
+                for msg in consumer.consume(500, timeout=0.1):
                     if msg.error() is None:
                         out.append(Record.of(msg))
             # records past `expected` would be a defect the caller should see: read what is left
