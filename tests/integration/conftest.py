@@ -32,11 +32,10 @@ from fleetwatch.mqtt_config import configure
 from fleetwatch.stack.credentials import Credentials, Role, login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
+from tests.jvm import quick_jit_options
 from tests.polling import wait_until
 
 HERE = Path(__file__).parent
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-"""The JIT of the stages' Spark JVMs: C1 only (see ``isolated``)."""
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -251,7 +250,7 @@ def isolated(stack_settings: Settings, tmp_path: Path) -> Iterator[Isolated]:
             "FLEETWATCH_MQTT__CREDENTIALS_DIR": str(Credentials(stack_settings).dir.resolve()),
             # Spark's JVMs live a minute or two here: C1 alone, no C2 compiler threads taking
             # the two cores from the stages while they start (the configured options, plus this)
-            "FLEETWATCH_SPARK__JAVA_OPTIONS": f"{stack_settings.spark.java_options} {QUICK_JIT}",
+            "FLEETWATCH_SPARK__JAVA_OPTIONS": quick_jit_options(stack_settings),
         }
     )
     env.update({f"FLEETWATCH_{s.upper()}__METRICS_PORT": str(p) for s, p in metrics_ports.items()})

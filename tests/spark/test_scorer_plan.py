@@ -24,6 +24,7 @@ from fleetwatch.streaming.scorer.batch_counts import COUNT_ROLE, ScorerMetrics
 from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, QUERY_NAME, scored_frame, scorer_input
 from fleetwatch.streaming.scorer.processor import device_scorer
 from fleetwatch.streaming.spark_session import build_session
+from tests.jvm import with_quick_jit
 from tests.polling import wait_until
 from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
@@ -34,7 +35,7 @@ TOPICS = SETTINGS.topics
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = build_session(SETTINGS, "fleetwatch-test-scorer")
+    session = build_session(with_quick_jit(SETTINGS), "fleetwatch-test-scorer")
     yield session
     session.stop()
 

@@ -26,6 +26,7 @@ from fleetwatch.streaming.trainer.processor import (
     updates_frame,
 )
 from fleetwatch.streaming.trainer.publisher import BatchPublisher
+from tests.jvm import with_quick_jit
 
 MINUTE_MS = 60_000
 EXPIRE_MS = 30 * 24 * 60 * MINUTE_MS
@@ -33,7 +34,7 @@ EXPIRE_MS = 30 * 24 * 60 * MINUTE_MS
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = build_session(Settings(), "fleetwatch-test-train")
+    session = build_session(with_quick_jit(Settings()), "fleetwatch-test-train")
     yield session
     session.stop()
 

@@ -15,11 +15,12 @@ import pytest
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.streaming.spark_session import build_session
 from fleetwatch.streaming.trainer.processor import readings_frame
+from tests.jvm import with_quick_jit
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = build_session(Settings(), "fleetwatch-test")
+    session = build_session(with_quick_jit(Settings()), "fleetwatch-test")
     yield session
     session.stop()
 
