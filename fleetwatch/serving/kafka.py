@@ -13,9 +13,7 @@ from fleetwatch.kafka_config import client_config
 logger = logging.getLogger(__name__)
 
 
-def consumer_config(
-    kafka: KafkaSettings, group: str, session_timeout_s: float = 45.0
-) -> dict[str, Any]:
+def consumer_config(kafka: KafkaSettings, group: str, session_timeout_s: float) -> dict[str, Any]:
     return client_config(
         kafka,
         {

@@ -51,7 +51,7 @@ class Dispatcher(Worker):
         kafka: KafkaSettings,
         topic: str,
         group: str,
-        session_timeout_s: float = 45.0,
+        session_timeout_s: float,
     ) -> None:
         super().__init__()
         self.store = store
