@@ -31,8 +31,12 @@ also apart) and the Python workers started.
 ``--repeat N`` runs the phases N times in a row, each with a fresh scorer, and gives each
 run's p50 / p95 / p99 and p99 / p50 per phase: one lucky run is never the figure.
 ``--noise`` is the simulated fleet's (``realistic`` by default, ``gaussian`` the old stream).
+``--warmup S``: the fleet runs at 1,000/s for S seconds (15 by default) before the first phase,
+each run. A fresh scorer's micro-batches shorten for minutes as its JIT compilers work through
+Spark's code, so each phase also gives the p50 of its batches in its first, middle and last
+third (``batch_p50_ms_by_third``): a falling row is a scorer still warming up.
 
-    python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max]
+    python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max] [--warmup S]
 
 Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 "p99_over_p50_1k", "p99_over_p50_5k", "jit_cores" ([1k], [5k]),
@@ -69,7 +73,7 @@ from bench.common import (
     tree_rss_mb,
     wait,
 )
-from bench.pipeline.latency_anatomy import batches, decompose, gc_pauses
+from bench.pipeline.latency_anatomy import Batch, batches, decompose, gc_pauses
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
@@ -178,7 +182,7 @@ def worker_starts(log: Path) -> int:
 
 
 def latency_phases(
-    settings: Settings, seconds: int, rates: list[float], noise: str
+    settings: Settings, seconds: int, rates: list[float], noise: str, warmup_s: int = 15
 ) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
@@ -214,7 +218,8 @@ def latency_phases(
         probes = Probes(settings, f"b{tag}/devices", tag)
         probes.start()
         mqtt = login(settings, "sim").model_copy(update={"root": f"b{tag}/devices"})
-        for label, rate, length in [("warmup", 1.0, 15), *((None, r, seconds) for r in rates)]:
+        phases = [("warmup", 1.0, warmup_s), *((None, r, seconds) for r in rates)]
+        for label, rate, length in phases:
             scenario = Scenario(
                 devices=DEVICES,
                 rate=rate,
@@ -265,6 +270,7 @@ def latency_phases(
                 "load_avg_1m": load_avg_1m(),
                 "cores": cores,
                 "python_worker_starts": worker_starts(run_dir / "score.log") - workers_before,
+                "batch_p50_ms_by_third": by_third(phase),
             }
             print(f"{label}: {out[label]}", flush=True)
             if label != "warmup":
@@ -284,6 +290,14 @@ def latency_phases(
         delete_topics(kafka, topics.model_dump().values())
     out["peak_rss_mb"] = round(peak[0], 1)
     return out
+
+
+def by_third(phase: list[Batch]) -> list[float | None]:
+    """The p50 duration of the phase's micro-batches with rows, in its first, middle and
+    last third: a scorer still warming up runs shorter batches as the phase goes on."""
+    data = [b.duration_ms for b in phase if b.rows > 0]
+    cut = [data[i * len(data) // 3 : (i + 1) * len(data) // 3] for i in range(3)]
+    return [percentile([float(d) for d in part], 50) for part in cut]
 
 
 def max_throughput(settings: Settings) -> dict[str, Any]:
@@ -401,6 +415,9 @@ def main() -> None:
         "--noise", choices=("realistic", "gaussian"), default="realistic", help="the fleet's"
     )
     parser.add_argument("--skip-max", action="store_true", help="latency phases only")
+    parser.add_argument(
+        "--warmup", type=int, default=15, help="seconds at 1,000/s before the first phase"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = Settings()
@@ -411,7 +428,7 @@ def main() -> None:
     try:
         for i in range(args.repeat):
             print(f"run {i + 1} of {args.repeat} (load {load_avg_1m()})", flush=True)
-            runs.append(latency_phases(settings, args.seconds, [1.0, 5.0], args.noise))
+            runs.append(latency_phases(settings, args.seconds, [1.0, 5.0], args.noise, args.warmup))
         top = {} if args.skip_max else max_throughput(settings)
     finally:
         if not was_up:
@@ -424,6 +441,7 @@ def main() -> None:
         json.dumps(
             {
                 "noise": args.noise,
+                "warmup_s": args.warmup,
                 "runs": len(runs),
                 "p50_ms_1k": phases["1k"]["p50_ms"],
                 "p99_ms_1k": phases["1k"]["p99_ms"],
