@@ -182,7 +182,7 @@ def worker_starts(log: Path) -> int:
 
 
 def latency_phases(
-    settings: Settings, seconds: int, rates: list[float], noise: str, warmup_s: int = 15
+    settings: Settings, seconds: int, rates: list[float], noise: str, warmup_s: int
 ) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
