@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetwatch.streaming.scorer.device_moves import (
     DEVICE_WIDE_KEY,
     DEVICE_WIDE_KIND,
+    STATE_READINGS,
     Moves,
     Reading,
     fold_moves,
@@ -103,6 +106,11 @@ def test_a_move_into_a_state_the_fleet_knows_is_no_alert() -> None:
     assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]
 
 
+def moved_to(moves: Moves) -> dict[str, Any]:
+    """Each held metric's move: its event time and the value it moved to."""
+    return {m: h if isinstance(h, int) else h[:2] for m, h in moves.held.items()}
+
+
 def stop_then(after: list[Observation]) -> list[Observation]:
     """A machine stopping at 1000 (both metrics alerting), then ``after``."""
     return [obs("rms", "seasonal", 0.99, 1000), obs("rpm", "seasonal", 0.99, 1000), *after]
@@ -123,7 +131,7 @@ def test_the_metrics_of_a_familiar_move_are_held_until_calm_on_their_own() -> No
     )
     assert all(o.score < 0.5 for o in first)
     # the vibration, calm on its own at 2000, was let go; the speed held with its value
-    assert moves.held == {"rpm": [1000, 1.0]}
+    assert moved_to(moves) == {"rpm": [1000, 1.0]}
     # a later batch: the speed is still held
     later = fold_moves(
         [obs("rpm", "seasonal", 0.99, 3000)], readings(3000), set(), lambda: known, moves
@@ -132,7 +140,7 @@ def test_the_metrics_of_a_familiar_move_are_held_until_calm_on_their_own() -> No
     # the speed calm on its own at 4000: let go, and its alert at 5000 stands
     calm = fold_moves([], readings(4000), set(), lambda: known, moves)
     assert calm == []
-    assert moves.held == {}
+    assert moved_to(moves) == {}
     alert = [obs("rpm", "seasonal", 0.99, 5000)]
     assert fold_moves(alert, readings(5000), set(), lambda: known, moves) == alert
 
@@ -152,7 +160,7 @@ def test_a_hold_ends_after_its_time_and_spares_metrics_that_did_not_move() -> No
     assert [(o.metric, o.score) for o in out] == [("rpm", CALM), ("temp", 0.99)]
     late = [obs("rpm", "flatline", 0.9, 9000)]
     assert fold_moves(late, readings(9000, metrics=("rpm",)), set(), lambda: known, moves) == late
-    assert moves.held == {}
+    assert moved_to(moves) == {}
 
 
 def test_a_metric_resting_where_it_moved_stays_held_past_the_hold_time() -> None:
@@ -166,23 +174,23 @@ def test_a_metric_resting_where_it_moved_stays_held_past_the_hold_time() -> None
     known = {1000, hours, hours + 1000}
     at_rest = {1000: Reading(frozenset({"rms", "rpm"}), 1, 1005, {"rms": 0.15, "rpm": 0.0})}
     fold_moves(stop, at_rest, set(), lambda: known, moves)
-    assert moves.held == {"rms": [1000, 0.15], "rpm": [1000, 0.0]}
+    assert moved_to(moves) == {"rms": [1000, 0.15], "rpm": [1000, 0.0]}
     late = [obs("rpm", "flatline", 0.9, hours, 0.0)]
     still = {hours: Reading(frozenset({"rms", "rpm"}), 9, hours + 5, {"rms": 0.17, "rpm": 0.0})}
     out = fold_moves(late, still, set(), lambda: known, moves)
     assert [(o.metric, o.score) for o in out] == [("rpm", CALM)]
-    assert moves.held == {"rpm": [1000, 0.0]}  # the vibration, calm on its own, let go
+    assert moved_to(moves) == {"rpm": [1000, 0.0]}  # the vibration, calm on its own, let go
     burst = [obs("rpm", "seasonal", 0.99, hours + 1000, 180.0)]
     off = readings(hours + 1000, value=180.0)
     assert fold_moves(burst, off, set(), lambda: known, moves) == burst
-    assert moves.held == {}
+    assert moved_to(moves) == {}
 
 
 def test_without_a_fleet_nothing_is_held() -> None:
     moves = Moves({}, 600_000)
     out = fold_moves(stop_then([]), readings(1000), set(), None, moves)
     assert [o.kind for o in out] == [DEVICE_WIDE_KIND]
-    assert moves.held == {}
+    assert moved_to(moves) == {}
 
 
 def test_a_lone_alert_whose_partners_moved_with_it_is_a_familiar_move() -> None:
@@ -197,7 +205,7 @@ def test_a_lone_alert_whose_partners_moved_with_it_is_a_familiar_move() -> None:
         stop, readings(1000, 2000), set(), lambda: {1000, 2000}, moves, lambda t, back: False
     )
     assert [o.score for o in out] == [CALM, CALM]
-    assert moves.held == {"rpm": [1000, 1.0]}
+    assert moved_to(moves) == {"rpm": [1000, 1.0]}
     asked: list[tuple[int, dict[str, float]]] = []
 
     def running(event_ms: int, back: dict[str, float]) -> bool:
@@ -208,7 +216,80 @@ def test_a_lone_alert_whose_partners_moved_with_it_is_a_familiar_move() -> None:
     moves = Moves({}, 600_000)
     assert fold_moves(dip, readings(1000), set(), lambda: {1000}, moves, running) == dip
     assert asked == [(1000, {"rpm": 0.0})], "asked with the speed at its expected value"
-    assert moves.held == {}
+    assert moved_to(moves) == {}
     unknown = fold_moves(dip, readings(1000), set(), lambda: set(), moves, lambda t, b: False)
     assert unknown == dip
-    assert moves.held == {}
+    assert moved_to(moves) == {}
+
+
+def test_a_held_metric_that_leaves_the_state_it_moved_to_alerts() -> None:
+    """A machine started at 1000 (a state the fleet knows) runs at 1,480 ± 4 rpm; its speed's
+    members, which learned it stopped, alert at every reading, as the vibration's do: every
+    reading is the device's move, held. A spike of 400 rpm
+    at a reading the fleet knows (its range is wide) leaves the running state: it alerts, and
+    the running readings after it are held again."""
+    moves = Moves({}, 600_000)
+    start = [obs("rms", "seasonal", 0.99, 1000, 4.0), obs("rpm", "seasonal", 0.99, 1000, 1480.0)]
+    running = {1000: Reading(frozenset({"rms", "rpm"}), 1, 1005, {"rms": 4.0, "rpm": 1480.0})}
+    wobble = [3.0, -5.0, 4.0, 0.0, -2.0, 6.0, -4.0, 1.0, -1.0, 2.0] * (STATE_READINGS // 10 + 1)
+    found = list(start)
+    for i, dv in enumerate(wobble):
+        t = 2000 + 1000 * i
+        running[t] = Reading(
+            frozenset({"rms", "rpm"}), t // 1000, t + 5, {"rms": 4.0, "rpm": 1480 + dv}
+        )
+        found += [obs("rms", "seasonal", 0.95, t, 4.0), obs("rpm", "seasonal", 0.99, t, 1480 + dv)]
+    spike_t = 2000 + 1000 * len(wobble)
+    after_t = spike_t + 1000
+    for t, rpm in ((spike_t, 1880.0), (after_t, 1482.0)):
+        running[t] = Reading(frozenset({"rms", "rpm"}), t // 1000, t + 5, {"rms": 4.0, "rpm": rpm})
+    spike = obs("rpm", "seasonal", 0.99, spike_t, 1880.0)
+    after = obs("rpm", "seasonal", 0.99, after_t, 1482.0)
+    found += [obs("rms", "seasonal", 0.95, spike_t, 4.0), spike]
+    found += [obs("rms", "seasonal", 0.95, after_t, 4.0), after]
+    out = fold_moves(found, running, set(), lambda: set(running), moves)
+    alerting = [(o.metric, o.event_ms) for o in out if o.score >= 0.5]
+    assert alerting == [("rpm", spike_t)]
+    assert moved_to(moves)["rpm"][1] == 1482.0
+    n = moves.held["rpm"][2]
+    assert n == len(wobble) + 2, "the running readings joined the state; the spike did not"
+
+
+def test_a_metric_resting_where_it_moved_alerts_when_it_leaves_its_rest() -> None:
+    """A stopped machine's speed rests on 0 rpm: a burst of 100 rpm on it, inside the hold
+    time, leaves that state and its alert stands."""
+    moves = Moves({}, 600_000)
+    stop = [obs("rms", "seasonal", 0.99, 1000, 0.15), obs("rpm", "seasonal", 0.99, 1000, 0.0)]
+    end = 1000 * (STATE_READINGS + 2)
+    rest = {
+        t: Reading(frozenset({"rms", "rpm"}), t // 1000, t + 5, {"rms": 0.15, "rpm": 0.0})
+        for t in range(1000, end, 1000)
+    }
+    found = list(stop) + [obs("rpm", "flatline", 0.9, t, 0.0) for t in range(2000, end, 1000)]
+    assert all(o.score < 0.5 for o in fold_moves(found, rest, set(), lambda: set(rest), moves))
+    burst = [obs("rpm", "seasonal", 0.99, end, 100.0)]
+    off = {
+        end: Reading(frozenset({"rms", "rpm"}), end // 1000, end + 5, {"rms": 0.15, "rpm": 100.0})
+    }
+    assert fold_moves(burst, off, set(), lambda: {end}, moves) == burst
+
+
+def test_every_held_metric_leaving_its_state_at_once_is_the_next_move() -> None:
+    """A machine that stops inside the hold of its start: both metrics leave the running state
+    together, to a reading the fleet knows — the device's next move, no alert, its metrics held
+    at their new values with a fresh state."""
+    moves = Moves({}, 600_000)
+    times = range(1000, 1000 * (STATE_READINGS + 3), 1000)
+    running = {
+        t: Reading(frozenset({"rms", "rpm"}), t // 1000, t + 5, {"rms": 4.0, "rpm": 1480.0 + t % 3})
+        for t in times
+    }
+    found = [
+        obs(m, "seasonal", 0.99, t, running[t].values[m]) for t in times for m in ("rms", "rpm")
+    ]
+    assert all(o.score < 0.5 for o in fold_moves(found, running, set(), lambda: set(times), moves))
+    stop_t = times[-1] + 1000
+    stop = {stop_t: Reading(frozenset({"rms", "rpm"}), 99, stop_t + 5, {"rms": 0.15, "rpm": 0.0})}
+    found = [obs("rms", "seasonal", 0.99, stop_t, 0.15), obs("rpm", "seasonal", 0.99, stop_t, 0.0)]
+    assert fold_moves(found, stop, set(), lambda: {stop_t}, moves) == []
+    assert moves.held == {"rms": [stop_t, 0.15, 1, 0.15, 0.0], "rpm": [stop_t, 0.0, 1, 0.0, 0.0]}

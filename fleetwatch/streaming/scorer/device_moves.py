@@ -47,7 +47,7 @@ from itertools import groupby
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.calibration import ALERT_SCORE, ALERT_Z
 from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 
@@ -57,20 +57,43 @@ PER_METRIC = frozenset(kind for kind, cls in KINDS.items() if cls.per_metric)
 """Detector kinds whose alert is about one metric on its own."""
 DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
 """The episode key of a device-wide alert (metric ``*``)."""
+STATE_READINGS = 30
+"""Readings of a held metric since its move before a reading can be found to leave that state."""
+DEPART_Z = 4.0 * ALERT_Z
+"""How far from its state's readings (in their standard deviations) a held metric's reading
+leaves the state: the threshold a young stream is held to (the seasonal member's ``EARLY_Z``)."""
+STATE_FLOOR = 1e-3
+"""The least standard deviation of a state, relative to its mean."""
+TINY = 1e-12
 
 
 @dataclass
 class Moves:
     """The metrics held since a move into a state the fleet knows: metric → ``[the move's event
-    time, the value it moved to]`` (the device state's dict, updated in place; a bare event
-    time, as written before the value was kept, is a hold without a rest), and how long a hold
-    lasts at most unless its metric rests."""
+    time, the value it moved to, and the count, mean and sum of squared deviations of its
+    readings since that stayed in the state]`` (the device state's dict, updated in place; a
+    bare event time, as written before the value was kept, is a hold without a rest, and a pair
+    one without its readings), and how long a hold lasts at most unless its metric rests."""
 
     held: dict[str, Any]
     hold_ms: int
 
-    def start(self, values: Mapping[str, float], event_ms: int) -> None:
-        self.held.update({metric: [event_ms, value] for metric, value in values.items()})
+    def start(
+        self,
+        values: Mapping[str, float],
+        event_ms: int,
+        gone: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """Hold each of ``values``' metrics from this move on. One held already whose reading
+        stayed in its state (not ``gone``) keeps that state's readings: the device is still
+        settling into the state it moved to."""
+        for metric, value in values.items():
+            hold = self.held.get(metric)
+            kept = (
+                [] if isinstance(hold, int | float) or hold is None or metric in gone else hold[2:]
+            )
+            fresh = [1, value, 0.0] if math.isfinite(value) else []
+            self.held[metric] = [event_ms, value, *(kept or fresh)]
 
     def release(
         self, present: frozenset[str], unusual: set[str], event_ms: int, values: Mapping[str, float]
@@ -78,15 +101,45 @@ class Moves:
         """Let go of each held metric calm on its own at this reading, or held for
         ``hold_ms`` and no longer on the value it moved to."""
         for metric, hold in list(self.held.items()):
-            since, rest = (hold, None) if isinstance(hold, int | float) else hold
+            since, rest = (hold, None) if isinstance(hold, int | float) else hold[:2]
             calm = metric in present and metric not in unusual
             resting = rest is not None and values.get(metric) == rest
             if calm or (event_ms - since > self.hold_ms and not resting):
                 del self.held[metric]
 
-    def holds(self, o: Observation) -> bool:
-        """Whether ``o`` is an alert of a held metric's own."""
-        return o.kind in PER_METRIC and o.metric in self.held and o.score >= ALERT_SCORE
+    def departed(self, values: Mapping[str, float]) -> set[str]:
+        """The held metrics whose reading leaves the state they moved to: more than
+        ``DEPART_Z`` standard deviations of their readings since the move (at least
+        ``STATE_READINGS`` of them) from those readings' mean — a spike on a machine that has
+        just started is an anomaly of the running machine, not its start. The others' readings
+        join their state's."""
+        out = set()
+        for metric, hold in self.held.items():
+            value = values.get(metric)
+            if isinstance(hold, int | float) or len(hold) < 5 or value is None:
+                continue
+            n, mean, m2 = hold[2], hold[3], hold[4]
+            if not math.isfinite(value):
+                continue
+            if n >= STATE_READINGS:
+                sd = math.sqrt(m2 / (n - 1))
+                if abs(value - mean) > DEPART_Z * max(sd, STATE_FLOOR * abs(mean), TINY):
+                    out.add(metric)
+                    continue
+            n += 1
+            delta = value - mean
+            mean += delta / n
+            hold[2:5] = [n, mean, m2 + delta * (value - mean)]
+        return out
+
+    def holds(self, o: Observation, departed: set[str] | frozenset[str] = frozenset()) -> bool:
+        """Whether ``o`` is an alert of a held metric's own (not one that ``departed``)."""
+        return (
+            o.kind in PER_METRIC
+            and o.metric in self.held
+            and o.metric not in departed
+            and o.score >= ALERT_SCORE
+        )
 
 
 class Reading(NamedTuple):
@@ -140,11 +193,15 @@ def fold_moves(
         own = [o for o in at if o.kind in PER_METRIC]
         moved = any(o.score >= ALERT_SCORE for o in own)
         unusual = {o.metric for o in own if o.score >= CALM_SCORE}
-        if len(present) >= 2 and moved and present <= unusual:
+        values = reading.values if reading is not None else {}
+        gone = moves.departed(values) if moves is not None and moves.held else set()
+        # a held metric left its state while another stayed in its own: no move of the device
+        alone = bool(gone) and moves is not None and bool(present & moves.held.keys() - gone)
+        if len(present) >= 2 and moved and present <= unusual and not (alone and knows(event_ms)):
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
             if knows(event_ms):
                 if moves is not None:
-                    moves.start(_moved_to(reading, present), event_ms)
+                    moves.start(_moved_to(reading, present), event_ms, gone)
                 if under_way and reading is not None:
                     out.append(_settling(reading, event_ms, 0.0))
                 continue
@@ -170,9 +227,9 @@ def fold_moves(
             if back and not reverted(event_ms, back):
                 moves.start(_moved_to(reading, back), event_ms)
         if moves is not None and moves.held:
-            moves.release(present, unusual, event_ms, reading.values if reading else {})
-            if any(moves.holds(o) for o in at) and knows(event_ms):
-                at = [replace(o, score=CALM_SCORE) if moves.holds(o) else o for o in at]
+            moves.release(present, unusual, event_ms, values)
+            if any(moves.holds(o, gone) for o in at) and knows(event_ms):
+                at = [replace(o, score=CALM_SCORE) if moves.holds(o, gone) else o for o in at]
         out.extend(at)
         if under_way and reading is not None:
             weakest = min(_own_score(at, metric) for metric in present) if present else 0.0
