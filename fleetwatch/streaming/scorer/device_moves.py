@@ -29,6 +29,17 @@ seasonal and flat-line members then alerted ``hold_ms`` into every long first st
 (a burst on the speed of a stopped machine) ends the hold as the time would have. A reading the
 fleet does not know alerts as before, held or not, and so does a metric that did not move.
 
+A held metric is held in the state it moved to, not whatever it reads: each keeps the count,
+mean and spread of its readings since the move, and a reading more than ``DEPART_Z`` of that
+spread from their mean (once there are ``STATE_READINGS`` of them) has left the state — a spike
+or a dip on a machine that has just started, a burst on the speed of a stopped one, a step of
+its speed. Its own alert stands, and it is no move of the device while another held metric
+stayed where it was (the vibration still a running machine's): the fleet knows a speed of
+1,890 rpm or 150 rpm, and a reading that every metric's own members found unusual had been
+taken for one more reading of the device settling into its move. When every held metric leaves
+its state at once (a machine that stops minutes after it started) it is the device's next move.
+Its readings join the state; a departure does not, so a step stays a departure.
+
 A move whose partners' bands hide it — only the speed alerts as a machine stops, its
 vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
 knows the reading but would not with the alerting metrics put back at the device's expected
@@ -61,7 +72,10 @@ STATE_READINGS = 30
 """Readings of a held metric since its move before a reading can be found to leave that state."""
 DEPART_Z = 4.0 * ALERT_Z
 """How far from its state's readings (in their standard deviations) a held metric's reading
-leaves the state: the threshold a young stream is held to (the seasonal member's ``EARLY_Z``)."""
+leaves the state: twice the threshold a young stream is held to (the seasonal member's
+``EARLY_Z``), since a few dozen readings of a heavy tail understate its spread (with
+``2 · ALERT_Z`` after 10 readings, the machines' cut found 9 more false alerts, their speed's
+own shocks)."""
 STATE_FLOOR = 1e-3
 """The least standard deviation of a state, relative to its mean."""
 TINY = 1e-12
