@@ -74,8 +74,8 @@ DEPART_Z = 4.0 * ALERT_Z
 """How far from its state's readings (in their standard deviations) a held metric's reading
 leaves the state: twice the threshold a young stream is held to (the seasonal member's
 ``EARLY_Z``), since a few dozen readings of a heavy tail understate its spread (with
-``2 · ALERT_Z`` after 10 readings, the machines' cut found 9 more false alerts, their speed's
-own shocks)."""
+``2 · ALERT_Z`` after 10 readings, the machines' cut had 9 more false alerts, at machine starts
+and on a stopped machine's vibration)."""
 STATE_FLOOR = 1e-3
 """The least standard deviation of a state, relative to its mean."""
 TINY = 1e-12
