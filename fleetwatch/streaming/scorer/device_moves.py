@@ -129,12 +129,10 @@ class Moves:
         join their state's."""
         out = set()
         for metric, hold in self.held.items():
-            value = values.get(metric)
-            if isinstance(hold, int | float) or len(hold) < 5 or value is None:
+            value = values.get(metric, math.nan)
+            if isinstance(hold, int | float) or len(hold) < 5 or not math.isfinite(value):
                 continue
-            n, mean, m2 = hold[2], hold[3], hold[4]
-            if not math.isfinite(value):
-                continue
+            n, mean, m2 = hold[2:5]
             if n >= STATE_READINGS:
                 sd = math.sqrt(m2 / (n - 1))
                 if abs(value - mean) > DEPART_Z * max(sd, STATE_FLOOR * abs(mean), TINY):
