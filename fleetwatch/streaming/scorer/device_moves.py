@@ -58,8 +58,9 @@ from itertools import groupby
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from fleetwatch.models.calibration import ALERT_SCORE, ALERT_Z
+from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.registry import KINDS
+from fleetwatch.models.seasonal import EARLY_Z
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 
 DEVICE_WIDE_KIND = "state"
@@ -70,11 +71,11 @@ DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
 """The episode key of a device-wide alert (metric ``*``)."""
 STATE_READINGS = 30
 """Readings of a held metric since its move before a reading can be found to leave that state."""
-DEPART_Z = 4.0 * ALERT_Z
+DEPART_Z = 2.0 * EARLY_Z
 """How far from its state's readings (in their standard deviations) a held metric's reading
 leaves the state: twice the threshold a young stream is held to (the seasonal member's
 ``EARLY_Z``), since a few dozen readings of a heavy tail understate its spread (with
-``2 · ALERT_Z`` after 10 readings, the machines' cut had 9 more false alerts, at machine starts
+``EARLY_Z`` after 10 readings, the machines' cut had 9 more false alerts, at machine starts
 and on a stopped machine's vibration)."""
 STATE_FLOOR = 1e-3
 """The least standard deviation of a state, relative to its mean."""
