@@ -80,6 +80,25 @@ def test_an_excursion_across_batches_is_one_peak_with_its_maximum() -> None:
     assert tail.peaks[bin_of(np.asarray([12.0]))[0]] > 0.99
 
 
+def peaks_between(low: float, high: float, extra: list[float]) -> StreamTail:
+    """A tail whose body is known and whose 30 excursions peaked evenly in ``[low, high]``,
+    then at each of ``extra``."""
+    tail = warm(np.tile(np.linspace(0.0, 1.0, 10), 30), halflife=20_000.0)
+    peaks = [*np.random.default_rng(1).uniform(low, high, 30), *extra]
+    tail.excursions(np.array([x for peak in peaks for x in (0.1, peak, 0.1)]))
+    return tail
+
+
+def test_one_peak_far_beyond_a_few_dozen_is_left_out_of_the_fit_but_two_are_not() -> None:
+    few = peaks_between(1.3, 8.0, []).threshold(1.0, 1.0, 1, 0.0)
+    lone = peaks_between(1.3, 8.0, [45.0]).threshold(1.0, 1.0, 1, 0.0)
+    assert few <= lone < 1.1 * few, (few, lone)
+    near = peaks_between(1.3, 8.0, [15.0]).threshold(1.0, 1.0, 1, 0.0)
+    assert near > 1.1 * few, "a peak the others' tail reaches is the tail's"
+    two = peaks_between(1.3, 8.0, [45.0, 45.0]).threshold(1.0, 1.0, 1, 0.0)
+    assert two > 3.0 * few, "two peaks that far are the stream's tail"
+
+
 @pytest.mark.parametrize(
     "draw",
     [
