@@ -404,8 +404,8 @@ class StreamTail:
         whose 37 peaks lay between 1.3 and 8 but for one at 45 (an excursion past the young
         threshold of 26, counted as a passing: see ``excursions``) fitted a shape of 0.40, a
         threshold of |z| 126, and missed a dip 51 and a spike 68 of its standard deviations
-        out. A heavy tail's own far peaks are kept: moving every
-        lone highest peak took Student-t (2 dof) noise from 1.86 to 2.00 alerts a day."""
+        out. A heavy tail's own far peaks are kept: leaving out every lone highest peak took
+        Student-t (2 dof) noise from 1.86 to 2.00 alerts a day."""
         occupied = np.flatnonzero(self.peaks > NONE)
         if occupied.size < 2 or occupied[-1] <= top or self.peaks[occupied[-1]] >= LONE:
             return shape, scale
