@@ -145,6 +145,12 @@ def excess(shape: float, scale: float, ratio: float) -> float:
     return scale * r if shape <= 0 else scale * math.expm1(shape * r) / shape
 
 
+def excess_nats(shape: float, y: float) -> float:
+    """``-ln P(Y >= y · scale)`` of a generalised Pareto excess ``Y``: the inverse of
+    :func:`excess`, ``y`` in units of its scale."""
+    return math.log1p(shape * y) / shape if shape > 0 else y
+
+
 def fit_excess(counts: FloatArray, k: int, prior: float = 0.0) -> tuple[float, float]:
     """``(shape, scale)`` of the excess over ``EDGES[k]`` of the binned values in bins ``k`` and
     up, by probability-weighted moments (Hosking and Wallis 1987): ``a0 = E[Y]``,
@@ -260,8 +266,7 @@ class TailSummary:
         tail = self.tail()
         if x >= tail.u:
             y = (x - tail.u) / tail.scale
-            above = math.log1p(tail.shape * y) / tail.shape if tail.shape > 0 else y
-            return _BODY_NATS + above
+            return _BODY_NATS + excess_nats(tail.shape, y)
         share = float(tail.above[_bin(x)])
         return min(-math.log(max(share, P_BODY)), _BODY_NATS)
 
@@ -414,8 +419,7 @@ class StreamTail:
         rest[occupied[-1]] = 0.0
         r_shape, r_scale = fit_excess(rest, top, self.prior)
         y = (_CENTRES[occupied[-1]] - EDGES[top]) / r_scale
-        nats = math.log1p(r_shape * y) / r_shape if r_shape > 0 else y
-        reached = -math.expm1(n * math.log1p(-math.exp(-nats)))  # by the highest of n
+        reached = -math.expm1(n * math.log1p(-math.exp(-excess_nats(r_shape, y))))  # highest of n
         return (r_shape, r_scale) if reached < OUTLIER_ODDS else (shape, scale)
 
     def knows_excursions(self) -> bool:
