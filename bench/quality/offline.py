@@ -88,6 +88,10 @@ DEFAULT_DEVICES, DEFAULT_MINUTES = 100, 12.0
 TOP_FALSE = 15
 FLEET_S = 120.0
 """When the fleet models are pooled, as an operator registers them once devices have learned."""
+FLEET_EVERY_S = 60.0
+"""How often they are pooled again after, as a scheduled ``register-fleet`` and ``promote``
+would: the pooled level tails (:mod:`fleetwatch.models.fleet_tails`) hold the devices' young
+streams to what the older ones have seen."""
 
 _UNIT_MS = {
     "millisecond": 1,
@@ -227,8 +231,8 @@ class Scorer:
     """``model.params`` records (key, value) for the next micro-batch."""
     newest_ms: int | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
-    fleet: bool = False
-    """Whether the fleet champions were published (:meth:`publish_champions`)."""
+    pooled: int = 0
+    """How many times the fleet champions were published (:meth:`publish_champions`)."""
 
     def __post_init__(self) -> None:
         self.policy = policy_of(self.settings)
@@ -258,10 +262,11 @@ class Scorer:
         """Each scope's fleet model pooled from the devices' parameters, as ``fleetwatch models
         register-fleet`` and ``promote`` make it and put it on ``model.params``."""
         table = {device: {"params": json.loads(text)} for device, text in params.items()}
+        self.pooled += 1
         for scope, (pooled, _) in pooled_by_scope(table).items():
-            value = encode_champion(scope, f"fleet-{scope}", 1, pooled, 1, now_ms)
+            name, version = f"fleet-{scope}", self.pooled
+            value = encode_champion(scope, name, version, pooled, version, now_ms)
             self.published.append((fleet_key(scope), value))
-        self.fleet = True
 
     def _keep(self, out: BucketOutput) -> None:
         self.alerts.extend(
@@ -285,11 +290,17 @@ KIND_OF_METRIC = {m: kind.name for kind in KINDS.values() for m in kind.metrics}
 
 
 def replay(
-    path: Path, settings: Settings, train_ms: int, batch_ms: int, fleet_ms: int | None
+    path: Path,
+    settings: Settings,
+    train_ms: int,
+    batch_ms: int,
+    fleet_ms: int | None,
+    fleet_every_ms: int | None = None,
 ) -> Replay:
     """The recording through gateway → trainer and scorer, in arrival-time order; the fleet
     models are pooled and put before the scorer at the first training step ``fleet_ms`` of
-    arrival time after the start (``None``: never)."""
+    arrival time after the start (``None``: never), and again every ``fleet_every_ms`` after
+    (``None``: once)."""
     _, start_ms = read_header(path)
     clocks = ClockOffsets()
     trainer = Trainer(interval_ms(settings.score.dedup_window))
@@ -300,6 +311,7 @@ def replay(
     readings, received_ms = 0, start_ms
     batch_end: int | None = None
     next_train = start_ms + train_ms
+    next_fleet = None if fleet_ms is None else start_ms + fleet_ms
     started = time.monotonic()
     for item in recorded(path):
         if isinstance(item, dict):
@@ -313,8 +325,9 @@ def replay(
             if batch_end >= next_train:
                 scorer.publish(trainer.learn(), trainer.params, batch_end)
                 next_train += train_ms
-                if fleet_ms is not None and not scorer.fleet and batch_end >= start_ms + fleet_ms:
+                if next_fleet is not None and batch_end >= next_fleet:
                     scorer.publish_champions(trainer.params, batch_end)
+                    next_fleet = None if fleet_every_ms is None else batch_end + fleet_every_ms
             batch_end += batch_ms
         topic = settings.mqtt.telemetry_topic(item.device_id)
         limit = settings.gateway.max_payload_bytes
@@ -492,6 +505,12 @@ def main() -> None:
         default=FLEET_S,
         help="pool the fleet models this many seconds in (negative: never)",
     )
+    parser.add_argument(
+        "--fleet-every-s",
+        type=float,
+        default=FLEET_EVERY_S,
+        help="pool them again this often after (negative: once)",
+    )
     parser.add_argument("--alerts", type=Path, help="also write the alert events here (JSONL)")
     args = parser.parse_args()
     fresh = (args.devices, args.minutes, args.noise, args.start)
@@ -505,7 +524,9 @@ def main() -> None:
     except (SimulatorError, OSError, ValueError) as exc:
         raise SystemExit(f"bench: {exc}") from exc
     fleet_ms = None if args.fleet_s < 0 else round(args.fleet_s * 1000)
-    run = replay(path, Settings(), round(args.train_s * 1000), args.batch_ms, fleet_ms)
+    every_ms = None if args.fleet_every_s < 0 else round(args.fleet_every_s * 1000)
+    train_ms = round(args.train_s * 1000)
+    run = replay(path, Settings(), train_ms, args.batch_ms, fleet_ms, every_ms)
     if args.alerts:
         args.alerts.write_text("".join(json.dumps(a) + "\n" for a in run.alerts))
     report = summary(run, scenario, args.tolerance)

@@ -53,6 +53,7 @@ from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.errors import BatchError, HyperParameterError, ParamsError, UnknownDetector
 from fleetwatch.models.params import check_header
 from fleetwatch.models.scores import Scores
+from fleetwatch.models.tail import StreamTail
 
 Readings = pd.DataFrame | Batch
 
@@ -130,6 +131,12 @@ class Detector(ABC):
         """Score the next batch as the continuation of ``memory`` (the scorer's, newer than the
         parameters' own); an empty memory: of the parameters alone, never of an earlier call.
         Nothing to do for a detector without memory."""
+        return None
+
+    def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
+        """Hold a young stream no less strictly than its metric's tail pooled over the fleet,
+        ``tails`` (:mod:`~fleetwatch.models.fleet_tails`; empty: none), until its own
+        excursions set its threshold. Nothing to do for a detector without such tails."""
         return None
 
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:

@@ -23,6 +23,7 @@ from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.fleet_tails import FIELD, member_params, pool_level_tails
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +57,7 @@ def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_p
 
 def pca_params(params: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A device's PCA parameters: the detector itself, or the PCA member of a combined one."""
-    if params.get("kind") == "pca":
-        return params
-    for member in params.get("state", {}).get("members", []):
-        if member.get("kind") == "pca":
-            return member  # type: ignore[no-any-return]
-    return None
+    return member_params(params, "pca")
 
 
 def scope_of(pca: Mapping[str, Any]) -> str:
@@ -72,15 +68,22 @@ def pooled_by_scope(
     table: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, tuple[dict[str, Any], int]]:
     """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table (the fleet
-    champions' own records in it are left out)."""
+    champions' own records in it are left out). The pooled parameters also carry the level
+    member's tails pooled over the scope's devices (:mod:`~fleetwatch.models.fleet_tails`)."""
     groups: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for device_id, record in table.items():
         if fleet_scope(device_id) is not None:
             continue
-        pca = pca_params(record.get("params", {}))
+        params = record.get("params", {})
+        pca = pca_params(params)
         if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
             groups[scope_of(pca)][device_id] = pca
-    return {scope: (pool_pca(devices), len(devices)) for scope, devices in groups.items()}
+            whole[scope_of(pca)].append(params)
+    return {
+        scope: (pool_pca(devices) | {FIELD: pool_level_tails(whole[scope])}, len(devices))
+        for scope, devices in groups.items()
+    }
 
 
 def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict[str, int]:

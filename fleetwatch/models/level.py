@@ -192,6 +192,8 @@ class LevelShiftDetector(Detector):
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         self._held: Mapping[str, list[float]] = {}
+        self._fleet: Mapping[str, StreamTail] = {}
+        """The fleet's pooled tails by metric (:meth:`borrow_tails`)."""
         self._memo: tuple[Batch, Mapping[str, list[float]], dict[int, Judged]] | None = None
         """The last batch judged from the scorer's memory: :meth:`score` and :meth:`remember`
         ask for the same one."""
@@ -255,8 +257,7 @@ class LevelShiftDetector(Detector):
                 out[m] = Judged(rows, expected, e, quiet, quiet.astype(bool), quiet, none, math.inf)
                 continue
             z = np.abs(e) / max(scale, TINY)
-            tail = self.tails[m]
-            threshold = tail.threshold(self.false_alerts_per_day, self._span(), k, self.min_z)
+            threshold = self._threshold(m, k)
             # an alert under way from a carry without its peak: its peak taken as the threshold
             peak0 = max(peak0, threshold) if on0 else 0.0
             low = self.stay * threshold
@@ -264,6 +265,25 @@ class LevelShiftDetector(Detector):
             alerting, peak, fallen = alerts_of(z, threshold, low, on, self.release, self._hold())
             out[m] = Judged(rows, expected, e, z, alerting, peak, fallen, threshold)
         return out
+
+    def own_threshold(self, tail: StreamTail, streams: int) -> float:
+        """The threshold a metric's own ``tail`` sets, shared by ``streams`` metrics."""
+        return tail.threshold(self.false_alerts_per_day, self._span(), streams, self.min_z)
+
+    def _threshold(self, m: int, streams: int) -> float:
+        """Metric ``m``'s threshold: its own tail's, and while that does not know its
+        excursions yet, at least that of the fleet's pooled tail if it knows them
+        (:meth:`borrow_tails`)."""
+        tail = self.tails[m]
+        own = self.own_threshold(tail, streams)
+        pooled = None if tail.knows_excursions() else self._fleet.get(self.profile.metrics[m])
+        if pooled is None or not pooled.knows_excursions():
+            return own
+        return max(own, self.own_threshold(pooled, streams))
+
+    def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
+        self._fleet = tails
+        self._memo = None
 
     def _hold(self) -> int:
         """How many readings an alert must have fallen for to end by its release: the

@@ -39,7 +39,8 @@ from mlflow.exceptions import MlflowException
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import fleet_pyfunc
-from fleetwatch.models.errors import RegistryError, UnknownModel, UnknownVersion
+from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
+from fleetwatch.models.fleet_tails import FIELD, level_tails_of
 from fleetwatch.models.mlflow_store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import dumps, loads
@@ -133,6 +134,11 @@ class ModelRegistry:
         ``{prefix}-{scope}`` and give it the ``challenger`` alias."""
         name = model_name(self.settings, scope)
         detector = PcaDetector.from_params(params)  # refuses anything but PCA parameters
+        try:  # the level tails pooled with it, if any, travel along
+            level_tails_of(params)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FleetModelError(f"{name}: bad pooled level tails: {exc}") from exc
+        carried = {FIELD: params[FIELD]} if FIELD in params else {}
         own_run = run_id is None
         with mlflow_errors(f"cannot log the fleet model {name}"):
             if run_id is None:
@@ -142,7 +148,7 @@ class ModelRegistry:
                     tags={TAG_SCOPE: scope},
                 )
                 run_id = str(run.info.run_id)
-            artifact_uri = self._log_model(run_id, scope, detector)
+            artifact_uri = self._log_model(run_id, scope, detector, carried)
             if own_run:
                 self.client.log_batch(
                     run_id,
@@ -173,11 +179,13 @@ class ModelRegistry:
         logger.info("registered %s version %s as %s (run %s)", name, mv.version, CHALLENGER, run_id)
         return self.version(name, int(mv.version))
 
-    def _log_model(self, run_id: str, scope: str, detector: PcaDetector) -> str:
+    def _log_model(
+        self, run_id: str, scope: str, detector: PcaDetector, carried: Mapping[str, Any]
+    ) -> str:
         path = f"{MODEL_DIR}/{scope}"
         with tempfile.TemporaryDirectory(prefix="fleetwatch-model-") as tmp:
             params_file = Path(tmp) / "params.json"
-            params_file.write_text(dumps(detector.to_params()))
+            params_file.write_text(dumps(detector.to_params() | dict(carried)))
             mlflow.pyfunc.save_model(
                 Path(tmp) / "model",
                 python_model=str(_CODE),

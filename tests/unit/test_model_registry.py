@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.errors import RegistryError, UnknownModel, UnknownVersion
+from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
 from fleetwatch.models.fleet import pool_pca
+from fleetwatch.models.fleet_tails import FIELD, level_tails_of
 from fleetwatch.models.mlflow_registry import (
     CHALLENGER,
     CHAMPION,
@@ -24,6 +25,7 @@ from fleetwatch.models.mlflow_registry import (
     model_name,
 )
 from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.tail import StreamTail
 from fleetwatch.models.tracking import MlflowTrainingObserver
 from tests.unit import signals
 from tests.unit.mlflow_store import fleet_params, local_settings
@@ -123,6 +125,23 @@ def test_champion_params_round_trip_into_a_detector_that_scores_the_same(
     got = PcaDetector.from_params(loaded).score(probe)
     np.testing.assert_array_equal(got.score, expected.score)
     assert expected.alert.any()
+
+
+def test_the_pooled_level_tails_travel_with_the_champion_and_bad_ones_are_refused(
+    registry: ModelRegistry, settings: Settings, params: dict[str, Any]
+) -> None:
+    tail = StreamTail(2000.0)
+    tail.summary.add(np.abs(np.random.default_rng(1).normal(0, 1, 500)))
+    tail.interval_ms = 1000.0
+    tails = {"temperature": tail.state() | {"halflife": 2000.0}}
+    name = registry.register("tails", params | {FIELD: tails}).name
+    registry.promote(name)
+    loaded = champion_params(settings, "tails")
+    assert loaded is not None
+    assert loaded[FIELD] == tails
+    assert level_tails_of(loaded)["temperature"].summary.weight == pytest.approx(500.0, rel=0.01)
+    with pytest.raises(FleetModelError, match="bad pooled level tails"):
+        registry.register("tails", params | {FIELD: {"temperature": {"counts": [1.0]}}})
 
 
 def test_the_pyfunc_champion_predicts_what_the_detector_scores(

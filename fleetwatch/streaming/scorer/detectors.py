@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleetwatch.contracts.errors import ParamsRecordError
@@ -22,18 +22,22 @@ from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.contracts.model_params import decode
 from fleetwatch.models.base import Detector
 from fleetwatch.models.errors import ModelError
+from fleetwatch.models.fleet_tails import level_tails_of
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
+from fleetwatch.models.tail import StreamTail
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.readings import Rows
 
 
 @dataclass(frozen=True)
 class FleetModel:
-    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``)."""
+    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``),
+    and the level tails pooled with it (:mod:`~fleetwatch.models.fleet_tails`)."""
 
     label: str
     detector: Detector
+    tails: Mapping[str, StreamTail] = field(default_factory=dict)
 
 
 FleetLookup = Callable[[str], FleetModel | None]
@@ -109,7 +113,8 @@ def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
 
 def fleet_model(label: str, params_json: str) -> FleetModel | None:
     try:
-        return FleetModel(label, load_params(loads(params_json)))
+        params = loads(params_json)
+        return FleetModel(label, load_params(params), level_tails_of(params))
     except (ModelError, KeyError, TypeError, ValueError):
         return None
 
@@ -163,6 +168,14 @@ def champion_of(
     if fleet is None or mode == "off":
         return None
     return fleet(scope_of_metrics({*rows["metric"].tolist(), *st["last_values"]}))
+
+
+def borrow_tails(members: list[Member] | None, champion: FleetModel | None) -> None:
+    """Give the members the champion's pooled tails for their young streams (none without a
+    champion: a member cached from an earlier batch must not keep an older one's)."""
+    tails: Mapping[str, StreamTail] = {} if champion is None else champion.tails
+    for member, _ in members or []:
+        member.borrow_tails(tails)
 
 
 def fleet_prior(champion: FleetModel | None) -> Detector | None:

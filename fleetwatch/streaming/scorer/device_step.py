@@ -51,6 +51,7 @@ from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.detectors import (
     FleetLookup,
     Member,
+    borrow_tails,
     champion_of,
     detector_for,
     fleet_prior,
@@ -223,6 +224,7 @@ def process(
     detector = detector_for(device_id, int(st["params_version"]), params_json)
     champion = champion_of(st, fresh, policy.fleet_model, fleet)
     members = members_for(detector, policy.fleet_model, champion)
+    borrow_tails(members, champion)
     prior = fleet_prior(champion)
     if older is not None and len(older):
         arrivals = zip(older["seq"], older["event_ms"], older["received_ms"], strict=True)

@@ -1,0 +1,131 @@
+"""The level member's tails pooled over a fleet, and a young stream held to them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fleetwatch.models.fleet_publish import pooled_by_scope
+from fleetwatch.models.fleet_tails import FIELD, level_tails_of, pool_level_tails
+from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.params import dumps
+from fleetwatch.models.registry import default_detector
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, bin_of
+from fleetwatch.streaming.scorer.detectors import borrow_tails, fleet_model
+
+STEP_MS = 1000
+
+
+def fed(values: np.ndarray, chunk: int = 50) -> LevelShiftDetector:
+    """A level detector that scored then learned ``values`` (a reading a second), chunk by
+    chunk, its alerts kept out of what it learned."""
+    detector = LevelShiftDetector()
+    for lo in range(0, values.size, chunk):
+        part = values[lo : lo + chunk]
+        frame = pd.DataFrame(
+            {"event_ms": (lo + np.arange(part.size)) * STEP_MS, "metric": "p", "value": part}
+        )
+        detector.learn(frame, exclude=detector.score(frame).alert)
+    return detector
+
+
+def heavy(n: int, seed: int) -> np.ndarray:
+    """Student-t (2 dof) noise: its average strays further than a Gaussian's."""
+    return 10.0 + np.random.default_rng(seed).standard_t(2, n)
+
+
+def test_the_grown_streams_are_summed_their_alerts_left_out_and_the_young_ones_skipped() -> None:
+    grown = [fed(heavy(3000, 1)), fed(heavy(3000, 2))]
+    alerted = grown[0].own_threshold(grown[0].tails[0], 1)
+    grown[0].tails[0].peaks[int(bin_of(3.0 * alerted))] += 1.0  # an alert's excursion
+    grown[0].tails[0].changes += 1
+    young = fed(heavy(100, 3))
+    assert young.tails[0].summary.weight < MIN_HISTORY
+    pooled = pool_level_tails([d.to_params() for d in [*grown, young]])
+    assert list(pooled) == ["p"]
+    tail = StreamTail.load(float(pooled["p"]["halflife"]), pooled["p"])  # type: ignore[arg-type]
+    counts = sum(d.tails[0].summary.counts for d in grown)
+    assert np.allclose(tail.summary.counts, counts), "the young stream is not in the sum"
+    assert tail.readings == pytest.approx(sum(d.tails[0].readings for d in grown))
+    assert tail.interval_ms == pytest.approx(1000.0, rel=0.01)
+    own = [d.own_threshold(d.tails[0], 1) for d in grown]
+    assert own[0] >= alerted, "the alert raised its own stream's threshold"
+    assert tail.peaks[int(bin_of(max(own))) :].sum() == 0.0, "no alert is in the pool"
+    below = [d.tails[0].peaks[: int(bin_of(t))].sum() for d, t in zip(grown, own, strict=True)]
+    assert tail.peaks.sum() == pytest.approx(sum(below)), "every peak below them is"
+
+
+def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_it() -> None:
+    pooled = level_tails_of(
+        {FIELD: pool_level_tails([fed(heavy(4000, s)).to_params() for s in range(4)])}
+    )
+    young = fed(np.random.default_rng(9).normal(10.0, 1.0, 300))
+    tail = young.tails[0]
+    assert tail.summary.weight >= MIN_HISTORY
+    assert not tail.knows_excursions()
+    own = young.own_threshold(tail, 1)
+    fleet = young.own_threshold(pooled["p"], 1)
+    assert fleet > own, "the heavy-tailed fleet's averages stray further than 300 readings show"
+    young.borrow_tails(pooled)
+    assert young._threshold(0, 1) == fleet
+    young.borrow_tails({"other": pooled["p"]})
+    assert young._threshold(0, 1) == own, "another metric's tail is not this one's"
+    young.borrow_tails({})
+    assert young._threshold(0, 1) == own
+
+    grown = fed(np.random.default_rng(9).normal(10.0, 1.0, 4000))
+    assert grown.tails[0].knows_excursions()
+    alone = grown.own_threshold(grown.tails[0], 1)
+    grown.borrow_tails(pooled)
+    assert grown._threshold(0, 1) == alone, "a stream that knows its excursions keeps its own"
+
+
+def test_a_young_streams_alert_below_the_fleet_threshold_is_not_raised() -> None:
+    pooled = level_tails_of(
+        {FIELD: pool_level_tails([fed(heavy(4000, s)).to_params() for s in range(4)])}
+    )
+    young = fed(np.random.default_rng(9).normal(10.0, 1.0, 300))
+    own, fleet = young.own_threshold(young.tails[0], 1), young.own_threshold(pooled["p"], 1)
+    sd = young._scale(0)
+    step = 0.5 * (own + fleet) * sd  # past the young stream's own threshold, short of the fleet's
+    frame = pd.DataFrame(
+        {"event_ms": (300 + np.arange(60)) * STEP_MS, "metric": "p", "value": 10.0 + step}
+    )
+    assert young.score(frame).alert.any()
+    young.borrow_tails(pooled)
+    assert not young.score(frame).alert.any()
+
+
+def learned(metrics: dict[str, float], seed: int, n: int = 400) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    rows = [
+        {"event_ms": i * 1000, "metric": m, "value": v + rng.normal(0, 0.5)}
+        for i in range(n)
+        for m, v in metrics.items()
+    ]
+    detector = default_detector()
+    detector.learn(pd.DataFrame(rows))
+    return {"device_id": f"d{seed}", "params": detector.to_params()}
+
+
+def test_the_fleet_model_carries_the_pooled_tails_to_the_scorer() -> None:
+    table = {f"d{s}": learned({"temperature": 21.0, "humidity": 40.0}, s) for s in range(3)}
+    ((params, devices),) = pooled_by_scope(table).values()
+    assert devices == 3
+    assert sorted(params[FIELD]) == ["humidity", "temperature"]
+    champion = fleet_model("fleet-h/1", dumps(params))
+    assert champion is not None
+    assert sorted(champion.tails) == ["humidity", "temperature"]
+    own = LevelShiftDetector.from_params(
+        next(m for m in table["d0"]["params"]["state"]["members"] if m["kind"] == "level")
+    )
+    borrow_tails([(own, None)], champion)
+    assert own._fleet is champion.tails
+    borrow_tails([(own, None)], None)
+    assert own._fleet == {}, "without a champion, no older one's tails are kept"
+
+    broken = {**params, FIELD: {"temperature": {"counts": [1.0, 2.0]}}}
+    assert fleet_model("fleet-h/2", dumps(broken)) is None, "a malformed champion is unreadable"
