@@ -12,9 +12,10 @@ watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.bucket_step.ex
 Every ``--train-s`` of arrival time, each device's readings since the previous step,
 de-duplicated by sequence number as the trainer does, are learned with
 :func:`fleetwatch.streaming.trainer.learning.learn_device`; the new parameters' ``model.params``
-records reach the next scorer batch. At ``--fleet-s`` of arrival time (default 120 s) each
-scope's fleet model is pooled from the devices' parameters and its champion record put before
-the scorer, as ``fleetwatch models register-fleet`` and ``promote`` would. No broker, Kafka or
+records reach the next scorer batch. At ``--fleet-s`` of arrival time (default 120 s), and
+every ``--fleet-every-s`` after (default 60 s; negative: once), each scope's fleet model is
+pooled from the devices' parameters and its champion record put before the scorer, as a
+scheduled ``fleetwatch models register-fleet`` and ``promote`` would. No broker, Kafka or
 Spark: what differs from a live run (``bench/quality/live.py``) is mainly timing — the real
 batches' lengths and the parameters' publication delay.
 
@@ -27,7 +28,7 @@ Gaussian noise instead of its realistic noise (``--noise realistic``; default: t
 
     python bench/quality/offline.py [--recording FILE | --scenario FILE --devices N --minutes M
         --noise gaussian|realistic --start ISO] [--train-s S] [--batch-ms MS] [--fleet-s S]
-        [--tolerance S] [--alerts FILE]
+        [--fleet-every-s S] [--tolerance S] [--alerts FILE]
 
 Prints progress and tables per anomaly kind and per device kind on stderr, then a last line:
 {"f1", "precision", "recall", "anomalies", "alerts", "false_alerts",
