@@ -276,8 +276,8 @@ class LevelShiftDetector(Detector):
         (:meth:`borrow_tails`)."""
         tail = self.tails[m]
         own = self.own_threshold(tail, streams)
-        pooled = None if tail.knows_excursions() else self._fleet.get(self.profile.metrics[m])
-        if pooled is None or not pooled.knows_excursions():
+        pooled = self._fleet.get(self.profile.metrics[m]) if self._fleet else None
+        if pooled is None or tail.knows_excursions() or not pooled.knows_excursions():
             return own
         return max(own, self.own_threshold(pooled, streams))
 
