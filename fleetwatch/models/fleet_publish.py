@@ -78,8 +78,9 @@ def pooled_by_scope(
         params = record.get("params", {})
         pca = pca_params(params)
         if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
-            groups[scope_of(pca)][device_id] = pca
-            whole[scope_of(pca)].append(params)
+            scope = scope_of(pca)
+            groups[scope][device_id] = pca
+            whole[scope].append(params)
     return {
         scope: (pool_pca(devices) | {FIELD: pool_level_tails(whole[scope])}, len(devices))
         for scope, devices in groups.items()

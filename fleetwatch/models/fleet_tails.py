@@ -78,18 +78,15 @@ def pool_level_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, di
             intervals[name].append(tail.interval_ms)
             halflife[name] = detector.tail_halflife
     return {
-        name: StreamTail.load(
-            halflife[name],
-            {
-                "counts": counts[name].tolist(),
-                "peaks": peaks[name].tolist(),
-                "readings": readings[name],
-                "peak": 0.0,
-                "interval_ms": statistics.median(intervals[name]),
-                "last_ms": None,
-            },
-        ).state()
-        | {"halflife": halflife[name]}
+        name: {
+            "counts": counts[name].tolist(),
+            "peaks": peaks[name].tolist(),
+            "readings": readings[name],
+            "peak": 0.0,
+            "interval_ms": statistics.median(intervals[name]),
+            "last_ms": None,
+            "halflife": halflife[name],
+        }
         for name in sorted(counts)
     }
 
