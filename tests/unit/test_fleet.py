@@ -9,7 +9,7 @@ from sklearn.decomposition import PCA
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import FleetModelError
-from fleetwatch.models.fleet import RANGE_Z, pool_pca
+from fleetwatch.models.fleet import RANGE_Z, fleet_range, pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit import signals
 from tests.unit.mlflow_store import device_readings
@@ -110,8 +110,10 @@ def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
         d: f.pivot(index="event_ms", columns="metric", values="value")[fleet.metrics]
         for d, f in frames.items()
     }
-    lo = np.min([w.mean() - RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
-    hi = np.max([w.mean() + RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    # of three devices, the one with the lowest low end and the one with the highest high end
+    # are left out: the middle ones bound the range
+    lo = np.median([w.mean() - RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
+    hi = np.median([w.mean() + RANGE_Z * w.std(ddof=0) for w in wide.values()], axis=0)
     np.testing.assert_allclose(fleet.bounds, np.stack([lo, hi]), rtol=1e-9)
     # and the bounds survive the parameters' round trip
     again = PcaDetector.from_params(fleet.to_params())
@@ -120,7 +122,7 @@ def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
     assert PcaDetector.from_params(PcaDetector().to_params()).bounds is None
 
     level = {d: w.mean() for d, w in wide.items()}
-    usual = level["dev-0"]  # a reading some device has as its usual one
+    usual = level["dev-1"]  # a reading some device has as its usual one
     far = usual + 10 * (fleet.bounds[1] - fleet.bounds[0])  # beyond every device's range
     probe = pd.DataFrame(
         [(1000, m, usual[m]) for m in fleet.metrics] + [(2000, m, far[m]) for m in fleet.metrics],
@@ -139,3 +141,20 @@ def test_the_fleet_knows_what_some_device_holds_normal_and_no_further() -> None:
     # a device's own model knows no fleet: nothing is familiar to it
     own = PcaDetector(halflife_hours=None).learn(frames["dev-0"])
     assert own.familiar_times(Batch.of(probe)) == set()
+
+
+def test_one_device_cannot_widen_the_fleets_range_and_a_share_of_them_can() -> None:
+    rng = np.random.default_rng(5)
+    means = rng.normal(20.0, 1.0, size=(40, 1))
+    lows, highs = means - 2.0, means + 2.0
+    usual = fleet_range(lows, highs)
+    wide_one = highs.copy()
+    wide_one[7] += 50.0  # one device's spread grew with a fault it learned
+    # at most the highest end of the other devices
+    assert usual[1, 0] <= fleet_range(lows, wide_one)[1, 0] <= np.delete(highs, 7).max()
+    wide_some = highs.copy()
+    wide_some[:5] += 50.0  # more than the left-out share hold it normal
+    assert fleet_range(lows, wide_some)[1, 0] > usual[1, 0] + 40.0
+    # two devices are both kept: neither is the odd one out
+    pair = fleet_range(np.array([[0.0], [5.0]]), np.array([[1.0], [9.0]]))
+    np.testing.assert_array_equal(pair, [[0.0], [9.0]])
