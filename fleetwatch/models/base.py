@@ -139,6 +139,12 @@ class Detector(ABC):
         excursions set its threshold. Nothing to do for a detector without such tails."""
         return None
 
+    def own_tails(self) -> list[tuple[str, StreamTail, float]]:
+        """Per metric whose scored statistic has a tail of its own: the metric, its tail and
+        the threshold that tail sets in force, for the fleet's pool
+        (:mod:`~fleetwatch.models.fleet_tails`). Empty for a detector without such tails."""
+        return []
+
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:
         """Move ``memory`` on past ``readings``, just scored after :meth:`resume` (the values of
         :attr:`ScoringMemory.recent` are the caller's to keep)."""

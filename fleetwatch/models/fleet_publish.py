@@ -23,7 +23,7 @@ from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_tails import FIELD, member_params, pool_level_tails
+from fleetwatch.models.fleet_tails import member_params, pool_tails
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def pooled_by_scope(
             groups[scope][device_id] = pca
             whole[scope].append(params)
     return {
-        scope: (pool_pca(devices) | {FIELD: pool_level_tails(whole[scope])}, len(devices))
+        scope: (pool_pca(devices) | pool_tails(whole[scope]), len(devices))
         for scope, devices in groups.items()
     }
 

@@ -1,5 +1,5 @@
-"""The fleet's tails of the level member's statistic: what a young device's stream is held to
-until its own excursions can set its threshold.
+"""The fleet's tails of the level and seasonal members' statistics: what a young device's stream
+is held to until its own excursions can set its threshold.
 
 A stream's threshold is where its own excursion peaks pass at the budget's rate
 (:class:`~fleetwatch.models.tail.StreamTail`). Until ``MIN_PEAKS`` of them were seen it is the
@@ -7,24 +7,27 @@ body's quantile, extrapolated exponentially from a few hundred readings: on the 
 realistic fleet, 31 of the level member's false alerts came from devices younger than a quarter
 of an hour, whose average strayed past a threshold set by minutes of history. Devices of one
 kind share a sensor's behaviour, so the others' excursions tell a young one how far its
-average strays in a day.
+average strays in a day. The seasonal member's ``|z|`` is the same case: 23 of its 32 false
+alerts there came from devices under 20 minutes old.
 
-Pooling, per metric of a scope: every device whose level tail has ``MIN_HISTORY`` of history
+Pooling, per member kind and metric of a scope: every device whose tail has ``MIN_HISTORY`` of
+history
 adds its body's histogram, the readings its excursions were taken from, and its excursion peaks
 *below its own threshold in force* (a peak past it was an alert, a fault as often as not: one
 device's fault must not teach the fleet that faults are normal). The sum is one
 :class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
 devices' median interval between readings. A device whose own tail :meth:`knows_excursions
 <fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own threshold; a younger one
-takes the higher of its own and the pooled tail's (:meth:`LevelShiftDetector.borrow_tails
-<fleetwatch.models.level.LevelShiftDetector.borrow_tails>`).
+takes the higher of its own and the pooled tail's (:meth:`Detector.borrow_tails
+<fleetwatch.models.base.Detector.borrow_tails>`).
 
-The pooled tails travel with the scope's fleet model (its parameters' ``FIELD``), so they are
-registered, promoted and published with it and follow the champion to the scorer.
+The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``), so
+they are registered, promoted and published with it and follow the champion to the scorer.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -32,12 +35,19 @@ from typing import Any
 
 import numpy as np
 
+from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.tail import BINS, MIN_HISTORY, StreamTail, bin_of
 
-FIELD = "level_tails"
-"""Where a fleet model's parameters carry the pooled tails: ``{metric: StreamTail.state()}``
-with the tail's ``halflife``."""
+POOLED: tuple[type[Detector], ...] = (LevelShiftDetector, SeasonalBaseline)
+"""The member kinds whose tails the fleet pools."""
+
+
+def field_of(kind: str) -> str:
+    """Where a fleet model's parameters carry the tails pooled of member ``kind``: ``{metric:
+    StreamTail.state()}`` with the tail's ``halflife`` and ``prior``."""
+    return f"{kind}_tails"
 
 
 def member_params(params: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -51,32 +61,35 @@ def member_params(params: Mapping[str, Any], kind: str) -> Mapping[str, Any] | N
     return None
 
 
-def pool_level_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, object]]:
-    """``{metric: pooled tail state}`` from devices' parameters (each a level detector's, or
-    a combined one's with a level member); metrics no device has ``MIN_HISTORY`` of are left
-    out."""
+def pool_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{field_of(kind): {metric: pooled tail state}}`` for every pooled kind, from devices'
+    parameters (each a detector's, or a combined one's); metrics no device has
+    ``MIN_HISTORY`` of are left out."""
+    every = list(device_params)
+    return {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
+
+
+def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
     counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(BINS))
     peaks: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(BINS))
     readings: dict[str, float] = defaultdict(float)
     intervals: dict[str, list[float]] = defaultdict(list)
-    halflife: dict[str, float] = {}
+    shape: dict[str, tuple[float, float]] = {}
     for params in device_params:
-        level = member_params(params, LevelShiftDetector.kind)
-        if level is None:
+        member = member_params(params, cls.kind)
+        if member is None:
             continue
-        detector = LevelShiftDetector.from_params(level)
-        k = len(detector.profile.metrics)
-        for name, tail in zip(detector.profile.metrics, detector.tails, strict=True):
+        for name, tail, own in cls.from_params(member).own_tails():
             if tail.summary.weight < MIN_HISTORY or tail.interval_ms <= 0:
                 continue
-            own = detector.own_threshold(tail, k)
             below = tail.peaks.copy()
-            below[int(bin_of(own)) :] = 0.0
+            if math.isfinite(own):
+                below[int(bin_of(own)) :] = 0.0
             counts[name] += tail.summary.counts
             peaks[name] += below
             readings[name] += tail.readings
             intervals[name].append(tail.interval_ms)
-            halflife[name] = detector.tail_halflife
+            shape[name] = (tail.summary.halflife, tail.prior)
     return {
         name: {
             "counts": counts[name].tolist(),
@@ -85,16 +98,21 @@ def pool_level_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, di
             "peak": 0.0,
             "interval_ms": statistics.median(intervals[name]),
             "last_ms": None,
-            "halflife": halflife[name],
+            "halflife": shape[name][0],
+            "prior": shape[name][1],
         }
         for name in sorted(counts)
     }
 
 
-def level_tails_of(params: Mapping[str, Any]) -> dict[str, StreamTail]:
-    """The pooled tails a fleet model's parameters carry (none: an empty mapping). Raises
-    ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed one."""
-    return {
-        str(m): StreamTail.load(float(s["halflife"]), dict(s))
-        for m, s in params.get(FIELD, {}).items()
-    }
+def tails_of(params: Mapping[str, Any]) -> dict[str, dict[str, StreamTail]]:
+    """``{kind: {metric: pooled tail}}`` a fleet model's parameters carry (none: empty).
+    Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed one."""
+    out = {}
+    for cls in POOLED:
+        pooled = params.get(field_of(cls.kind), {})
+        out[cls.kind] = {
+            str(m): StreamTail.load(float(s["halflife"]), dict(s), float(s.get("prior", 0.0)))
+            for m, s in pooled.items()
+        }
+    return out

@@ -285,6 +285,13 @@ class LevelShiftDetector(Detector):
         self._fleet = tails
         self._memo = None
 
+    def own_tails(self) -> list[tuple[str, StreamTail, float]]:
+        k = len(self.profile.metrics)
+        return [
+            (name, tail, self.own_threshold(tail, k))
+            for name, tail in zip(self.profile.metrics, self.tails, strict=True)
+        ]
+
     def _hold(self) -> int:
         """How many readings an alert must have fallen for to end by its release: the
         average's own memory, ``1 / lam``."""

@@ -40,7 +40,7 @@ from mlflow.exceptions import MlflowException
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import fleet_pyfunc
 from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
-from fleetwatch.models.fleet_tails import FIELD, level_tails_of
+from fleetwatch.models.fleet_tails import POOLED, field_of, tails_of
 from fleetwatch.models.mlflow_store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import dumps, loads
@@ -134,11 +134,12 @@ class ModelRegistry:
         ``{prefix}-{scope}`` and give it the ``challenger`` alias."""
         name = model_name(self.settings, scope)
         detector = PcaDetector.from_params(params)  # refuses anything but PCA parameters
-        try:  # the level tails pooled with it, if any, travel along
-            level_tails_of(params)
+        try:  # the members' tails pooled with it, if any, travel along
+            tails_of(params)
         except (KeyError, TypeError, ValueError) as exc:
-            raise FleetModelError(f"{name}: bad pooled level tails: {exc}") from exc
-        carried = {FIELD: params[FIELD]} if FIELD in params else {}
+            raise FleetModelError(f"{name}: bad pooled tails: {exc}") from exc
+        fields = [field_of(cls.kind) for cls in POOLED]
+        carried = {f: params[f] for f in fields if f in params}
         own_run = run_id is None
         with mlflow_errors(f"cannot log the fleet model {name}"):
             if run_id is None:

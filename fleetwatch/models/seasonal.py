@@ -153,6 +153,8 @@ class SeasonalBaseline(Detector):
         """Per metric, its own history of ``|z|`` (:mod:`~fleetwatch.models.tail`)."""
         self.alt_tails: list[StreamTail] = []
         """Per metric of ``alt``, the history of ``|z|`` in its second regime."""
+        self._fleet: Mapping[str, StreamTail] = {}
+        """The fleet's pooled tails of ``|z|`` by metric (:meth:`borrow_tails`)."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
 
@@ -287,6 +289,8 @@ class SeasonalBaseline(Detector):
                     early[rows] = True
                 else:
                     bar = self._bar(tail, k)
+                if tails is self.tails:
+                    bar = self._held_to_fleet(m, bar, k)
                 if tails is self.alt_tails:
                     # the sensor's noise has one shape in either regime: a second regime's
                     # short history is held to the first one's threshold at least
@@ -297,6 +301,25 @@ class SeasonalBaseline(Detector):
                 surprise[rows] = np.where(ok[rows], judged, 0.0)
                 band[rows] = bar * std[rows] + 0.5 * step[rows]
         return Deviation(mean, ok, surprise, z, band, early, alt)
+
+    def _held_to_fleet(self, m: int, bar: float, streams: int) -> float:
+        """Metric ``m``'s threshold ``bar``, and while its own tail does not know its
+        excursions yet, at least that of the fleet's pooled tail if it knows them
+        (:meth:`borrow_tails`)."""
+        pooled = self._fleet.get(self.profile.metrics[m]) if self._fleet else None
+        if pooled is None or self.tails[m].knows_excursions() or not pooled.knows_excursions():
+            return bar
+        return max(bar, self._bar(pooled, streams))
+
+    def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
+        self._fleet = tails
+
+    def own_tails(self) -> list[tuple[str, StreamTail, float]]:
+        k = len(self.profile.metrics)
+        return [
+            (name, tail, self._bar(tail, k))
+            for name, tail in zip(self.profile.metrics, self.tails, strict=True)
+        ]
 
     def _bar(self, tail: StreamTail, streams: int) -> float:
         """The ``|z|`` at which the stream alerts (none without a budget or a history yet)."""

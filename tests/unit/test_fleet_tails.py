@@ -1,4 +1,4 @@
-"""The level member's tails pooled over a fleet, and a young stream held to them."""
+"""The level and seasonal members' tails pooled over a fleet, and a young stream held to them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from fleetwatch.models.fleet_publish import pooled_by_scope
-from fleetwatch.models.fleet_tails import FIELD, level_tails_of, pool_level_tails
+from fleetwatch.models.fleet_tails import field_of, pool_tails, tails_of
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector
+from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, bin_of
 from fleetwatch.streaming.scorer.detectors import borrow_tails, fleet_model
 
@@ -32,6 +33,10 @@ def fed(values: np.ndarray, chunk: int = 50) -> LevelShiftDetector:
     return detector
 
 
+def level_pool(devices: list[LevelShiftDetector]) -> dict[str, StreamTail]:
+    return tails_of(pool_tails([d.to_params() for d in devices]))["level"]
+
+
 def heavy(n: int, seed: int) -> np.ndarray:
     """Student-t (2 dof) noise: its average strays further than a Gaussian's."""
     return 10.0 + np.random.default_rng(seed).standard_t(2, n)
@@ -44,9 +49,9 @@ def test_the_grown_streams_are_summed_their_alerts_left_out_and_the_young_ones_s
     grown[0].tails[0].changes += 1
     young = fed(heavy(100, 3))
     assert young.tails[0].summary.weight < MIN_HISTORY
-    pooled = pool_level_tails([d.to_params() for d in [*grown, young]])
+    pooled = pool_tails([d.to_params() for d in [*grown, young]])[field_of("level")]
     assert list(pooled) == ["p"]
-    tail = StreamTail.load(float(pooled["p"]["halflife"]), pooled["p"])  # type: ignore[arg-type]
+    tail = StreamTail.load(float(pooled["p"]["halflife"]), pooled["p"])
     counts = sum(d.tails[0].summary.counts for d in grown)
     assert np.allclose(tail.summary.counts, counts), "the young stream is not in the sum"
     assert tail.readings == pytest.approx(sum(d.tails[0].readings for d in grown))
@@ -59,9 +64,7 @@ def test_the_grown_streams_are_summed_their_alerts_left_out_and_the_young_ones_s
 
 
 def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_it() -> None:
-    pooled = level_tails_of(
-        {FIELD: pool_level_tails([fed(heavy(4000, s)).to_params() for s in range(4)])}
-    )
+    pooled = level_pool([fed(heavy(4000, s)) for s in range(4)])
     young = fed(np.random.default_rng(9).normal(10.0, 1.0, 300))
     tail = young.tails[0]
     assert tail.summary.weight >= MIN_HISTORY
@@ -84,9 +87,7 @@ def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_i
 
 
 def test_a_young_streams_alert_below_the_fleet_threshold_is_not_raised() -> None:
-    pooled = level_tails_of(
-        {FIELD: pool_level_tails([fed(heavy(4000, s)).to_params() for s in range(4)])}
-    )
+    pooled = level_pool([fed(heavy(4000, s)) for s in range(4)])
     young = fed(np.random.default_rng(9).normal(10.0, 1.0, 300))
     own, fleet = young.own_threshold(young.tails[0], 1), young.own_threshold(pooled["p"], 1)
     sd = young._scale(0)
@@ -107,7 +108,9 @@ def learned(metrics: dict[str, float], seed: int, n: int = 400) -> dict[str, Any
         for m, v in metrics.items()
     ]
     detector = default_detector()
-    detector.learn(pd.DataFrame(rows))
+    frame = pd.DataFrame(rows)
+    for lo in range(0, n, 100):  # batch by batch, as the trainer learns
+        detector.learn(frame[frame["event_ms"].between(lo * 1000, (lo + 99) * 1000)])
     return {"device_id": f"d{seed}", "params": detector.to_params()}
 
 
@@ -115,17 +118,54 @@ def test_the_fleet_model_carries_the_pooled_tails_to_the_scorer() -> None:
     table = {f"d{s}": learned({"temperature": 21.0, "humidity": 40.0}, s) for s in range(3)}
     ((params, devices),) = pooled_by_scope(table).values()
     assert devices == 3
-    assert sorted(params[FIELD]) == ["humidity", "temperature"]
+    for kind in ("level", "seasonal"):
+        assert sorted(params[field_of(kind)]) == ["humidity", "temperature"]
     champion = fleet_model("fleet-h/1", dumps(params))
     assert champion is not None
-    assert sorted(champion.tails) == ["humidity", "temperature"]
-    own = LevelShiftDetector.from_params(
-        next(m for m in table["d0"]["params"]["state"]["members"] if m["kind"] == "level")
-    )
-    borrow_tails([(own, None)], champion)
-    assert own._fleet is champion.tails
-    borrow_tails([(own, None)], None)
-    assert own._fleet == {}, "without a champion, no older one's tails are kept"
+    assert sorted(champion.tails["seasonal"]) == ["humidity", "temperature"]
+    members = table["d0"]["params"]["state"]["members"]
+    level = LevelShiftDetector.from_params(next(m for m in members if m["kind"] == "level"))
+    seasonal = SeasonalBaseline.from_params(next(m for m in members if m["kind"] == "seasonal"))
+    borrow_tails([(level, None), (seasonal, None)], champion)
+    assert level._fleet is champion.tails["level"]
+    assert seasonal._fleet is champion.tails["seasonal"], "each member its own kind's tails"
+    borrow_tails([(level, None), (seasonal, None)], None)
+    assert level._fleet == {}, "without a champion, no older one's tails are kept"
+    assert seasonal._fleet == {}
 
-    broken = {**params, FIELD: {"temperature": {"counts": [1.0, 2.0]}}}
+    broken = {**params, field_of("seasonal"): {"temperature": {"counts": [1.0, 2.0]}}}
     assert fleet_model("fleet-h/2", dumps(broken)) is None, "a malformed champion is unreadable"
+
+
+def seasonal_fed(values: np.ndarray, chunk: int = 50) -> SeasonalBaseline:
+    """A seasonal detector that scored then learned ``values``, as :func:`fed`."""
+    detector = SeasonalBaseline()
+    for lo in range(0, values.size, chunk):
+        part = values[lo : lo + chunk]
+        frame = pd.DataFrame(
+            {"event_ms": (lo + np.arange(part.size)) * STEP_MS, "metric": "p", "value": part}
+        )
+        detector.learn(frame, exclude=detector.score(frame).alert)
+    return detector
+
+
+def test_a_young_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> None:
+    fleet = [seasonal_fed(heavy(4000, s)) for s in range(4)]
+    pooled = tails_of(pool_tails([d.to_params() for d in fleet]))["seasonal"]
+    assert pooled["p"].prior == fleet[0].tails[0].prior, "the seasonal tail's prior shape kept"
+    young = seasonal_fed(heavy(400, 9))
+    assert young.tails[0].summary.weight >= MIN_HISTORY
+    assert not young.tails[0].knows_excursions()
+    # a value between the young stream's own threshold and the fleet's
+    own, held = young._bar(young.tails[0], 1), young._bar(pooled["p"], 1)
+    assert held > own, "four devices' days of Student-t deviations reach further than 400"
+    mean, std, _ = young.profile.expect(
+        np.zeros(1, dtype=np.int64), np.array([400 * STEP_MS]), 1, 1, young.min_std
+    )
+    value = float(mean[0] + 0.5 * (own + held) * std[0])
+    frame = pd.DataFrame({"event_ms": [400 * STEP_MS], "metric": "p", "value": [value]})
+    assert young.score(frame).alert.all()
+    young.borrow_tails(pooled)
+    assert not young.score(frame).alert.any()
+    young.borrow_tails({"other": pooled["p"]})
+    assert young.score(frame).alert.all(), "another metric's tail is not this one's"

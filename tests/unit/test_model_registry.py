@@ -14,7 +14,7 @@ import pytest
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
 from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_tails import FIELD, level_tails_of
+from fleetwatch.models.fleet_tails import field_of, tails_of
 from fleetwatch.models.mlflow_registry import (
     CHALLENGER,
     CHAMPION,
@@ -127,21 +127,24 @@ def test_champion_params_round_trip_into_a_detector_that_scores_the_same(
     assert expected.alert.any()
 
 
-def test_the_pooled_level_tails_travel_with_the_champion_and_bad_ones_are_refused(
+def test_the_pooled_tails_travel_with_the_champion_and_bad_ones_are_refused(
     registry: ModelRegistry, settings: Settings, params: dict[str, Any]
 ) -> None:
     tail = StreamTail(2000.0)
     tail.summary.add(np.abs(np.random.default_rng(1).normal(0, 1, 500)))
     tail.interval_ms = 1000.0
     tails = {"temperature": tail.state() | {"halflife": 2000.0}}
-    name = registry.register("tails", params | {FIELD: tails}).name
+    level, seasonal = field_of("level"), field_of("seasonal")
+    name = registry.register("tails", params | {level: tails, seasonal: tails}).name
     registry.promote(name)
     loaded = champion_params(settings, "tails")
     assert loaded is not None
-    assert loaded[FIELD] == tails
-    assert level_tails_of(loaded)["temperature"].summary.weight == pytest.approx(500.0, rel=0.01)
-    with pytest.raises(FleetModelError, match="bad pooled level tails"):
-        registry.register("tails", params | {FIELD: {"temperature": {"counts": [1.0]}}})
+    assert loaded[level] == tails
+    assert loaded[seasonal] == tails
+    weight = tails_of(loaded)["seasonal"]["temperature"].summary.weight
+    assert weight == pytest.approx(500.0, rel=0.01)
+    with pytest.raises(FleetModelError, match="bad pooled tails"):
+        registry.register("tails", params | {seasonal: {"temperature": {"counts": [1.0]}}})
 
 
 def test_the_pyfunc_champion_predicts_what_the_detector_scores(

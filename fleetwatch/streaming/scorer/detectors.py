@@ -22,7 +22,7 @@ from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.contracts.model_params import decode
 from fleetwatch.models.base import Detector
 from fleetwatch.models.errors import ModelError
-from fleetwatch.models.fleet_tails import level_tails_of
+from fleetwatch.models.fleet_tails import tails_of
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.tail import StreamTail
@@ -33,11 +33,11 @@ from fleetwatch.streaming.scorer.readings import Rows
 @dataclass(frozen=True)
 class FleetModel:
     """A scope's champion as the scorer holds it: the label alerts carry (``name/version``),
-    and the level tails pooled with it (:mod:`~fleetwatch.models.fleet_tails`)."""
+    and the members' tails pooled with it by kind (:mod:`~fleetwatch.models.fleet_tails`)."""
 
     label: str
     detector: Detector
-    tails: Mapping[str, StreamTail] = field(default_factory=dict)
+    tails: Mapping[str, Mapping[str, StreamTail]] = field(default_factory=dict)
 
 
 FleetLookup = Callable[[str], FleetModel | None]
@@ -114,7 +114,7 @@ def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
 def fleet_model(label: str, params_json: str) -> FleetModel | None:
     try:
         params = loads(params_json)
-        return FleetModel(label, load_params(params), level_tails_of(params))
+        return FleetModel(label, load_params(params), tails_of(params))
     except (ModelError, KeyError, TypeError, ValueError):
         return None
 
@@ -173,9 +173,9 @@ def champion_of(
 def borrow_tails(members: list[Member] | None, champion: FleetModel | None) -> None:
     """Give the members the champion's pooled tails for their young streams (none without a
     champion: a member cached from an earlier batch must not keep an older one's)."""
-    tails: Mapping[str, StreamTail] = {} if champion is None else champion.tails
+    tails: Mapping[str, Mapping[str, StreamTail]] = {} if champion is None else champion.tails
     for member, _ in members or []:
-        member.borrow_tails(tails)
+        member.borrow_tails(tails.get(member.kind, {}))
 
 
 def fleet_prior(champion: FleetModel | None) -> Detector | None:
