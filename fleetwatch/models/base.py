@@ -134,9 +134,10 @@ class Detector(ABC):
         return None
 
     def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
-        """Hold a young stream no less strictly than its metric's tail pooled over the fleet,
-        ``tails`` (:mod:`~fleetwatch.models.fleet_tails`; empty: none), until its own
-        excursions set its threshold. Nothing to do for a detector without such tails."""
+        """Hold a stream no less strictly than its metric's tail pooled over the fleet,
+        ``tails`` (:mod:`~fleetwatch.models.fleet_tails`; empty: none): a young one at least,
+        until its own excursions set its threshold. Nothing to do for a detector without such
+        tails."""
         return None
 
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:

@@ -16,9 +16,11 @@ adds its body's histogram, the readings its excursions were taken from, and its 
 *below its own threshold in force* (a peak past it was an alert, a fault as often as not: one
 device's fault must not teach the fleet that faults are normal). The sum is one
 :class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
-devices' median interval between readings. A device whose own tail :meth:`knows_excursions
-<fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own threshold; a younger one
-takes the higher of its own and the pooled tail's (:meth:`Detector.borrow_tails
+devices' median interval between readings. A level stream whose own tail
+:meth:`knows_excursions <fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own
+threshold; a younger one takes the higher of its own and the pooled tail's. A seasonal stream
+takes the higher of the two at any age: a battery's charge in whole percent soon knows its
+light one-step peaks, never its rare two-step reading (:meth:`Detector.borrow_tails
 <fleetwatch.models.base.Detector.borrow_tails>`).
 
 The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``), so

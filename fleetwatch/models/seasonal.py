@@ -303,11 +303,13 @@ class SeasonalBaseline(Detector):
         return Deviation(mean, ok, surprise, z, band, early, alt)
 
     def _held_to_fleet(self, m: int, bar: float, streams: int) -> float:
-        """Metric ``m``'s threshold ``bar``, and while its own tail does not know its
-        excursions yet, at least that of the fleet's pooled tail if it knows them
-        (:meth:`borrow_tails`)."""
+        """Metric ``m``'s threshold ``bar``, at least that of the fleet's pooled tail if it knows
+        its excursions (:meth:`borrow_tails`), however long the stream's own history: a tail
+        remembers about ``tail_halflife`` readings, and within them a quantised stream's light
+        one-step peaks "know" its excursions yet never see its rare two-step reading, which the
+        fleet's devices together do."""
         pooled = self._fleet.get(self.profile.metrics[m]) if self._fleet else None
-        if pooled is None or self.tails[m].knows_excursions() or not pooled.knows_excursions():
+        if pooled is None or not pooled.knows_excursions():
             return bar
         return max(bar, self._bar(pooled, streams))
 

@@ -149,7 +149,7 @@ def seasonal_fed(values: np.ndarray, chunk: int = 50) -> SeasonalBaseline:
     return detector
 
 
-def test_a_young_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> None:
+def test_a_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> None:
     fleet = [seasonal_fed(heavy(4000, s)) for s in range(4)]
     pooled = tails_of(pool_tails([d.to_params() for d in fleet]))["seasonal"]
     assert pooled["p"].prior == fleet[0].tails[0].prior, "the seasonal tail's prior shape kept"
@@ -169,3 +169,10 @@ def test_a_young_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() 
     assert not young.score(frame).alert.any()
     young.borrow_tails({"other": pooled["p"]})
     assert young.score(frame).alert.all(), "another metric's tail is not this one's"
+
+    # unlike the level member, a seasonal stream stays held once it knows its excursions
+    grown = seasonal_fed(np.random.default_rng(9).normal(10.0, 1.0, 4000))
+    assert grown.tails[0].knows_excursions()
+    alone = grown._bar(grown.tails[0], 1)
+    grown.borrow_tails(pooled)
+    assert grown._held_to_fleet(0, alone, 1) == max(alone, grown._bar(pooled["p"], 1)) > alone
