@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.models.base import Detector
 from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.fleet_tails import field_of, pool_tails, tails_of
 from fleetwatch.models.level import LevelShiftDetector
@@ -18,12 +19,12 @@ from fleetwatch.models.tail import MIN_HISTORY, StreamTail, bin_of
 from fleetwatch.streaming.scorer.detectors import borrow_tails, fleet_model
 
 STEP_MS = 1000
+D = TypeVar("D", bound=Detector)
 
 
-def fed(values: np.ndarray, chunk: int = 50) -> LevelShiftDetector:
-    """A level detector that scored then learned ``values`` (a reading a second), chunk by
+def taught(detector: D, values: np.ndarray, chunk: int = 50) -> D:
+    """``detector`` after it scored then learned ``values`` (a reading a second), chunk by
     chunk, its alerts kept out of what it learned."""
-    detector = LevelShiftDetector()
     for lo in range(0, values.size, chunk):
         part = values[lo : lo + chunk]
         frame = pd.DataFrame(
@@ -31,6 +32,14 @@ def fed(values: np.ndarray, chunk: int = 50) -> LevelShiftDetector:
         )
         detector.learn(frame, exclude=detector.score(frame).alert)
     return detector
+
+
+def fed(values: np.ndarray) -> LevelShiftDetector:
+    return taught(LevelShiftDetector(), values)
+
+
+def seasonal_fed(values: np.ndarray) -> SeasonalBaseline:
+    return taught(SeasonalBaseline(), values)
 
 
 def level_pool(devices: list[LevelShiftDetector]) -> dict[str, StreamTail]:
@@ -135,18 +144,6 @@ def test_the_fleet_model_carries_the_pooled_tails_to_the_scorer() -> None:
 
     broken = {**params, field_of("seasonal"): {"temperature": {"counts": [1.0, 2.0]}}}
     assert fleet_model("fleet-h/2", dumps(broken)) is None, "a malformed champion is unreadable"
-
-
-def seasonal_fed(values: np.ndarray, chunk: int = 50) -> SeasonalBaseline:
-    """A seasonal detector that scored then learned ``values``, as :func:`fed`."""
-    detector = SeasonalBaseline()
-    for lo in range(0, values.size, chunk):
-        part = values[lo : lo + chunk]
-        frame = pd.DataFrame(
-            {"event_ms": (lo + np.arange(part.size)) * STEP_MS, "metric": "p", "value": part}
-        )
-        detector.learn(frame, exclude=detector.score(frame).alert)
-    return detector
 
 
 def test_a_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> None:
