@@ -1,5 +1,5 @@
-"""The fleet's tails of the level and seasonal members' statistics: what a young device's stream
-is held to until its own excursions can set its threshold.
+"""The fleet's tails of the level and seasonal members' statistics: what a device's stream is
+held to while its own history cannot set its threshold.
 
 A stream's threshold is where its own excursion peaks pass at the budget's rate
 (:class:`~fleetwatch.models.tail.StreamTail`). Until ``MIN_PEAKS`` of them were seen it is the
@@ -11,10 +11,9 @@ average strays in a day. The seasonal member's ``|z|`` is the same case: 23 of i
 alerts there came from devices under 20 minutes old.
 
 Pooling, per member kind and metric of a scope: every device whose tail has ``MIN_HISTORY`` of
-history
-adds its body's histogram, the readings its excursions were taken from, and its excursion peaks
-*below its own threshold in force* (a peak past it was an alert, a fault as often as not: one
-device's fault must not teach the fleet that faults are normal). The sum is one
+history adds its body's histogram, the readings its excursions were taken from, and its
+excursion peaks *below its own threshold in force* (a peak past it was an alert, a fault as
+often as not: one device's fault must not teach the fleet that faults are normal). The sum is one
 :class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
 devices' median interval between readings. A level stream whose own tail
 :meth:`knows_excursions <fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own
