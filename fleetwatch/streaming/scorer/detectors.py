@@ -171,8 +171,8 @@ def champion_of(
 
 
 def borrow_tails(members: list[Member] | None, champion: FleetModel | None) -> None:
-    """Give the members the champion's pooled tails for their young streams (none without a
-    champion: a member cached from an earlier batch must not keep an older one's)."""
+    """Give each member the champion's tails pooled of its own kind (none without a champion:
+    a member cached from an earlier batch must not keep an older one's)."""
     tails: Mapping[str, Mapping[str, StreamTail]] = {} if champion is None else champion.tails
     for member, _ in members or []:
         member.borrow_tails(tails.get(member.kind, {}))
