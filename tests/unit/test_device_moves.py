@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fleetwatch.streaming.scorer.device_moves import (
@@ -103,6 +104,26 @@ def test_a_move_into_a_state_the_fleet_knows_is_no_alert() -> None:
     assert asked == [1]
     # with a state episode under way, a familiar move reads as calm: it may close the episode
     under_way = fold_moves(moved[:2], readings(1000), {DEVICE_WIDE_KEY}, familiar)
+    assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]
+
+
+def test_a_young_devices_move_that_nothing_knows_yet_is_no_alert() -> None:
+    """Every alerting metric judged provisionally by one of its members (its stream's tail
+    still short) and no fleet model: the device is learning its states, and a machine's first
+    stop is no alert, though its speed's flat-line member finds 0 rpm stuck. A metric alerting
+    only on a grown judgement, or a fleet model to ask, and the move is judged."""
+    young = [
+        replace(obs("rms", "seasonal", 0.99, 1000), provisional=True),
+        replace(obs("rpm", "seasonal", 1.0, 1000), provisional=True),
+        obs("rpm", "flatline", 0.6, 1000),
+    ]
+    assert fold_moves(young, readings(1000), set()) == []
+    grown = [obs("rms", "level", 0.99, 1000), *young[1:]]
+    assert [o.kind for o in fold_moves(grown, readings(1000), set())] == [DEVICE_WIDE_KIND]
+    fleet = fold_moves(young, readings(1000), set(), lambda: set())
+    assert [o.kind for o in fleet] == [DEVICE_WIDE_KIND]  # the fleet does not know it
+    # a young move while a state episode is under way reads as calm: it may close the episode
+    under_way = fold_moves(young, readings(1000), {DEVICE_WIDE_KEY})
     assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]
 
 

@@ -11,7 +11,7 @@ from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE
-from fleetwatch.streaming.scorer.observations import _reverted, fleet_checked
+from fleetwatch.streaming.scorer.observations import _observation, _reverted, fleet_checked
 
 
 def tied(seed: int, looseness: float, n: int = 3000, offset: float = 0.0) -> pd.DataFrame:
@@ -118,3 +118,20 @@ def test_the_fleet_is_asked_of_a_reading_with_some_values_put_back() -> None:
     assert not knows(at, {"volts": 3.0}), "a tie the pooled devices never show"
     assert not knows(at, {"load": 3.0})
     assert knows(at + 1000, {}), "the other reading, as read"
+
+
+def test_an_observation_says_when_a_young_streams_threshold_judged_it() -> None:
+    scores = Scores.build(
+        "seasonal",
+        np.array([20.0, 20.0]),
+        np.array(["rpm", "rpm"], dtype=object),
+        np.array([0.0, 0.0]),
+        np.array([1480.0, 1480.0]),
+        np.array([30.0, 30.0]),
+        np.array([Reason.EARLY, Reason.DEVIATION], dtype=np.int8),
+    )
+    t = np.array([1000, 2000])
+    young, grown = (_observation(scores, i, t // 1000, t, t + 5) for i in (0, 1))
+    assert young.provisional
+    assert "new stream" in young.reason
+    assert not grown.provisional

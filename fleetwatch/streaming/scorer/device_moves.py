@@ -40,6 +40,15 @@ taken for one more reading of the device settling into its move. When every held
 its state at once (a machine that stops minutes after it started) it is the device's next move.
 Its readings join the state; a departure does not, so a step stays a departure.
 
+A move that nothing knows yet is no alert either: with no fleet model to ask (no champion of
+the device's scope yet) and every alerting metric judged provisionally by one of its members (its
+stream's tail still short, :data:`~fleetwatch.models.scores.Reason.EARLY`), the device is
+learning its states: a machine first seen running that stops a minute later, its speed's flat-line
+member finding the new 0 rpm stuck at a rest it has not seen. Nothing in the scorer or the
+device's young models can tell that move from a fault, and it is no evidence of one. A metric
+alerting on a grown judgement of its own still makes the move an alert, and so does a move a
+fleet model does not know. The device's learning is the trainer's and does not change.
+
 A move whose partners' bands hide it — only the speed alerts as a machine stops, its
 vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
 knows the reading but would not with the alerting metrics put back at the device's expected
@@ -212,6 +221,12 @@ def fold_moves(
         alone = bool(gone) and moves is not None and bool(present & moves.held.keys() - gone)
         if len(present) >= 2 and moved and present <= unusual and not (alone and knows(event_ms)):
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
+            if familiar is None and _young(own):
+                # nothing knows the device's states yet: no fleet model, and every alerting
+                # metric's own stream too young to know its tail — a state being learned
+                if under_way and reading is not None:
+                    out.append(_settling(reading, event_ms, 0.0))
+                continue
             if knows(event_ms):
                 if moves is not None:
                     moves.start(_moved_to(reading, present), event_ms, gone)
@@ -248,6 +263,15 @@ def fold_moves(
             weakest = min(_own_score(at, metric) for metric in present) if present else 0.0
             out.append(_settling(reading, event_ms, weakest))
     return out
+
+
+def _young(own: list[Observation]) -> bool:
+    """Whether every metric alerting at a reading is judged provisionally by one of its
+    members (its stream's tail still short): a machine's first stop is also a flat line at a
+    rest its flat-line member has not seen yet, and that verdict is no older than the stream."""
+    alerting = {o.metric for o in own if o.score >= ALERT_SCORE}
+    provisional = {o.metric for o in own if o.score >= ALERT_SCORE and o.provisional}
+    return bool(alerting) and alerting <= provisional
 
 
 def _settling(reading: Reading, event_ms: int, score: float) -> Observation:

@@ -62,6 +62,9 @@ class Observation:
     """For a dropout: the event time of the reading before the gap."""
     model: str | None = None
     """The fleet model (``name/version``) that scored it, when not the device's own."""
+    provisional: bool = False
+    """Judged while its stream's own tail was still short (:data:`Reason.EARLY`): a young
+    stream's provisional threshold."""
 
 
 @dataclass

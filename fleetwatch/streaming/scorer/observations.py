@@ -198,6 +198,7 @@ def _observation(
         reason=scores.explain(i) if score >= ALERT_SCORE else "",
         gap_from_ms=gap_from,
         model=model,
+        provisional=reason == Reason.EARLY,
     )
 
 
