@@ -111,7 +111,7 @@ def test_a_young_devices_move_that_nothing_knows_yet_is_no_alert() -> None:
     """Every alerting metric judged provisionally by one of its members (its stream's tail
     still short) and no fleet model: the device is learning its states, and a machine's first
     stop is no alert, though its speed's flat-line member finds 0 rpm stuck. A metric alerting
-    only on a grown judgement, or a fleet model to ask, and the move is judged."""
+    only on grown judgements, or a fleet model to ask, and the move is judged."""
     young = [
         replace(obs("rms", "seasonal", 0.99, 1000), provisional=True),
         replace(obs("rpm", "seasonal", 1.0, 1000), provisional=True),
@@ -122,9 +122,13 @@ def test_a_young_devices_move_that_nothing_knows_yet_is_no_alert() -> None:
     assert [o.kind for o in fold_moves(grown, readings(1000), set())] == [DEVICE_WIDE_KIND]
     fleet = fold_moves(young, readings(1000), set(), lambda: set())
     assert [o.kind for o in fleet] == [DEVICE_WIDE_KIND]  # the fleet does not know it
-    # a young move while a state episode is under way reads as calm: it may close the episode
+    # what judges the device otherwise stands on its own
+    base = obs("temperature", "fixed-baseline", 0.9, 1000)
+    judged = fold_moves([*young, base], readings(1000), set())
+    assert [(o.metric, o.kind) for o in judged] == [("temperature", "fixed-baseline")]
+    # a state episode under way goes on with the weakest metric's own score, as at any reading
     under_way = fold_moves(young, readings(1000), {DEVICE_WIDE_KEY})
-    assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.0)]
+    assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.99)]
 
 
 def moved_to(moves: Moves) -> dict[str, Any]:

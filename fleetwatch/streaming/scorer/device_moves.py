@@ -40,14 +40,18 @@ taken for one more reading of the device settling into its move. When every held
 its state at once (a machine that stops minutes after it started) it is the device's next move.
 Its readings join the state; a departure does not, so a step stays a departure.
 
-A move that nothing knows yet is no alert either: with no fleet model to ask (no champion of
-the device's scope yet) and every alerting metric judged provisionally by one of its members (its
-stream's tail still short, :data:`~fleetwatch.models.scores.Reason.EARLY`), the device is
-learning its states: a machine first seen running that stops a minute later, its speed's flat-line
-member finding the new 0 rpm stuck at a rest it has not seen. Nothing in the scorer or the
-device's young models can tell that move from a fault, and it is no evidence of one. A metric
-alerting on a grown judgement of its own still makes the move an alert, and so does a move a
-fleet model does not know. The device's learning is the trainer's and does not change.
+A move that nothing knows yet is no device-wide alert either: with no fleet model to ask (no
+champion of the device's scope yet, or ``score.fleet_model = "off"``) and every alerting metric
+judged provisionally by one of its members (its stream's tail still short,
+:data:`~fleetwatch.models.scores.Reason.EARLY`), the device is learning its states: a machine
+first seen running that stops a minute later, its speed's flat-line member finding the new 0 rpm
+stuck at a rest it has not seen — that metric's other verdicts are no older than its stream.
+Nothing in the scorer or the device's young models can tell that move from a fault, and it is no
+evidence of one. The metrics' own alerts at that reading go too; an alert of what judges the
+device otherwise (the fixed baseline, the joint pattern) stands on its own. A metric alerting
+only on grown judgements still makes the move an alert, and so does a move a fleet model does
+not know. A device-wide episode under way goes on as at any reading. The device's learning is
+the trainer's and does not change.
 
 A move whose partners' bands hide it — only the speed alerts as a machine stops, its
 vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
@@ -223,9 +227,12 @@ def fold_moves(
             out.extend(o for o in at if o.score < ALERT_SCORE or o.kind == DROPOUT)
             if familiar is None and _young(own):
                 # nothing knows the device's states yet: no fleet model, and every alerting
-                # metric's own stream too young to know its tail — a state being learned
+                # metric's own stream too young to know its tail — a state being learned. What
+                # judges the device otherwise (the fixed baseline, the joint pattern) stands.
+                out.extend(o for o in at if o.score >= ALERT_SCORE and o.kind not in PER_METRIC)
                 if under_way and reading is not None:
-                    out.append(_settling(reading, event_ms, 0.0))
+                    weakest = min(_own_score(at, metric) for metric in present)
+                    out.append(_settling(reading, event_ms, weakest))
                 continue
             if knows(event_ms):
                 if moves is not None:
