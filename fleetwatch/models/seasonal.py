@@ -28,7 +28,8 @@ spike on a running machine is judged against the running machine's spread, not a
 of running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
 leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings (two
 in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
-its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least.
+its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least,
+and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
 
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
@@ -290,7 +291,9 @@ class SeasonalBaseline(Detector):
                 else:
                     bar = self._bar(tail, k)
                 if tails is self.tails:
-                    bar = self._held_to_fleet(m, bar, k)
+                    bar = self._held_to_fleet(self.profile.metrics[m], bar, k)
+                elif tail.summary.weight < MIN_HISTORY:
+                    bar = self._held_to_fleet(self.alt.metrics[m], bar, k)
                 if tails is self.alt_tails:
                     # the sensor's noise has one shape in either regime: a second regime's
                     # short history is held to the first one's threshold at least
@@ -302,13 +305,16 @@ class SeasonalBaseline(Detector):
                 band[rows] = bar * std[rows] + 0.5 * step[rows]
         return Deviation(mean, ok, surprise, z, band, early, alt)
 
-    def _held_to_fleet(self, m: int, bar: float, streams: int) -> float:
-        """Metric ``m``'s threshold ``bar``, at least that of the fleet's pooled tail if it knows
-        its excursions (:meth:`borrow_tails`), however long the stream's own history: a tail
-        remembers about ``tail_halflife`` readings, and within them a quantised stream's light
-        one-step peaks "know" its excursions yet never see its rare two-step reading, which the
-        fleet's devices together do."""
-        pooled = self._fleet.get(self.profile.metrics[m]) if self._fleet else None
+    def _held_to_fleet(self, metric: str, bar: float, streams: int) -> float:
+        """A ``metric``'s threshold ``bar``, at least that of the fleet's pooled tail if it
+        knows its excursions (:meth:`borrow_tails`). The first regime is held however long its
+        own history: a tail remembers about ``tail_halflife`` readings, and within them a
+        quantised stream's light one-step peaks "know" its excursions yet never see its rare
+        two-step reading, which the fleet's devices together do. A second regime is held while
+        its tail is young (its early threshold knows nothing of a heavy tail: a machine first
+        seen stopped alerted on its running speed's shocks), not once grown: the pool holds
+        the first regimes' tails, and a running machine's grown tail judges its own speed."""
+        pooled = self._fleet.get(metric) if self._fleet else None
         if pooled is None or not pooled.knows_excursions():
             return bar
         return max(bar, self._bar(pooled, streams))

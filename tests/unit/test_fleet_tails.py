@@ -172,4 +172,38 @@ def test_a_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> Non
     assert grown.tails[0].knows_excursions()
     alone = grown._bar(grown.tails[0], 1)
     grown.borrow_tails(pooled)
-    assert grown._held_to_fleet(0, alone, 1) == max(alone, grown._bar(pooled["p"], 1)) > alone
+    assert grown._held_to_fleet("p", alone, 1) == max(alone, grown._bar(pooled["p"], 1)) > alone
+
+
+def test_a_second_regime_is_held_to_the_fleets_tail_too() -> None:
+    """A machine first seen stopped, then running: its running speed is the metric's second
+    regime, whose young tail is judged at the early threshold; the fleet's devices, pooled,
+    know how far the running noise strays. Once the regime's own tail is grown, it judges."""
+    fleet = [seasonal_fed(heavy(4000, s)) for s in range(4)]
+    pooled = tails_of(pool_tails([d.to_params() for d in fleet]))["seasonal"]
+    machine = seasonal_fed(np.random.default_rng(7).normal(0.0, 0.1, 400))
+    running = 100.0 + np.random.default_rng(5).standard_t(2, 120)
+    frame = pd.DataFrame(
+        {"event_ms": (400 + np.arange(running.size)) * STEP_MS, "metric": "p", "value": running}
+    )
+    machine.learn(frame, exclude=np.zeros(running.size, bool))  # a lasting move adopted
+    assert machine.alt.metrics == ["p"]
+    far = pd.DataFrame({"event_ms": [520 * STEP_MS], "metric": "p", "value": [300.0]})
+    assert machine.score(far).alert.all(), "judged against the running regime's early threshold"
+    machine.borrow_tails(pooled)
+    assert not machine.score(far).alert.any()
+
+    # grown, the running regime is judged by its own tail: the fleet's would hide this value
+    machine.borrow_tails({})
+    more = 100.0 + np.random.default_rng(6).standard_t(2, 600)
+    for lo in range(0, more.size, 50):
+        part = more[lo : lo + 50]
+        times = (520 + lo + np.arange(part.size)) * STEP_MS
+        chunk = pd.DataFrame({"event_ms": times, "metric": "p", "value": part})
+        machine.learn(chunk, exclude=machine.score(chunk).alert)
+    assert machine.alt_tails[0].summary.weight >= MIN_HISTORY
+    far = pd.DataFrame({"event_ms": [1200 * STEP_MS], "metric": "p", "value": [300.0]})
+    assert machine.score(far).alert.all()
+    machine.borrow_tails(pooled)
+    assert machine._bar(pooled["p"], 1) > machine._bar(machine.alt_tails[0], 1)
+    assert machine.score(far).alert.all()
