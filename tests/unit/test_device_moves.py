@@ -13,7 +13,7 @@ from fleetwatch.streaming.scorer.device_moves import (
     Reading,
     fold_moves,
 )
-from fleetwatch.streaming.scorer.episodes import CALM_SCORE, Lifecycle, Observation
+from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Lifecycle, Observation
 
 NAN = float("nan")
 CALM = CALM_SCORE
@@ -124,8 +124,12 @@ def test_a_young_devices_move_that_nothing_knows_yet_is_no_alert() -> None:
     assert [o.kind for o in fleet] == [DEVICE_WIDE_KIND]  # the fleet does not know it
     # what judges the device otherwise stands on its own
     base = obs("temperature", "fixed-baseline", 0.9, 1000)
-    judged = fold_moves([*young, base], readings(1000), set())
-    assert [(o.metric, o.kind) for o in judged] == [("temperature", "fixed-baseline")]
+    gap = replace(obs("*", DROPOUT, 0.9, 1000), gap_from_ms=0)
+    judged = fold_moves([*young, base, gap], readings(1000), set())
+    assert sorted((o.metric, o.kind) for o in judged) == [
+        ("*", DROPOUT),
+        ("temperature", "fixed-baseline"),
+    ], "each once"
     # a state episode under way goes on with the weakest metric's own score, as at any reading
     under_way = fold_moves(young, readings(1000), {DEVICE_WIDE_KEY})
     assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.99)]

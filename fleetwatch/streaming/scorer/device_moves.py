@@ -81,6 +81,9 @@ DEVICE_WIDE_KIND = "state"
 PER_METRIC = frozenset(kind for kind, cls in KINDS.items() if cls.per_metric)
 """Detector kinds whose alert is about one metric on its own."""
 DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
+MOVE_OWN = PER_METRIC | {DROPOUT}
+"""The kinds a move answers for itself: the metrics' own alerts (folded into it, or dropped
+with a young move) and a dropout (passed on at every move)."""
 """The episode key of a device-wide alert (metric ``*``)."""
 STATE_READINGS = 30
 """Readings of a held metric since its move before a reading can be found to leave that state."""
@@ -229,7 +232,7 @@ def fold_moves(
                 # nothing knows the device's states yet: no fleet model, and every alerting
                 # metric's own stream too young to know its tail — a state being learned. What
                 # judges the device otherwise (the fixed baseline, the joint pattern) stands.
-                out.extend(o for o in at if o.score >= ALERT_SCORE and o.kind not in PER_METRIC)
+                out.extend(o for o in at if o.score >= ALERT_SCORE and o.kind not in MOVE_OWN)
                 if under_way and reading is not None:
                     weakest = min(_own_score(at, metric) for metric in present)
                     out.append(_settling(reading, event_ms, weakest))
