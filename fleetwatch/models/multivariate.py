@@ -168,6 +168,10 @@ class PcaDetector(Detector):
         self.bounds: FloatArray | None = None
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
         model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
+        self.states: FloatArray | None = None
+        """(2, devices, metrics): each pooled device's own low and high end of every metric (a
+        fleet model's, :func:`~fleetwatch.models.fleet.device_states`); ``None`` for a device's
+        own, and for a fleet model pooled before they were kept."""
         self._model: PcaModel | None = None
         self.last: list[float] = []
         """What the complete readings learned last leave for the next one's lasting evidence
@@ -426,14 +430,20 @@ class PcaDetector(Detector):
 
     def familiar_times(self, readings: Readings) -> set[int]:
         """The event times of ``readings`` whose reading the fleet knows: every metric within
-        :attr:`bounds` and the metrics together as the pooled devices' are (the residual's
-        surprise under the alert level). Empty without bounds or a fitted model."""
+        :attr:`bounds` and within one device's own ends (:attr:`states`: a state some device
+        holds, not only a combination the pooled moments allow), and the metrics together as
+        the pooled devices' are (the residual's surprise under the alert level). Empty without
+        bounds or a fitted model."""
         batch = Batch.of(readings)
         model = self.model()
         if model is None or self.bounds is None or len(batch) == 0:
             return set()
         times, _, matrix = wide(batch, self.metrics)
         inside = ((matrix >= self.bounds[0]) & (matrix <= self.bounds[1])).all(axis=1)
+        if self.states is not None:
+            x = matrix[:, None, :]
+            held = ((x >= self.states[0][None]) & (x <= self.states[1][None])).all(axis=2)
+            inside &= held.any(axis=1)
         if not inside.any():
             return set()
         *_, surprise, _ = self._residual(batch, model)
@@ -456,6 +466,7 @@ class PcaDetector(Detector):
             # the tail is kept only where it is used (a budget): bins of zeros otherwise
             **({} if self.false_alerts_per_day is None else {"tail": self.tail.state()}),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
+            **({} if self.states is None else {"states": floats(self.states)}),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -468,6 +479,12 @@ class PcaDetector(Detector):
         self.count = int(state["count"])
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
         self.bounds = array(state, "bounds", (2, d)) if "bounds" in state else None
+        held = state.get("states")  # fleet models pooled before: none
+        if held is None:
+            self.states = None
+        else:
+            rows = len(held[0]) if isinstance(held, list) and isinstance(held[0], list) else -1
+            self.states = array(state, "states", (2, rows, d))
         self.grid = Grid.load(state.get("grid"), d)
         self.last = [float(v) for v in state.get("last", [])]  # parameters from before: none
         self._memo = None

@@ -9,7 +9,7 @@ from sklearn.decomposition import PCA
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import FleetModelError
-from fleetwatch.models.fleet import RANGE_Z, fleet_range, pool_pca
+from fleetwatch.models.fleet import MAX_STATES, RANGE_Z, device_states, fleet_range, pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit import signals
 from tests.unit.mlflow_store import device_readings
@@ -158,3 +158,72 @@ def test_one_device_cannot_widen_the_fleets_range_and_a_share_of_them_can() -> N
     # two devices are both kept: neither is the odd one out
     pair = fleet_range(np.array([[0.0], [5.0]]), np.array([[1.0], [9.0]]))
     np.testing.assert_array_equal(pair, [[0.0], [9.0]])
+
+
+def _battery(seed: int, charge: float, n: int = 600) -> pd.DataFrame:
+    """A battery at ``charge`` % whose voltage follows it, with a walk of its own."""
+    rng = np.random.default_rng(seed)
+    soc = charge + 0.2 * rng.standard_normal(n)
+    walk = 0.07 * rng.standard_normal() + np.cumsum(rng.normal(0.0, 0.0005, n))
+    volts = 3.3 + 0.009 * soc + 0.005 * rng.standard_normal(n) + walk
+    frame = pd.DataFrame({"event_ms": np.arange(n) * 1000, "battery_v": volts, "soc_pct": soc})
+    return signals.long(frame)
+
+
+def test_the_fleet_knows_a_state_some_device_holds_not_one_its_pooled_tie_allows() -> None:
+    charges = np.linspace(15.0, 100.0, 18)
+    params = {
+        f"bat-{i}": PcaDetector(halflife_hours=None).learn(_battery(40 + i, c)).to_params()
+        for i, c in enumerate(charges)
+    }
+    fleet = PcaDetector.from_params(pool_pca(params))
+    assert fleet.states is not None
+    assert fleet.states.shape == (2, 18, 2)
+
+    def reading(at: int, volts: float, soc: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            [(at, "battery_v", volts), (at, "soc_pct", soc)],
+            columns=["event_ms", "metric", "value"],
+        )
+
+    held = _battery(47, charges[7]).groupby("metric")["value"].mean()
+    usual = reading(1000, held["battery_v"], held["soc_pct"])  # where one battery is
+    # a correlated fault: the voltage up 0.25 V as the charge fell 10 % — no battery is at
+    # 60 % with 4.18 V, yet both values lie in the fleet's ranges and the loose pooled tie
+    # (each battery's walk) puts the reading under the alert level
+    broken = reading(2000, 3.3 + 0.009 * 70.0 + 0.25, 60.0)
+    probe = Batch.of(pd.concat([usual, broken]))
+    tie_only = PcaDetector.from_params({**fleet.to_params(), "state": _without_states(fleet)})
+    assert tie_only.states is None
+    assert tie_only.familiar_times(probe) == {1000, 2000}
+    assert fleet.familiar_times(probe) == {1000}
+    # the states survive the parameters' round trip
+    again = PcaDetector.from_params(fleet.to_params())
+    assert again.states is not None
+    np.testing.assert_array_equal(again.states, fleet.states)
+    assert again.familiar_times(probe) == {1000}
+
+
+def _without_states(fleet: PcaDetector) -> dict[str, object]:
+    """A fleet model's state as pooled before the devices' states were kept."""
+    state = dict(fleet.to_params()["state"])
+    state.pop("states")
+    return state
+
+
+def test_a_device_whose_state_lies_within_a_heavier_ones_adds_nothing() -> None:
+    lows = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, -1.0], [5.0, 5.0]])
+    highs = np.array([[4.0, 4.0], [3.0, 3.0], [3.0, 3.0], [6.0, 6.0]])
+    weights = np.array([10.0, 5.0, 5.0, 1.0])
+    states = device_states(lows, highs, weights)
+    # device 1 lies within device 0; device 2 reaches lower on the second metric
+    np.testing.assert_array_equal(states[0], lows[[0, 2, 3]])
+    np.testing.assert_array_equal(states[1], highs[[0, 2, 3]])
+    # a light device inside a heavy one, whichever comes first
+    np.testing.assert_array_equal(
+        device_states(lows[[1, 0]], highs[[1, 0]], weights[[1, 0]])[0], lows[[0]]
+    )
+    many = np.arange(2 * MAX_STATES, dtype=float)[:, None]
+    kept = device_states(many, many + 0.5, many[:, 0])
+    assert kept.shape == (2, MAX_STATES, 1)
+    assert kept[0, :, 0].min() == MAX_STATES  # the heaviest
