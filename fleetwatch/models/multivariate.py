@@ -483,7 +483,8 @@ class PcaDetector(Detector):
         if held is None:
             self.states = None
         else:
-            rows = len(held[0]) if isinstance(held, list) and isinstance(held[0], list) else -1
+            whole = isinstance(held, list) and len(held) == 2 and isinstance(held[0], list)
+            rows = len(held[0]) if whole else -1  # not two lists of rows: refused below
             self.states = array(state, "states", (2, rows, d))
         self.grid = Grid.load(state.get("grid"), d)
         self.last = [float(v) for v in state.get("last", [])]  # parameters from before: none

@@ -8,7 +8,7 @@ import pytest
 from sklearn.decomposition import PCA
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.errors import FleetModelError
+from fleetwatch.models.errors import FleetModelError, ParamsError
 from fleetwatch.models.fleet import MAX_STATES, RANGE_Z, device_states, fleet_range, pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit import signals
@@ -202,6 +202,11 @@ def test_the_fleet_knows_a_state_some_device_holds_not_one_its_pooled_tie_allows
     assert again.states is not None
     np.testing.assert_array_equal(again.states, fleet.states)
     assert again.familiar_times(probe) == {1000}
+    for bad in ([], [[1.0, 2.0]], "states"):
+        with pytest.raises(ParamsError, match="'states'"):
+            PcaDetector.from_params(
+                {**fleet.to_params(), "state": {**_without_states(fleet), "states": bad}}
+            )
 
 
 def _without_states(fleet: PcaDetector) -> dict[str, object]:
