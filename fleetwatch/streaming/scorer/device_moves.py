@@ -81,10 +81,10 @@ DEVICE_WIDE_KIND = "state"
 PER_METRIC = frozenset(kind for kind, cls in KINDS.items() if cls.per_metric)
 """Detector kinds whose alert is about one metric on its own."""
 DEVICE_WIDE_KEY = f"*\x1f{DEVICE_WIDE_KIND}"
+"""The episode key of a device-wide alert (metric ``*``)."""
 MOVE_OWN = PER_METRIC | {DROPOUT}
 """The kinds a move answers for itself: the metrics' own alerts (folded into it, or dropped
 with a young move) and a dropout (passed on at every move)."""
-"""The episode key of a device-wide alert (metric ``*``)."""
 STATE_READINGS = 30
 """Readings of a held metric since its move before a reading can be found to leave that state."""
 DEPART_Z = 2.0 * EARLY_Z
