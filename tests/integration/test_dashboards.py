@@ -69,6 +69,20 @@ run makes readings, alerts, micro-batches, API requests, a webhook delivery and 
 SCORER_BEHIND = 'sum(fleetwatch_streaming_source_offsets_behind_latest{query="score"})'
 """Records of its Kafka source the scorer has not read at its last progress report."""
 
+SCORER_BORN_LATE = (
+    'fleetwatch_streaming_watermark_lag_seconds{query="score"}',
+    'fleetwatch_score_alert_events_total{event="open"}',
+)
+"""Scorer series that first exist when a progress report makes them: its first (batch
+duration, state rows, offsets behind: the scorer's first micro-batch can end seconds before the
+panels are asked), its second (the watermark: Spark reports the epoch for a first batch, which
+sets none), the first with an alert (alert events)."""
+SCRAPES_FOR_A_RATE = 3
+"""Scrapes of such a series within ``RATE_INTERVAL`` before the panels are asked: a panel over
+the run at a ``STEP_S`` step shows a series from the first step after its first sample, a rate
+only at a step with two samples in its window; with three scrapes, the last one seen before
+``now``, the panels' last step has two."""
+
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[str]:
@@ -337,6 +351,15 @@ def test_every_panel_of_every_dashboard_shows_data(
             ),
             120,
             "the scorer to have scored the whole run, scraped",
+        )
+        wait_until(
+            lambda: all(
+                instant_value(prometheus, f"max(count_over_time({series}[{RATE_INTERVAL}]))")
+                >= SCRAPES_FOR_A_RATE
+                for series in SCORER_BORN_LATE
+            ),
+            60,
+            f"the scorer's progress series scraped {SCRAPES_FOR_A_RATE} times in {RATE_INTERVAL}",
         )
         wait_until(  # two scrapes of the broker 20 s apart at most, each within its timeout
             lambda: bool(promql(prometheus, BROKER_TOPICS, "query")),
