@@ -66,6 +66,12 @@ MUST_MOVE = {
 run makes readings, alerts, micro-batches, API requests, a webhook delivery and a command."""
 
 
+SCORER_ACCOUNTED = " + ".join(
+    f"sum(fleetwatch_score_{name}_total)"
+    for name in ("readings_scored", "late_readings", "duplicate_readings")
+)
+"""The run's readings the scorer has scored, or set aside as late or repeated: 20 devices of
+300 readings each (a reading counted once, however many metrics it has)."""
 SCORER_BEHIND = 'sum(fleetwatch_streaming_source_offsets_behind_latest{query="score"})'
 """Records of its Kafka source the scorer has not read at its last progress report."""
 
@@ -346,7 +352,7 @@ def test_every_panel_of_every_dashboard_shows_data(
         )
         wait_until(
             lambda: (
-                instant_value(prometheus, "sum(fleetwatch_score_readings_scored_total)") >= 6000
+                instant_value(prometheus, SCORER_ACCOUNTED) >= 6000
                 and instant_value(prometheus, SCORER_BEHIND) == 0
             ),
             120,

@@ -136,6 +136,18 @@ def test_replaying_the_same_readings_gives_the_same_events() -> None:
     assert len(ids(one_by_one)) >= 2
 
 
+def test_the_readings_scored_are_counted_as_readings_not_as_their_metrics() -> None:
+    """A reading of three metrics is one reading scored, as the gateway counts one accepted
+    (the Fleet dashboard shows the two side by side), and its repeat one duplicate."""
+    first = frame([(1, T0, 21.0), (2, T0 + 1000, 22.0)], humidity=40.0, pressure=1013.0)
+    assert len(first) == 6
+    state, outs = run([pd.concat([first, first.iloc[:3]], ignore_index=True)])
+    assert outs[0].scored == 2
+    assert outs[0].duplicates == 1
+    state, outs = run([frame([(3, T0 + 2000, 21.0)], humidity=40.0)], state=state)
+    assert outs[0].scored == 1
+
+
 def test_repeated_readings_are_dropped_within_and_across_batches() -> None:
     first = frame([(1, T0, 21.0), (2, T0 + 1000, 50.0)])
     again = pd.concat([first, first], ignore_index=True)

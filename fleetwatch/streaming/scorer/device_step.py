@@ -250,7 +250,7 @@ def process(
             lifecycle.observe(obs)
         _advance(st, in_order)
         _slide(memory.recent, in_order, _lookback(members))
-    out.scored = len(fresh)
+    out.scored = sum(1 for kind in verdict.values() if kind == "keep")  # readings, not values
     for event in [*late_events, *lifecycle.events]:
         out.add(Role.ALERTS, event)
     st["episodes"] = lifecycle.dump()
