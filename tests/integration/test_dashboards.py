@@ -75,14 +75,12 @@ SCORER_ACCOUNTED = " + ".join(
 SCORER_BEHIND = 'sum(fleetwatch_streaming_source_offsets_behind_latest{query="score"})'
 """Records of its Kafka source the scorer has not read at its last progress report."""
 
-SCORER_BORN_LATE = (
-    'fleetwatch_streaming_watermark_lag_seconds{query="score"}',
-    'fleetwatch_score_alert_events_total{event="open"}',
-)
+SCORER_BORN_LATE = ('fleetwatch_streaming_watermark_lag_seconds{query="score"}',)
 """Scorer series that first exist when a progress report makes them: its first (batch
 duration, state rows, offsets behind: the scorer's first micro-batch can end seconds before the
 panels are asked), its second (the watermark: Spark reports the epoch for a first batch, which
-sets none), the first with an alert (alert events)."""
+sets none). The alert events are not among them: each label set reads 0 from the scorer's
+start."""
 SCRAPES_FOR_A_RATE = 3
 """Scrapes of such a series within ``RATE_INTERVAL`` before the panels are asked: a panel over
 the run at a ``STEP_S`` step shows a series from the first step after its first sample, a rate

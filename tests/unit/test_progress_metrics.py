@@ -265,8 +265,23 @@ def test_the_scorers_counts_come_from_the_reports_observed_sums(
     for kind in ("level", "seasonal", "dropout"):
         labels = {"event": "open", "kind": kind, "severity": "critical"}
         assert value(alerts, labels) == 1
-    assert value(alerts, {"event": "open", "kind": "level", "severity": "warning"}) is None
+    assert value(alerts, {"event": "open", "kind": "level", "severity": "warning"}) == 0
     assert value(alerts, {"event": "open", "kind": "made-up", "severity": "critical"}) is None
+
+
+def test_every_alert_label_set_reads_0_before_the_first_alert(registry: CollectorRegistry) -> None:
+    """A rate over the first batch's alerts needs a sample from before it: a series born at its
+    value reads no increase."""
+    ScorerMetrics(registry)
+    alerts = "fleetwatch_score_alert_events_total"
+    for event in ("open", "resolve", "withdraw"):
+        for kind in ("level", "seasonal", "pca", "dropout", "other"):
+            labels = {"event": event, "kind": kind, "severity": "critical"}
+            assert registry.get_sample_value(alerts, labels) == 0
+    assert (
+        registry.get_sample_value(alerts, {"event": "update", "kind": "level", "severity": "info"})
+        is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -218,6 +218,10 @@ class ScorerMetrics:
             ["event", "kind", "severity"],
             registry=registry,
         )
+        for event in ALERT_EVENTS:  # every label set from 0: a rate needs a sample before the
+            for kind in ALERT_KINDS:  # first alert, or a batch's alerts are born at their value
+                for severity in SEVERITIES:
+                    self.alerts.labels(event, kind, severity)
         self._quarantined: dict[str, int] = {}
         Gauge(
             "fleetwatch_score_quarantined_devices",
