@@ -17,7 +17,8 @@ often as not: one device's fault must not teach the fleet that faults are normal
 :class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
 devices' median interval between readings. A level stream whose own tail
 :meth:`knows_excursions <fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own
-threshold; a younger one takes the higher of its own and the pooled tail's. A seasonal stream
+threshold; a younger one takes the higher of its own and the pooled tail's, or of its own and
+twice its floor while the pool does not know its excursions either. A seasonal stream
 takes the higher of the two at any age: a battery's charge in whole percent soon knows its
 light one-step peaks, never its rare two-step reading (:meth:`Detector.borrow_tails
 <fleetwatch.models.base.Detector.borrow_tails>`).

@@ -11,7 +11,7 @@ import pytest
 from fleetwatch.models.base import Detector
 from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.fleet_tails import field_of, pool_tails, tails_of
-from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.level import UNBACKED, LevelShiftDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector
 from fleetwatch.models.seasonal import SeasonalBaseline
@@ -84,15 +84,38 @@ def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_i
     young.borrow_tails(pooled)
     assert young._threshold(0, 1) == fleet
     young.borrow_tails({"other": pooled["p"]})
-    assert young._threshold(0, 1) == own, "another metric's tail is not this one's"
+    unbacked = max(own, UNBACKED * young.min_z)
+    assert young._threshold(0, 1) == unbacked != fleet, "another metric's tail is not this one's"
     young.borrow_tails({})
-    assert young._threshold(0, 1) == own
+    assert young._threshold(0, 1) == own, "without a fleet model, its own"
 
     grown = fed(np.random.default_rng(9).normal(10.0, 1.0, 4000))
     assert grown.tails[0].knows_excursions()
     alone = grown.own_threshold(grown.tails[0], 1)
     grown.borrow_tails(pooled)
     assert grown._threshold(0, 1) == alone, "a stream that knows its excursions keeps its own"
+
+
+def test_a_young_stream_of_a_fleet_that_knows_no_excursions_yet_is_held_to_twice_its_floor() -> (
+    None
+):
+    started_together = [fed(heavy(320, s)) for s in range(4)]
+    assert all(d.tails[0].summary.weight >= MIN_HISTORY for d in started_together)
+    pooled = level_pool(started_together)
+    assert not pooled["p"].knows_excursions()
+    young = started_together[0]
+    own = young.own_threshold(young.tails[0], 1)
+    assert own < UNBACKED * young.min_z, "a few hundred values of an average set a low threshold"
+    young.borrow_tails(pooled)
+    assert young._threshold(0, 1) == UNBACKED * young.min_z
+    sd = young._scale(0)
+    step = 0.5 * (own + UNBACKED * young.min_z) * sd
+    frame = pd.DataFrame(
+        {"event_ms": (320 + np.arange(60)) * STEP_MS, "metric": "p", "value": 10.0 + step}
+    )
+    assert not young.score(frame).alert.any()
+    young.borrow_tails({})
+    assert young.score(frame).alert.any(), "without a fleet model, its own threshold"
 
 
 def test_a_young_streams_alert_below_the_fleet_threshold_is_not_raised() -> None:
