@@ -278,7 +278,7 @@ class LevelShiftDetector(Detector):
         excursions yet, at least that of the fleet's pooled tail (:meth:`borrow_tails`) — or,
         while the pool does not know them either, ``UNBACKED`` times ``min_z``.
 
-        Why the second: a young stream's own threshold is its body extrapolated from a few
+        Why twice the floor: a young stream's own threshold is its body extrapolated from a few
         hundred values of an average, a few dozen independent ones, and it mostly sits at
         ``min_z``, where the fleet's pooled tails, once they know their excursions, set 6 to
         11 on the simulator's machines. A fleet started together pools only young tails in
