@@ -96,9 +96,7 @@ def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_i
     assert grown._threshold(0, 1) == alone, "a stream that knows its excursions keeps its own"
 
 
-def test_a_young_stream_of_a_fleet_that_knows_no_excursions_yet_is_held_to_twice_its_floor() -> (
-    None
-):
+def test_a_fleet_that_knows_no_excursions_yet_holds_a_young_stream_to_twice_its_floor() -> None:
     started_together = [fed(heavy(320, s)) for s in range(4)]
     assert all(d.tails[0].summary.weight >= MIN_HISTORY for d in started_together)
     pooled = level_pool(started_together)
