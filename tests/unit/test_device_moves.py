@@ -177,7 +177,8 @@ def test_the_metrics_of_a_familiar_move_are_held_until_calm_on_their_own() -> No
 def test_a_held_metric_alerts_at_a_reading_the_fleet_does_not_know() -> None:
     moves = Moves({}, 600_000)
     spike = obs("rpm", "seasonal", 0.99, 2000, 2500.0)
-    out = fold_moves(stop_then([spike]), readings(1000, 2000), set(), lambda: {1000}, moves)
+    at = readings(1000) | readings(2000, value=2500.0)
+    out = fold_moves(stop_then([spike]), at, set(), lambda: {1000}, moves)
     assert out == [spike]
 
 
@@ -322,3 +323,66 @@ def test_every_held_metric_leaving_its_state_at_once_is_the_next_move() -> None:
     found = [obs("rms", "seasonal", 0.99, stop_t, 0.15), obs("rpm", "seasonal", 0.99, stop_t, 0.0)]
     assert fold_moves(found, stop, set(), lambda: {stop_t}, moves) == []
     assert moves.held == {"rms": [stop_t, 0.15, 1, 0.15, 0.0], "rpm": [stop_t, 0.0, 1, 0.0, 0.0]}
+
+
+def resting_speed(moves: Moves, end: int) -> None:
+    """A machine stopped at 1000, the fleet knowing it; its vibration let go as calm, its
+    speed resting on 0 rpm and held until ``end``."""
+    stop = [obs("rms", "seasonal", 0.99, 1000, 0.15), obs("rpm", "seasonal", 0.99, 1000, 0.0)]
+    rest = {
+        t: Reading(frozenset({"rms", "rpm"}), t // 1000, t + 5, {"rms": 0.15, "rpm": 0.0})
+        for t in range(1000, end, 1000)
+    }
+    found = list(stop) + [obs("rpm", "level", 0.99, t, 0.0) for t in range(2000, end, 1000)]
+    assert all(o.score < 0.5 for o in fold_moves(found, rest, set(), lambda: set(rest), moves))
+    assert moved_to(moves) == {"rpm": [1000, 0.0]}
+
+
+def test_a_resting_metric_stays_held_when_another_metric_breaks_the_reading() -> None:
+    """A burst on a stopped machine's vibration: the fleet knows no stopped machine shaking
+    so, but the speed still rests where it moved. The speed's own members, which never
+    learned the stop, stay under the alert level (the vibration's, its wide band not yet
+    passed, are its own)."""
+    moves = Moves({}, 600_000)
+    end = 1000 * (STATE_READINGS + 2)
+    resting_speed(moves, end)
+    burst = [obs("rms", "seasonal", 0.3, end, 4.9), obs("rpm", "level", 0.99, end, 0.0)]
+    shaking = {
+        end: Reading(frozenset({"rms", "rpm"}), end // 1000, end + 5, {"rms": 4.9, "rpm": 0.0})
+    }
+    out = fold_moves(burst, shaking, set(), lambda: set(), moves, lambda t, back: False)
+    assert [(o.metric, o.score) for o in out] == [("rms", 0.3), ("rpm", CALM)]
+    moved = {
+        end: Reading(frozenset({"rms", "rpm"}), end // 1000, end + 5, {"rms": 0.15, "rpm": 3.0})
+    }
+    off = [obs("rpm", "level", 0.99, end + 1000, 3.0)]
+    assert fold_moves(off, moved, set(), lambda: set(), moves) == off, "off its rest: it alerts"
+
+
+def test_a_resting_metric_leaving_its_rest_with_its_partner_is_a_restart() -> None:
+    """The stopped machine starts again: only the speed alerts (its level member's window still
+    holds the stop), the vibration is inside its wide band. The fleet knows the running machine,
+    and would not know it with the speed back at its rest (a stopped machine shaking as a
+    running one): the vibration moved with it, so the speed is held again, from its new value.
+    A jump off the rest that the fleet would know with the speed back at 0 alerts."""
+    moves = Moves({}, 600_000)
+    end = 1000 * (STATE_READINGS + 2)
+    resting_speed(moves, end)
+    start = [obs("rpm", "level", 0.99, end, 1491.0)]
+    running = {
+        end: Reading(frozenset({"rms", "rpm"}), end // 1000, end + 5, {"rms": 3.9, "rpm": 1491.0})
+    }
+    asked: list[dict[str, float]] = []
+
+    def stopped(event_ms: int, back: dict[str, float]) -> bool:
+        asked.append(back)
+        return back.get("rpm") != 0.0
+
+    out = fold_moves(start, running, set(), lambda: {end}, moves, stopped)
+    assert [o.score for o in out] == [CALM]
+    assert asked == [{"rpm": 0.0}], "asked with the speed back at its rest"
+    assert moves.held["rpm"][:3] == [end, 1491.0, 1]
+    moves = Moves({}, 600_000)
+    resting_speed(moves, end)
+    out = fold_moves(start, running, set(), lambda: {end}, moves, lambda t, back: True)
+    assert out == start

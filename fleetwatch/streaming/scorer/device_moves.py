@@ -27,7 +27,10 @@ combined detector learns a lasting change only of every metric together (``adapt
 machine's vibration, calm at rest inside its wide band, keeps the speed out of learning; its
 seasonal and flat-line members then alerted ``hold_ms`` into every long first stop. A rest left
 (a burst on the speed of a stopped machine) ends the hold as the time would have. A reading the
-fleet does not know alerts as before, held or not, and so does a metric that did not move.
+fleet does not know alerts as before, held or not, and so does a metric that did not move —
+but for a metric at its rest: it stays held whatever the others read (a noise burst on a
+stopped machine's vibration is a reading no stopped machine of the fleet gives, and the speed's
+members, which never learned the stop, had alerted three times on the speed with it).
 
 A held metric is held in the state it moved to, not whatever it reads: each keeps the count,
 mean and spread of its readings since the move, and a reading more than ``DEPART_Z`` of that
@@ -60,6 +63,10 @@ values (``reverted``): the others moved with them (0 rpm with 0.15 vibration is 
 machine; 1,480 rpm with 0.15 would be a running machine without its vibration). The alerting
 metrics are held from there. A dip or a spike (1,300 or 1,600 rpm, the vibration where a
 running machine's is) is a reading the fleet would know with the speed put back: it alerts.
+A held metric that leaves its rest is put back at that rest (a stopped machine starting
+again, only its speed's level member alerting, its window still full of the stop): a running
+machine's reading the fleet would not know with the speed at 0 is a restart, held again from
+its new value.
 """
 
 from __future__ import annotations
@@ -137,6 +144,17 @@ class Moves:
             resting = rest is not None and values.get(metric) == rest
             if calm or (event_ms - since > self.hold_ms and not resting):
                 del self.held[metric]
+
+    def rest(self, metric: str) -> float | None:
+        """The value a held ``metric`` moved to (``None``: not held, or a hold without it)."""
+        hold = self.held.get(metric)
+        if hold is None or isinstance(hold, int | float) or not math.isfinite(hold[1]):
+            return None
+        return float(hold[1])
+
+    def resting(self, values: Mapping[str, float]) -> set[str]:
+        """The held metrics whose reading in ``values`` is exactly the value they moved to."""
+        return {m for m in self.held if m in values and values[m] == self.rest(m)}
 
     def departed(self, values: Mapping[str, float]) -> set[str]:
         """The held metrics whose reading leaves the state they moved to: more than
@@ -254,25 +272,45 @@ def fold_moves(
             and len(present) >= 2
             and knows(event_ms)
         ):
-            back = {
-                o.metric: o.expected
-                for o in own
-                if o.score >= ALERT_SCORE
-                and o.metric not in moves.held
-                and math.isfinite(o.expected)
-            }
+            back = _put_back(own, moves, gone)
             # the others moved with it: back where it was, the fleet would not know the reading
             if back and not reverted(event_ms, back):
-                moves.start(_moved_to(reading, back), event_ms)
+                moves.start(_moved_to(reading, back), event_ms, gone)
+                gone = gone - back.keys()
         if moves is not None and moves.held:
             moves.release(present, unusual, event_ms, values)
-            if any(moves.holds(o, gone) for o in at) and knows(event_ms):
-                at = [replace(o, score=CALM_SCORE) if moves.holds(o, gone) else o for o in at]
+            held = [moves.holds(o, gone) for o in at]
+            if any(held):
+                # a metric still at its rest is held whatever the others read (a burst on a
+                # stopped machine's vibration is that metric's alert, not its speed's)
+                resting = moves.resting(values)
+                at = [
+                    replace(o, score=CALM_SCORE)
+                    if h and (o.metric in resting or knows(event_ms))
+                    else o
+                    for o, h in zip(at, held, strict=True)
+                ]
         out.extend(at)
         if under_way and reading is not None:
             weakest = min(_own_score(at, metric) for metric in present) if present else 0.0
             out.append(_settling(reading, event_ms, weakest))
     return out
+
+
+def _put_back(own: list[Observation], moves: Moves, gone: set[str]) -> dict[str, float]:
+    """The alerting metrics of a reading, each with the value it would read had it not moved:
+    the rest a held metric left (``gone``: a stopped machine's speed as it starts again), or
+    what its member expected of a metric not held."""
+    back: dict[str, float] = {}
+    for o in own:
+        if o.score < ALERT_SCORE:
+            continue
+        rest = moves.rest(o.metric) if o.metric in gone else None
+        if rest is not None:
+            back[o.metric] = rest
+        elif o.metric not in moves.held and math.isfinite(o.expected):
+            back[o.metric] = o.expected
+    return back
 
 
 def _young(own: list[Observation]) -> bool:
