@@ -207,10 +207,18 @@ class Detector(ABC):
         self._learn_batch(batch, keep)
         return self
 
-    def score(self, readings: Readings) -> Scores:
-        """Score a batch with the current parameters; one score per input row, in input order."""
+    def score(self, readings: Readings, suspicion: npt.ArrayLike | None = None) -> Scores:
+        """Score a batch with the current parameters; one score per input row, in input order.
+        ``suspicion`` (per input row, in its order): how surprising the per-metric members find
+        the row's reading on its own, for a joint detector's explanation (:meth:`_score_with`)."""
         batch = Batch.of(readings)
-        scores = self._score(batch)
+        if suspicion is None or self.per_metric:
+            scores = self._score(batch)
+        else:
+            own = np.asarray(suspicion, dtype=float)
+            if own.shape != (len(batch),):
+                raise BatchError(f"suspicion has shape {own.shape}, the batch {len(batch)} rows")
+            scores = self._score_with(batch, batch.sorted_like(own))
         return scores if batch.order is None else scores.take(np.argsort(batch.order))
 
     def _learn_batch(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
@@ -227,6 +235,13 @@ class Detector(ABC):
     @abstractmethod
     def _score(self, batch: Batch) -> Scores:
         """Scores in the batch's (sorted) row order."""
+
+    def _score_with(self, batch: Batch, suspicion: npt.NDArray[np.float64]) -> Scores:
+        """:meth:`_score`, for a detector of the device's metrics together (not
+        :attr:`per_metric`), told per row how surprising its metric's own members find it
+        (sorted row order): which metric a break of the joint pattern is blamed on may follow
+        it. Per-metric detectors have nothing to blame and ignore it."""
+        return self._score(batch)
 
     def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
         """``_score(batch).surprise`` alone (sorted row order). Detectors override it with a

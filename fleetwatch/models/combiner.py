@@ -9,7 +9,10 @@ members are confident), and by the union bound its false-alert rate per row is a
 of the members' rates (``D · ALERT_P`` under their models). A Bonferroni correction
 (``s - ln D``) would make ``p`` a valid p-value, but it would hide the CUSUM, whose sums are
 reset as soon as they reach the common alert level and so never exceed it by ``ln D`` on a
-small shift. The explanation of a row is that of the most surprised member.
+small shift. The explanation of a row is that of the most surprised member; a joint member
+(not per metric) is told what the per-metric members found of each reading, for which metric it
+blames a break of its pattern on (:meth:`~fleetwatch.models.base.Detector.score`'s
+``suspicion``).
 
 Members learn from the same batch with the same exclusion mask; when none is given, the combined
 pre-batch alerts of the per-metric members are excluded from every member, so a spike seen by one
@@ -173,7 +176,13 @@ class CombinedDetector(Detector):
             member._learn_batch(batch, keep)
 
     def _score(self, batch: Batch) -> Scores:
-        each = [member._score(batch) for member in self.detectors]
+        own = [m._score(batch) if m.per_metric else None for m in self.detectors]
+        found = [s.surprise for s in own if s is not None]
+        suspicion = np.max(found, axis=0) if found else np.zeros(len(batch))
+        each = [
+            s if s is not None else m._score_with(batch, suspicion)
+            for m, s in zip(self.detectors, own, strict=True)
+        ]
         surprise = np.stack([s.surprise for s in each])
         self._scored = (batch, self.version, list(surprise))
         best = np.argmax(surprise, axis=0)[None, :]

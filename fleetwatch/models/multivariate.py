@@ -61,6 +61,13 @@ correlation matrix — and gives its value expected from the other metrics, ``z_
 and that expectation's band. The residual off the subspace alone cannot tell which metric moved
 (with two metrics it is the same for both); the principal axis can: a temperature 18 standard
 deviations from its mean beside a usual humidity is the temperature's fault, not the humidity's.
+Told what the per-metric members found of each reading (:meth:`score`'s ``suspicion``: the
+combined detector and the scorer do), the blame goes to the largest sum of half that drop (the
+log-likelihood ratio of "this metric alone moved") and the metric's own surprise. A machine
+whose speed and vibration are one tie across its two states cannot tell by the pattern which
+of them broke it: a running machine's vibration that fell to a stopped one's level was blamed
+on its speed (1,485 rpm, "expected -160 from the other metrics"), and the vibration's level
+shift went unfound; its own level member had seen it move.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
 is fixed by the first batch that has at least ``components + 1`` metrics.
@@ -358,6 +365,9 @@ class PcaDetector(Detector):
         return out
 
     def _score(self, batch: Batch) -> Scores:
+        return self._score_with(batch, None)
+
+    def _score_with(self, batch: Batch, suspicion: FloatArray | None) -> Scores:
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         n = len(batch)
         model = self.model()
@@ -369,7 +379,12 @@ class PcaDetector(Detector):
         surprise = self._lasting(batch, model, surprise, energy, complete)
         pz = z @ model.precision
         diag = np.diag(model.precision)
-        blame = np.argmax(pz**2 / diag, axis=1)
+        # the log-likelihood ratio of "this metric alone moved": half the drop in the squared
+        # Mahalanobis distance when it is corrected, and what its own members found of it
+        evidence = pz**2 / diag / 2
+        if suspicion is not None:
+            evidence = evidence + self._own_surprise(batch, suspicion, evidence.shape)
+        blame = np.argmax(evidence, axis=1)
         at = np.arange(blame.size)
         conditional = z[at, blame] - pz[at, blame] / diag[blame]
         expected = model.mean[blame] + model.std[blame] * conditional
@@ -385,6 +400,18 @@ class PcaDetector(Detector):
             band[inverse],
             reason[inverse],
         )
+
+    def _own_surprise(
+        self, batch: Batch, suspicion: FloatArray, shape: tuple[int, ...]
+    ) -> FloatArray:
+        """Per event time and metric (``shape``), the surprise its own members found of its
+        reading (``suspicion`` per row; 0 where it has none)."""
+        codes = batch.lookup(self.metrics)
+        _, inverse = batch.times()
+        own = np.zeros(shape)
+        known = codes >= 0
+        np.maximum.at(own, (inverse[known], codes[known]), suspicion[known])
+        return own
 
     def _lasting(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -240,6 +241,56 @@ def test_pca_blames_the_metric_that_moved_not_its_partner(metric: str, offset: f
     assert set(scores.metric) == {metric}
     moved = float(reading.loc[reading.metric == metric, "value"].iloc[0])
     assert abs(float(scores.expected[0]) - moved) > offset / 2
+
+
+@pytest.mark.parametrize(
+    ("metric", "partner", "offset"),
+    [("temperature", "humidity", 3.0), ("humidity", "temperature", 1.5)],
+)
+def test_pca_weighs_what_the_metrics_own_members_found(
+    metric: str, partner: str, offset: float
+) -> None:
+    """A break of the tie that the partner, corrected alone, explains a little better: blamed
+    on the partner by the pattern alone, or told that neither metric is unusual on its own;
+    told that the metric's own members found its reading far more surprising (a running
+    machine's vibration that fell, its speed where it always is), blamed on that metric. The
+    evidence of the break is the same: only its blame moves."""
+    detector = PcaDetector(halflife_hours=None).learn(two_coupled_metrics(500, seed=11))
+    reading = two_coupled_metrics(502, seed=12).tail(4).copy()
+    reading.loc[reading.metric == partner, "value"] += offset
+    alone = detector.score(reading)
+    assert lasting_alerts(alone, reading).all()
+    assert set(alone.metric) == {partner}
+    assert set(detector.score(reading, np.zeros(len(reading))).metric) == {partner}
+    odd = np.where(reading.metric == metric, 50.0, 0.0)
+    told = detector.score(reading, odd)
+    assert set(told.metric) == {metric}
+    np.testing.assert_array_equal(told.score, alone.score)
+    with pytest.raises(BatchError, match="suspicion has shape"):
+        detector.score(reading, odd[:2])
+
+
+class FindsHumidityOdd(SeasonalBaseline):
+    """A per-metric member that finds every humidity reading very surprising (p ≈ 2e-22)."""
+
+    def _score(self, batch: Batch) -> Scores:
+        scores = super()._score(batch)
+        odd = np.where(scores.metric == "humidity", 50.0, 0.0)
+        return replace(scores, surprise=odd, score=score_from_surprise(odd))
+
+
+def test_the_combined_detector_tells_its_joint_member_what_its_own_members_found() -> None:
+    training = two_coupled_metrics(500, seed=11)
+    reading = two_coupled_metrics(502, seed=12).tail(4).copy()
+    reading.loc[reading.metric == "temperature", "value"] += 1.5
+    members = [SeasonalBaseline(halflife_hours=None), PcaDetector(halflife_hours=None)]
+    plain = CombinedDetector(members, adapt_s=None).learn(training).score(reading)
+    odd = [FindsHumidityOdd(halflife_hours=None), PcaDetector(halflife_hours=None)]
+    told = CombinedDetector(odd, adapt_s=None).learn(training).score(reading)
+    assert set(plain.metric[plain.detector == PcaDetector.kind]) == {"temperature"}
+    pca = told.detector == PcaDetector.kind
+    assert pca.any()
+    assert set(told.metric[pca]) == {"humidity"}
 
 
 def lasting_alerts(scores: Scores, frame: pd.DataFrame) -> npt.NDArray[np.bool_]:

@@ -59,7 +59,9 @@ def observations(
     :func:`~fleetwatch.streaming.scorer.detectors.fleet_prior`) knows the state it moved into;
     then its metrics are held in ``moves`` (the device's, updated in place), their own alerts at
     readings the ``prior`` knows kept under the alert level until each is calm on its own. A
-    pattern break the ``prior`` knows does not alert (:func:`fleet_checked`)."""
+    pattern break the ``prior`` knows does not alert (:func:`fleet_checked`). The per-metric
+    members are scored first, and the joint ones told what they found of each reading (for the
+    metric a break is blamed on: :meth:`~fleetwatch.models.base.Detector.score`)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if not members:
         return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
@@ -69,12 +71,18 @@ def observations(
     familiar = None if prior is None else cache(lambda: prior.familiar_times(frame))
     dropout_active = f"*\x1f{DROPOUT}" in active
     unjudged = np.ones(len(frame), dtype=bool)
-    for m_index, (member, label) in enumerate(members):
+    # what the per-metric members find of each reading on its own, for the joint members'
+    # explanation: per-metric members are scored first
+    suspicion = np.zeros(len(frame))
+    for m_index in sorted(range(len(members)), key=lambda i: not members[i][0].per_metric):
+        member, label = members[m_index]
         # Late readings come without the scorer's memory: their windows start empty and their
         # lines are the parameters', never what an earlier call on the cached detector left
         # behind (the same readings score the same, cached or not).
         member.resume(ScoringMemory() if memory is None else memory)
-        scores = member.score(frame)
+        scores = member.score(frame, None if member.per_metric else suspicion)
+        if member.per_metric:
+            suspicion = np.maximum(suspicion, scores.surprise)
         if familiar is not None:
             scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
