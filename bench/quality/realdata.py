@@ -18,7 +18,9 @@ with a 60 s window after each labelled changepoint, detections = every change of
 ``nab_standard``, ``nab_low_fp``, ``nab_low_fn``. Also from alert openings alone (the first row
 of each run of alerting rows; file mode has no episode of its own, so a run is an episode:
 ``nab_*_openings``) and from every alerting row (``nab_standard_rows``). ``whole_file`` scores
-every row.
+every row. ``nab_*_labels`` is what the labels themselves score as flags — alerts that start
+and end with each fault — on the changepoint protocol: how far from that the detector's
+``nab_*`` is (a window 57-60 s into a fault, as SKAB places them, is beyond it too).
 
 ``--detectors KIND[,KIND...]`` runs a combined detector of those registered kinds (default
 hyperparameters) instead of the default one, to compare candidates on the same files.
@@ -31,6 +33,7 @@ Last line: {"outlier_f1", "far_pct", "mar_pct", "far_overrun_pct", "far_early_pc
 fault, within the window before a fault, apart from any; :mod:`fleetwatch.evaluation.false_rows`),
 "nab_standard", "nab_low_fp", "nab_low_fn",
 "nab_standard_openings", "nab_low_fp_openings", "nab_low_fn_openings", "nab_standard_rows",
+"nab_standard_labels", "nab_low_fp_labels", "nab_low_fn_labels", "windows_detected_labels",
 "episodes", "anomalies", "episodes_per_anomaly", "score_ap" (average precision of
 ``anomaly_score`` against the row labels, pooled over the scored rows: whether the score ranks),
 "score_ap_random" (what a random order gives), "score_saturated_pct" (rows scoring >= 0.999),
@@ -137,6 +140,23 @@ def score_frame(
     )
 
 
+def labels_as_flags(frame: pd.DataFrame, scored_from: int = SKAB_TRAIN_ROWS) -> SkabTally:
+    """One file scored with its ``anomaly`` labels as the flags: what alerts that start and end
+    with each labelled fault score."""
+    return score_frame(frame.assign(**{FLAG: frame["anomaly"].to_numpy() > 0}), scored_from)
+
+
+def labels_figures(tally: SkabTally) -> dict[str, Any]:
+    """The changepoint protocol's figures of :func:`labels_as_flags`."""
+    nab = tally.changes_nab
+    return {
+        "nab_standard_labels": _r(nab.score(STANDARD)),
+        "nab_low_fp_labels": _r(nab.score(LOW_FP)),
+        "nab_low_fn_labels": _r(nab.score(LOW_FN)),
+        "windows_detected_labels": nab.detected,
+    }
+
+
 def _r(value: float, digits: int = 2) -> float | None:
     return None if np.isnan(value) else round(value, digits)
 
@@ -206,6 +226,7 @@ def main() -> None:
     began = time.perf_counter()
     per_category: dict[str, SkabTally] = {}
     whole = SkabTally()
+    as_labelled = SkabTally()
     rows = 0
     engine_s = 0.0
     ranked: list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]] = []
@@ -218,6 +239,7 @@ def main() -> None:
         rows += len(frame)
         tally = score_frame(frame, args.train_rows)
         whole += score_frame(frame, 0)
+        as_labelled += labels_as_flags(frame, args.train_rows)
         per_category[category] = per_category.get(category, SkabTally()) + tally
         print(line(f"{category}/{path.stem}", tally), file=sys.stderr)
     overall = sum(per_category.values(), SkabTally())
@@ -226,6 +248,12 @@ def main() -> None:
         print(line(category, tally))
     print(line("overall", overall))
     print(line("whole", whole) + "  (every row scored)")
+    reference = labels_figures(as_labelled)
+    print(
+        f"the labels as flags: NAB std/lowFP/lowFN {reference['nab_standard_labels']} / "
+        f"{reference['nab_low_fp_labels']} / {reference['nab_low_fn_labels']}  windows "
+        f"{reference['windows_detected_labels']}/{as_labelled.changes_nab.windows}"
+    )
     labels = np.concatenate([r[0] for r in ranked])
     scores_all = np.concatenate([r[1] for r in ranked])
     ranking = {
@@ -240,6 +268,7 @@ def main() -> None:
     result = {
         **figures(overall),
         **ranking,
+        **reference,
         "rows": rows,
         "rows_per_s": round(rows / engine_s) if engine_s else None,
         "seconds": round(time.perf_counter() - began, 2),

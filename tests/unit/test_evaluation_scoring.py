@@ -224,6 +224,27 @@ def test_a_hand_labelled_file_through_the_bench_scoring(
     assert figures["far_overrun_pct"] == 0.0
 
 
+def test_the_labels_as_flags_are_the_benchs_reference(
+    realdata: ModuleType, hand_labelled: pd.DataFrame
+) -> None:
+    tally = realdata.labels_as_flags(hand_labelled, scored_from=0)
+    # flags on at 80 s, the window's start (worth A_TP), off at 140 s, its end (ignored)
+    assert tally.changes_nab.detected == 1
+    assert tally.changes_nab.false_positives == 0
+    assert realdata.labels_figures(tally) == {
+        "nab_standard_labels": 100.0,
+        "nab_low_fp_labels": 100.0,
+        "nab_low_fn_labels": 100.0,
+        "windows_detected_labels": 1,
+    }
+    # the file's own flags are left alone
+    assert np.flatnonzero(hand_labelled["alert"]).tolist() == [2, 3, 10, 11, 12, 17]
+    # and labels that end 20 s after the window, at 160 s, give one false positive
+    late = hand_labelled.copy()
+    late.loc[14:15, "anomaly"] = 1.0
+    assert realdata.labels_as_flags(late, scored_from=0).changes_nab.false_positives == 1
+
+
 def test_false_rows_are_told_apart_by_where_they_lie() -> None:
     # rows 10 s apart, a 25 s window; faults in rows 5-7 and 14-15; flagged: 1 (apart: 40 s
     # before the first fault), 3-9 (3, 4: early; 8, 9: the alert outlasts the fault), 11 (apart:
