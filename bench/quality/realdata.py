@@ -20,7 +20,9 @@ of each run of alerting rows; file mode has no episode of its own, so a run is a
 ``nab_*_openings``) and from every alerting row (``nab_standard_rows``). ``whole_file`` scores
 every row. ``nab_*_labels`` is what the labels themselves score as flags — alerts that start
 and end with each fault — on the changepoint protocol: how far from that the detector's
-``nab_*`` is (a window 57-60 s into a fault, as SKAB places them, is beyond it too).
+``nab_*`` is. SKAB marks most faults with four changepoints, two at its start and two at its
+end, each pair about 57 s apart, so the windows are in pairs and such alerts detect the first
+of each pair only.
 
 ``--detectors KIND[,KIND...]`` runs a combined detector of those registered kinds (default
 hyperparameters) instead of the default one, to compare candidates on the same files.
