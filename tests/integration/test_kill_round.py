@@ -219,12 +219,16 @@ def test_kill_9_of_every_stage_and_broker_loses_no_reading_and_duplicates_no_ale
 
         return back
 
-    def resumed(name: str, back: Callable[[], bool], killed_at: float) -> str:
-        wait_until(back, 180, f"the {name} to resume after kill -9")
+    def took(name: str, killed_at: float) -> str:
+        """The log's line of ``name`` killed at ``killed_at``, back now."""
         return (
             f"{name}: killed at {killed_at - started:.0f} s, "
             f"resumed {time.monotonic() - killed_at:.0f} s later\n"
         )
+
+    def resumed(name: str, back: Callable[[], bool], killed_at: float) -> str:
+        wait_until(back, 180, f"the {name} to resume after kill -9")
+        return took(name, killed_at)
 
     try:
         with isolated.mqtt_client() as client:
@@ -257,10 +261,7 @@ def test_kill_9_of_every_stage_and_broker_loses_no_reading_and_duplicates_no_ale
                 120,
                 "the scorer to go on",
             )
-            log += (
-                f"{name}: killed at {killed_at - started:.0f} s, "
-                f"resumed {time.monotonic() - killed_at:.0f} s later\n"
-            )
+            log += took(name, killed_at)
         flowing(isolated, fleet, "after the round")
     finally:
         fleet.stop()
