@@ -75,18 +75,25 @@ def energy_cap(dof: int) -> float:
 
 
 def lasting(
-    surprise: FloatArray, energy: FloatArray, carried: Sequence[float], dof: int, window: bool
+    surprise: FloatArray,
+    energy: FloatArray,
+    carried: Sequence[float],
+    dof: int,
+    window: bool,
+    single: FloatArray | None = None,
 ) -> tuple[FloatArray, list[float]]:
     """The lasting surprise of consecutive complete readings — their one-reading ``surprise``
     and residual ``energy`` in time order — continuing from ``carried`` (what the call before
     returned; empty: nothing before, as if the reading before had been calm), and what to carry
     on. ``window``: also the sum over the last :data:`WINDOW` readings (off where the surprise
-    is not the χ² model's, a device's own tail judges it)."""
+    is not the χ² model's, a device's own tail judges it). ``single``: the evidence of a break of
+    one reading alone, per reading (default: its surprise over :data:`SINGLE`)."""
     if not surprise.size:
         return surprise, list(carried)
     before = carried[0] if carried else 0.0
     previous = np.concatenate(([before], surprise[:-1]))
-    out: FloatArray = np.maximum(np.minimum(surprise, previous), surprise / SINGLE)
+    alone = surprise / SINGLE if single is None else single
+    out: FloatArray = np.maximum(np.minimum(surprise, previous), alone)
     capped = np.concatenate(
         (np.asarray(carried[1:], dtype=np.float64), np.minimum(energy, energy_cap(dof)))
     )
