@@ -454,9 +454,9 @@ def _advance(st: DeviceScoringState, in_order: Rows) -> None:
 
 
 def _lookback(members: list[Member] | None) -> int:
-    """Values to keep per metric: the first lookback among the device's detectors (the
+    """Values to keep per metric: the longest lookback among the device's detectors (the
     default without one)."""
-    return next((m.lookback for m, _ in members or () if m.lookback), LOOKBACK)
+    return max((m.lookback for m, _ in members or ()), default=0) or LOOKBACK
 
 
 def _slide(recent: dict[str, list[float]], in_order: Rows, keep: int) -> None:
