@@ -11,6 +11,19 @@ bursts and a second regime the profile cannot hold raise the threshold of that s
 With ``false_alerts_per_day=None`` the surprise is the two-sided normal tail of ``z`` (a model's,
 not the stream's: for noise that is Gaussian).
 
+A reading's neighbours: a metric that wanders (a room's humidity, a machine's speed under load)
+has a profile whose spread holds hours of wander, so a spike of many noise deviations can sit
+inside its band. The statistic judged is therefore ``max(|z|, min(|z_n|, jump_ratio·|z|))``, with
+``|z_n|`` the reading's distance from the median of its metric's ``jump_window`` readings before
+it, in the spread of that residual (:mod:`~fleetwatch.models.neighbours`): a reading far off its
+neighbours counts up to ``jump_ratio`` times as far off as its profile alone makes it. Only up
+to that many times: a reading that jumps to a value its profile knows (a machine stopping, its
+speed near the stopped regime's) is no further off than the profile says. For noise that does
+not wander the two distances are about the same, whatever the noise's tail. The neighbours are
+every reading the sensor sent (kept or not); the trainer keeps the latest in the parameters and
+the scorer its own, newer ones (:meth:`SeasonalBaseline.resume`). ``jump_ratio=None``: the
+profile alone. A young stream (its tail short, below) is judged on ``|z|`` alone.
+
 Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the scorer's flags,
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
 the band and a long fault does not become the expected value.
@@ -45,7 +58,8 @@ Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None
 forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
 ``bucket_warmup``, ``min_std`` (floor of the standard deviation, in the metric's units),
 ``false_alerts_per_day``, ``tail_halflife`` (readings; the tail's memory, its excursions' ten
-times that).
+times that), ``jump_ratio`` and ``jump_window`` (readings; the neighbours, above; the
+neighbours' spread is learned after ``warmup`` readings).
 """
 
 from __future__ import annotations
@@ -57,12 +71,14 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models.base import Detector
+from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
 from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import Grid, floor_std, shrink
-from fleetwatch.models.profile import HOUR_MS, SeasonalProfile
+from fleetwatch.models.neighbours import NeighbourScale, medians_before
+from fleetwatch.models.params import array, ints
+from fleetwatch.models.profile import HOUR_MS, SeasonalProfile, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.tail import MIN_HISTORY, PRIOR_WEIGHT, StreamTail, calibrated_surprise
 
@@ -92,6 +108,9 @@ EARLY_Z = 2.0 * ALERT_Z
 """The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
 SPLIT_Z = EARLY_Z
 """A learned reading this far from its metric's profile belongs to the metric's second regime."""
+JUMP_RATIO = 3.0
+"""How many times its ``|z|`` against the profile a reading's distance from its neighbours'
+median (in their own spread) may make it (see the module's docstring)."""
 SEPARATION = 3.0
 """The second regime is used once its mean is this many standard deviations (the wider of the
 two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped
@@ -107,6 +126,9 @@ class Deviation(NamedTuple):
     surprise: FloatArray
     z: FloatArray
     """``|value - expected| / std`` (0 where not warm)."""
+    judged: FloatArray
+    """The statistic judged against the stream's tail: ``z``, or more where the reading is
+    further off its neighbours (see the module's docstring)."""
     band: FloatArray
     """Half-width of the normal range: the threshold in force times the standard deviation."""
     early: BoolArray | None = None
@@ -131,6 +153,8 @@ class SeasonalBaseline(Detector):
         min_std: float = 1e-3,
         false_alerts_per_day: float | None = 1.0,
         tail_halflife: float = 2000.0,
+        jump_ratio: float | None = JUMP_RATIO,
+        jump_window: int = 5,
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
         if false_alerts_per_day is not None and not false_alerts_per_day > 0:
@@ -139,6 +163,12 @@ class SeasonalBaseline(Detector):
             )
         if not tail_halflife > 0:
             raise HyperParameterError(f"tail_halflife must be > 0, got {tail_halflife}")
+        if jump_ratio is not None and not jump_ratio >= 1:
+            raise HyperParameterError(f"jump_ratio must be >= 1 or None, got {jump_ratio}")
+        if jump_window < 3:
+            raise HyperParameterError(f"jump_window must be >= 3 readings, got {jump_window}")
+        self.jump_ratio = jump_ratio
+        self.jump_window = jump_window
         self.false_alerts_per_day = false_alerts_per_day
         self.tail_halflife = tail_halflife
         self.halflife_hours = halflife_hours
@@ -158,9 +188,27 @@ class SeasonalBaseline(Detector):
         """The fleet's pooled tails of ``|z|`` by metric (:meth:`borrow_tails`)."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
+        self.near = NeighbourScale()
+        """Per metric, how far off its neighbours' median a normal reading is."""
+        self.recent: list[list[float]] = []
+        """Per metric, its latest ``jump_window`` readings as learned (the neighbours of the
+        next batch's first)."""
+        self._neighbours: list[list[float]] | None = None
+        """The scorer's latest readings per metric (:meth:`resume`), newer than ``recent``."""
+
+    @property
+    def lookback(self) -> int:
+        return 0 if self.jump_ratio is None else self.jump_window
+
+    def resume(self, memory: ScoringMemory) -> None:
+        self._neighbours = [
+            list(memory.recent.get(m) or (self.recent[i] if i < len(self.recent) else ()))
+            for i, m in enumerate(self.profile.metrics)
+        ]
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         before = len(self.profile.metrics)
+        ref_before = self.profile.ref_ms
         judged = self._deviation(batch, judge=False) if before else None
         to_alt = np.zeros(len(batch), bool)
         on_alt = np.zeros(len(batch), bool)
@@ -180,6 +228,7 @@ class SeasonalBaseline(Detector):
         k = len(self.profile.metrics)
         self.tails += [StreamTail(self.tail_halflife, PRIOR_WEIGHT) for _ in range(k - before)]
         self.grid.learn_rows(codes, batch.value, k)
+        self._learn_neighbours(batch, codes, keep, ref_before, None if judged is None else judged.z)
         # a reading of the second regime, or of one not in use yet, says nothing of the first's
         mine = ~(to_alt | on_alt)
         if judged is not None:
@@ -192,7 +241,7 @@ class SeasonalBaseline(Detector):
         fresh = self._deviation(batch, judge=False)
         for m, rows in per_metric_runs(codes, k):
             late = rows[early[rows] & fresh.ok[rows] & keep[rows] & mine[rows]]
-            self.tails[m].summary.add(fresh.z[late])
+            self.tails[m].summary.add(fresh.judged[late])
 
     def _learn_tails(
         self,
@@ -212,8 +261,8 @@ class SeasonalBaseline(Detector):
             tail.observe(batch.event_ms[rows])
             warm = rows[judged.ok[rows] & rows_of[rows]]
             cap = self._bar(tail, k)  # in force for the batch
-            tail.summary.add(judged.z[warm[keep[warm]]])
-            tail.excursions(judged.z[warm], cap)
+            tail.summary.add(judged.judged[warm[keep[warm]]])
+            tail.excursions(judged.judged[warm], cap)
 
     def _regimes(
         self,
@@ -271,11 +320,12 @@ class SeasonalBaseline(Detector):
         alt, apart, mean, std, z = self._regimes(codes, batch, mean, std, z, step)
         alt &= ok
         band = ALERT_Z * std + 0.5 * step
+        jz = self._with_jumps(batch, codes, z, step)
         if not judge:
-            return Deviation(mean, ok, np.zeros(len(batch)), z, band, None, alt, apart & ok)
+            return Deviation(mean, ok, np.zeros(len(batch)), z, jz, band, None, alt, apart & ok)
         if self.false_alerts_per_day is None:
             surprise = np.where(ok, normal_two_sided_surprise(z), 0.0)
-            return Deviation(mean, ok, surprise, z, band, None, alt)
+            return Deviation(mean, ok, surprise, z, z, band, None, alt)
         surprise = np.zeros(len(batch))
         k = len(self.profile.metrics)
         early = np.zeros(len(batch), bool)
@@ -300,10 +350,72 @@ class SeasonalBaseline(Detector):
                     first = self.tails[int(codes[rows[0]])]
                     if first.summary.weight >= MIN_HISTORY:
                         bar = max(bar, self._bar(first, k))
-                judged = calibrated_surprise(tail, z[rows], bar, S_ALERT)
+                # a young stream is judged on ``z`` alone: its tail knows nothing yet of how far
+                # off their neighbours its readings go
+                stat = z[rows] if early[rows[0]] else jz[rows]
+                judged = calibrated_surprise(tail, stat, bar, S_ALERT)
                 surprise[rows] = np.where(ok[rows], judged, 0.0)
                 band[rows] = bar * std[rows] + 0.5 * step[rows]
-        return Deviation(mean, ok, surprise, z, band, early, alt)
+        return Deviation(mean, ok, surprise, z, jz, band, early, alt)
+
+    def _with_jumps(
+        self, batch: Batch, codes: npt.NDArray[np.intp], z: FloatArray, step: FloatArray
+    ) -> FloatArray:
+        """Per row, ``z`` raised toward its distance from its neighbours' median in their spread,
+        up to ``jump_ratio`` times ``z`` (``z`` itself where the metric's neighbours' spread is
+        not learned yet or the reading has too few neighbours)."""
+        if self.jump_ratio is None or not self.profile.metrics:
+            return z
+        out = z.copy()
+        held = self.recent if self._neighbours is None else self._neighbours
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            sd = self.near.sd(m, self.warmup)
+            if not math.isfinite(sd) or m >= len(held):
+                continue
+            values = batch.value[rows]
+            ref = medians_before(held[m], values, self.jump_window)
+            with np.errstate(invalid="ignore"):
+                far = np.abs(shrink(values - ref, step[rows])) / floor_std(sd, step[rows])
+            far = np.where(np.isfinite(far), far, 0.0)
+            out[rows] = np.maximum(z[rows], np.minimum(far, self.jump_ratio * z[rows]))
+        return out
+
+    def _learn_neighbours(
+        self,
+        batch: Batch,
+        codes: npt.NDArray[np.intp],
+        keep: BoolArray,
+        ref_before: int | None,
+        z: FloatArray | None,
+    ) -> None:
+        """The spread of the kept readings about their neighbours' median (``z``: their ``|z|``
+        against their profile before the batch, ``None`` for none); every reading (kept or not:
+        the neighbours are what the sensor read) becomes a neighbour of the next."""
+        if self.jump_ratio is None:
+            return
+        k = len(self.profile.metrics)
+        self.near.grow(k)
+        self.recent += [[] for _ in range(k - len(self.recent))]
+        to_ms = int(self.profile.ref_ms or 0)
+        self.near.sums *= decay_factor(ref_before, to_ms, self.profile.halflife_ms)
+        step = self.grid.per_row(codes)
+        for m, rows in per_metric_runs(codes, k):
+            values = batch.value[rows]
+            ref = medians_before(self.recent[m], values, self.jump_window)
+            r = shrink(values - ref, step[rows])
+            used = keep[rows] & np.isfinite(ref)
+            sd = self.near.sd(m, self.warmup)
+            if z is not None and math.isfinite(sd):
+                # a move between two regimes (a machine starting, learned once the gate adopts
+                # it) is a reading its profile expects thousands of deviations off its
+                # neighbours: it says nothing of how far a reading strays from them
+                far = np.abs(r) / floor_std(sd, step[rows])
+                used &= ~((far > SPLIT_Z) & (far > self.jump_ratio * z[rows]))
+            r = r[used]
+            w = row_weights(batch.event_ms[rows][used], to_ms, self.profile.halflife_ms)
+            self.near.add(m, r, w)
+            self.recent[m] = (self.recent[m] + values.tolist())[-self.jump_window :]
+        self._neighbours = None
 
     def _held_to_fleet(self, metric: str, bar: float, streams: int) -> float:
         """A ``metric``'s threshold ``bar``, at least that of the fleet's pooled tail if it
@@ -360,6 +472,9 @@ class SeasonalBaseline(Detector):
             "grid": self.grid.state(),
             "alt": self.alt.state(),
             "alt_tails": [t.state() for t in self.alt_tails],
+            "near": self.near.sums.tolist(),
+            "near_counts": ints(self.near.counts),
+            "recent": self.recent,
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -371,6 +486,17 @@ class SeasonalBaseline(Detector):
         if len(self.tails) != k:
             raise ParamsError(f"seasonal state has {len(self.tails)} tails for {k} metrics")
         self.grid = Grid.load(state.get("grid"), k)
+        # parameters from before the neighbours' reference start learning it now
+        if "near" in state:
+            self.near = NeighbourScale(
+                array(state, "near", (k, 2)), array(state, "near_counts", (k,)).astype(np.int64)
+            )
+            self.recent = [[float(v) for v in r] for r in state["recent"]]
+            if len(self.recent) != k:
+                raise ParamsError(f"seasonal state has {len(self.recent)} recent for {k} metrics")
+        else:
+            self.near, self.recent = NeighbourScale(), []
+        self._neighbours = None
         # parameters from before the second regime have none
         self.alt = new_profile(self.halflife_hours, self.buckets, self.period_hours)
         if state.get("alt"):
