@@ -21,8 +21,9 @@ to that many times: a reading that jumps to a value its profile knows (a machine
 speed near the stopped regime's) is no further off than the profile says. For noise that does
 not wander the two distances are about the same, whatever the noise's tail. The neighbours are
 every reading the sensor sent (kept or not); the trainer keeps the latest in the parameters and
-the scorer its own, newer ones (:meth:`SeasonalBaseline.resume`). ``jump_ratio=None``: the
-profile alone. A young stream (its tail short, below) is judged on ``|z|`` alone.
+the scorer its own, newer ones (:meth:`SeasonalBaseline.resume`). ``jump_ratio=None`` (the
+default for now): the profile alone. A young stream (its tail short, below) is judged on
+``|z|`` alone.
 
 Robustness comes from the exclusion policy of :mod:`base`: rows that alert (the scorer's flags,
 or by default the detector's own pre-batch scores) are not learned, so a spike does not widen
@@ -110,7 +111,8 @@ SPLIT_Z = EARLY_Z
 """A learned reading this far from its metric's profile belongs to the metric's second regime."""
 JUMP_RATIO = 3.0
 """How many times its ``|z|`` against the profile a reading's distance from its neighbours'
-median (in their own spread) may make it (see the module's docstring)."""
+median (in their own spread) may make it (see the module's docstring); the option is off by
+default (``jump_ratio=None``) until the whole simulator runs are measured with it (README)."""
 SEPARATION = 3.0
 """The second regime is used once its mean is this many standard deviations (the wider of the
 two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped
@@ -153,7 +155,7 @@ class SeasonalBaseline(Detector):
         min_std: float = 1e-3,
         false_alerts_per_day: float | None = 1.0,
         tail_halflife: float = 2000.0,
-        jump_ratio: float | None = JUMP_RATIO,
+        jump_ratio: float | None = None,
         jump_window: int = 5,
     ) -> None:
         check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
@@ -472,6 +474,13 @@ class SeasonalBaseline(Detector):
             "grid": self.grid.state(),
             "alt": self.alt.state(),
             "alt_tails": [t.state() for t in self.alt_tails],
+        } | self._neighbours_state()
+
+    def _neighbours_state(self) -> dict[str, Any]:
+        """The neighbours' spread and latest readings (none without ``jump_ratio``)."""
+        if self.jump_ratio is None:
+            return {}
+        return {
             "near": self.near.sums.tolist(),
             "near_counts": ints(self.near.counts),
             "recent": self.recent,
@@ -487,7 +496,7 @@ class SeasonalBaseline(Detector):
             raise ParamsError(f"seasonal state has {len(self.tails)} tails for {k} metrics")
         self.grid = Grid.load(state.get("grid"), k)
         # parameters from before the neighbours' reference start learning it now
-        if "near" in state:
+        if state.get("near_counts"):
             self.near = NeighbourScale(
                 array(state, "near", (k, 2)), array(state, "near_counts", (k,)).astype(np.int64)
             )

@@ -13,7 +13,7 @@ import pytest
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.neighbours import MIN_NEIGHBOURS, medians_before
-from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.models.seasonal import JUMP_RATIO, SeasonalBaseline
 from fleetwatch.models.trend import SMALL
 
 START = 1_767_225_600_000
@@ -61,7 +61,7 @@ def test_a_spike_on_a_wandering_metric_alerts_off_its_neighbours() -> None:
     frame = wander(60)
     last = int(frame.event_ms.iloc[-1])
     level = float(frame.value.iloc[-5:].median())
-    with_jumps = online(SeasonalBaseline(), frame)
+    with_jumps = online(SeasonalBaseline(jump_ratio=JUMP_RATIO), frame)
     profile_only = online(SeasonalBaseline(jump_ratio=None), frame)
     spike = probe(last + STEP_MS, level + 12.0)  # 12 noise deviations, under 3 of the profile's
     assert with_jumps.score(spike).surprise[0] >= S_ALERT
@@ -73,7 +73,7 @@ def test_the_scorers_latest_readings_are_the_neighbours() -> None:
     """The scorer's memory of the metric's latest readings is newer than the parameters': a
     level the metric has just moved to is no jump from its own neighbours."""
     frame = wander(60)
-    detector = online(SeasonalBaseline(), frame)
+    detector = online(SeasonalBaseline(jump_ratio=JUMP_RATIO), frame)
     last = int(frame.event_ms.iloc[-1])
     level = float(frame.value.iloc[-5:].median())
     reading = probe(last + 6 * STEP_MS, level + 12.0)
@@ -86,7 +86,7 @@ def test_the_scorers_latest_readings_are_the_neighbours() -> None:
 
 def test_the_neighbours_round_trip_through_the_parameters() -> None:
     frame = wander(40)
-    detector = online(SeasonalBaseline(), frame)
+    detector = online(SeasonalBaseline(jump_ratio=JUMP_RATIO), frame)
     again = SeasonalBaseline.from_params(detector.to_params())
     last = int(frame.event_ms.iloc[-1])
     level = float(frame.value.iloc[-5:].median())
@@ -107,7 +107,7 @@ def stopping_machine(spells: list[tuple[int, bool]]) -> tuple[SeasonalBaseline, 
     adopted = np.zeros(running.size, bool)
     for at in changed:
         adopted[at + 5 * 60 : at + 10 * 60] = True
-    detector = SeasonalBaseline()
+    detector = SeasonalBaseline(jump_ratio=JUMP_RATIO)
     for lo in range(0, len(frame), 10):
         part = frame.iloc[lo : lo + 10]
         alerts = detector.score(part).surprise >= S_ALERT
