@@ -203,6 +203,8 @@ class SeasonalBaseline(Detector):
         return 0 if self.jump_ratio is None else self.jump_window
 
     def resume(self, memory: ScoringMemory) -> None:
+        if self.jump_ratio is None:
+            return
         self._neighbours = [
             list(memory.recent.get(m) or (self.recent[i] if i < len(self.recent) else ()))
             for i, m in enumerate(self.profile.metrics)
