@@ -47,7 +47,7 @@ import numpy as np
 
 from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
-from fleetwatch.models.grid import MIN_ON, UNIFORM_SD
+from fleetwatch.models.grid import GRID_SD, MIN_ON
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import HOUR_MS, decay_factor
 
@@ -111,7 +111,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         weights.append(weight)
         means.append(det.shift[order] + local_mean)
         scatters.append(weight * central)
-        spreads.append(np.maximum(np.sqrt(np.maximum(np.diag(central), 0.0)), UNIFORM_SD * step))
+        spreads.append(np.maximum(np.sqrt(np.maximum(np.diag(central), 0.0)), GRID_SD * step))
     w = np.asarray(weights)
     m: FloatArray = np.asarray(means)
     total = float(w.sum())

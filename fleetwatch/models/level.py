@@ -74,7 +74,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError, ParamsError
-from fleetwatch.models.grid import UNIFORM_SD, Grid
+from fleetwatch.models.grid import GRID_SD, Grid
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
@@ -401,7 +401,7 @@ class LevelShiftDetector(Detector):
             return 0.0
         steps = self.grid.steps()
         step = float(steps[m]) if m < steps.size else 0.0
-        return max(math.sqrt(sq / w), UNIFORM_SD * step * math.sqrt(self.lam / (2.0 - self.lam)))
+        return max(math.sqrt(sq / w), GRID_SD * step * math.sqrt(self.lam / (2.0 - self.lam)))
 
     def _offsets(self, batch: Batch) -> FloatArray:
         codes = batch.lookup(self.profile.metrics)

@@ -95,7 +95,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError
-from fleetwatch.models.grid import UNIFORM_SD, Grid, shrink
+from fleetwatch.models.grid import GRID_SD, Grid, shrink
 from fleetwatch.models.lasting import SINGLE, WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
@@ -277,7 +277,7 @@ class PcaDetector(Detector):
         # a metric on a grid varies at least as much as rounding to it does, independently
         step = self.grid.steps()
         if step.size == cov.shape[0] and step.any():
-            raise_to = (UNIFORM_SD * step) ** 2
+            raise_to = (GRID_SD * step) ** 2
             cov = cov + np.diag(np.maximum(raise_to - np.diag(cov), 0.0))
         else:
             step = np.zeros(cov.shape[0])

@@ -118,7 +118,7 @@ def test_the_state_goes_through_json_and_older_parameters_have_none() -> None:
 
 
 def test_floor_and_shrink() -> None:
-    np.testing.assert_allclose(grid.floor_std([0.01, 2.0], [1.0, 1.0]), [1 / math.sqrt(12), 2.0])
+    np.testing.assert_allclose(grid.floor_std([0.01, 2.0], [1.0, 1.0]), [0.5, 2.0])
     np.testing.assert_allclose(grid.shrink([-2.0, 0.3, 1.5], [1.0, 1.0, 0.0]), [-1.5, 0.0, 1.5])
 
 
@@ -176,7 +176,7 @@ def test_without_the_grid_the_same_stream_alerts_all_day(monkeypatch: pytest.Mon
     learn, rest = data.iloc[: PER_DAY // 2], data.iloc[PER_DAY // 2 :]
     floored = SeasonalBaseline(false_alerts_per_day=None).learn(learn)
     learned = floored.profile.moments(floored.min_std)[1][0]
-    assert np.nanmin(learned) < grid.UNIFORM_SD
+    assert np.nanmin(learned) < grid.GRID_SD
     bare = SeasonalBaseline(false_alerts_per_day=None).learn(learn)
     assert opened(floored, rest) <= 2
     monkeypatch.setattr(Grid, "steps", lambda self: np.zeros(self.rows.shape[0]))
@@ -212,3 +212,18 @@ def test_parameters_without_a_grid_load_and_learn_one() -> None:
     seasonal = older.members()[0]
     assert isinstance(seasonal, SeasonalBaseline)
     assert seasonal.grid.steps()[seasonal.profile.metrics.index("soc_pct")] == 1.0
+
+
+def test_a_charge_two_per_cent_off_its_level_is_not_an_alert_but_six_are() -> None:
+    """A stream on one or two values of its grid knows nothing of its noise below the step:
+    its spread is floored at half a step, so a lone reading two steps off (a burst's shock)
+    is 3 of them off, not the 5.2 of a rounding's spread that passed every threshold's floor;
+    a fault of six steps still alerts."""
+    data = charge(0.5, seed=4)
+    detector = SeasonalBaseline()
+    for lo in range(0, len(data), 200):  # learned online, as the trainer does
+        detector.learn(data.iloc[lo : lo + 200])
+    t = int(data.event_ms.iloc[-1]) + STEP_MS
+    for off, alerts in ((2.0, False), (6.0, True)):
+        frame = pd.DataFrame({"event_ms": [t], "metric": ["soc_pct"], "value": [54.0 + off]})
+        assert bool(detector.score(frame).alert[0]) is alerts, f"{off:g} steps off"
