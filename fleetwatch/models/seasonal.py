@@ -422,8 +422,10 @@ class SeasonalBaseline(Detector):
         self._neighbours = None
 
     def _held_to_fleet(self, metric: str, bar: float, streams: int) -> float:
-        """A ``metric``'s threshold ``bar``, at least that of the fleet's pooled tail if it
-        knows its excursions (:meth:`borrow_tails`). The first regime is held however long its
+        """A ``metric``'s threshold ``bar``, at least that of the fleet's pooled tail
+        (:meth:`borrow_tails`): where its excursions pass at the budget's rate once it knows
+        them, its body's extrapolation before (a fleet started together pools its devices'
+        first minutes). The first regime is held however long its
         own history: a tail remembers about ``tail_halflife`` readings, and within them a
         quantised stream's light one-step peaks "know" its excursions yet never see its rare
         two-step reading, which the fleet's devices together do. A second regime is held while
@@ -431,7 +433,7 @@ class SeasonalBaseline(Detector):
         seen stopped alerted on its running speed's shocks), not once grown: the pool holds
         the first regimes' tails, and a running machine's grown tail judges its own speed."""
         pooled = self._fleet.get(metric) if self._fleet else None
-        if pooled is None or not pooled.knows_excursions():
+        if pooled is None or pooled.summary.weight < MIN_HISTORY:
             return bar
         return max(bar, self._bar(pooled, streams))
 

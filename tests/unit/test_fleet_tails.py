@@ -10,11 +10,11 @@ import pytest
 
 from fleetwatch.models.base import Detector
 from fleetwatch.models.fleet_publish import pooled_by_scope
-from fleetwatch.models.fleet_tails import field_of, pool_tails, tails_of
+from fleetwatch.models.fleet_tails import POOLED_FROM, field_of, pool_tails, tails_of
 from fleetwatch.models.level import UNBACKED, LevelShiftDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector
-from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.models.seasonal import EARLY_Z, SeasonalBaseline
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, bin_of
 from fleetwatch.streaming.scorer.detectors import borrow_tails, fleet_model
 
@@ -51,18 +51,21 @@ def heavy(n: int, seed: int) -> np.ndarray:
     return 10.0 + np.random.default_rng(seed).standard_t(2, n)
 
 
-def test_the_grown_streams_are_summed_their_alerts_left_out_and_the_young_ones_skipped() -> None:
+def test_the_streams_are_summed_their_alerts_left_out_and_the_newest_ones_skipped() -> None:
     grown = [fed(heavy(3000, 1)), fed(heavy(3000, 2))]
     alerted = grown[0].own_threshold(grown[0].tails[0], 1)
     grown[0].tails[0].peaks[int(bin_of(3.0 * alerted))] += 1.0  # an alert's excursion
     grown[0].tails[0].changes += 1
     young = fed(heavy(100, 3))
-    assert young.tails[0].summary.weight < MIN_HISTORY
-    pooled = pool_tails([d.to_params() for d in [*grown, young]])[field_of("level")]
+    assert POOLED_FROM <= young.tails[0].summary.weight < MIN_HISTORY
+    newest = fed(heavy(60, 4))
+    assert newest.tails[0].summary.weight < POOLED_FROM
+    pooled = pool_tails([d.to_params() for d in [*grown, young, newest]])[field_of("level")]
     assert list(pooled) == ["p"]
     tail = StreamTail.load(float(pooled["p"]["halflife"]), pooled["p"])
-    counts = sum(d.tails[0].summary.counts for d in grown)
-    assert np.allclose(tail.summary.counts, counts), "the young stream is not in the sum"
+    counts = sum(d.tails[0].summary.counts for d in [*grown, young])
+    assert np.allclose(tail.summary.counts, counts), "the young body is in the sum, not the newest"
+    assert young.tails[0].readings == 0.0, "a young tail has counted no excursions"
     assert tail.readings == pytest.approx(sum(d.tails[0].readings for d in grown))
     assert tail.interval_ms == pytest.approx(1000.0, rel=0.01)
     own = [d.own_threshold(d.tails[0], 1) for d in grown]
@@ -194,6 +197,27 @@ def test_a_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> Non
     alone = grown._bar(grown.tails[0], 1)
     grown.borrow_tails(pooled)
     assert grown._held_to_fleet("p", alone, 1) == max(alone, grown._bar(pooled["p"], 1)) > alone
+
+
+def test_a_fleet_started_together_holds_its_young_seasonal_streams_to_their_pooled_bodies() -> None:
+    """No device has ``MIN_HISTORY`` of its own yet, so each judges at ``EARLY_Z``; their
+    first minutes pooled are a history, whose body's tail says how far such noise strays."""
+    fleet = [seasonal_fed(heavy(150, s)) for s in range(4)]
+    assert all(d.tails[0].summary.weight < MIN_HISTORY for d in fleet)
+    pooled = tails_of(pool_tails([d.to_params() for d in fleet]))["seasonal"]
+    assert pooled["p"].summary.weight >= MIN_HISTORY
+    assert not pooled["p"].knows_excursions()
+    young = fleet[0]
+    held = young._bar(pooled["p"], 1)
+    assert held > EARLY_Z, "Student-t (2 dof) deviations stray past the early threshold"
+    mean, std, _ = young.profile.expect(
+        np.zeros(1, dtype=np.int64), np.array([150 * STEP_MS]), 1, 1, young.min_std
+    )
+    value = float(mean[0] + 0.5 * (EARLY_Z + held) * std[0])
+    frame = pd.DataFrame({"event_ms": [150 * STEP_MS], "metric": "p", "value": [value]})
+    assert young.score(frame).alert.all()
+    young.borrow_tails(pooled)
+    assert not young.score(frame).alert.any()
 
 
 def test_a_second_regime_is_held_to_the_fleets_tail_too() -> None:
