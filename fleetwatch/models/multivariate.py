@@ -274,7 +274,7 @@ class PcaDetector(Detector):
     def _fit(self) -> PcaModel:
         mean_y = self.sum / self.weight
         cov = self.scatter / self.weight - np.outer(mean_y, mean_y)
-        # a metric on a grid varies at least as much as rounding to it does, independently
+        # a metric on a grid varies at least by half its step (GRID_SD), independently
         step = self.grid.steps()
         if step.size == cov.shape[0] and step.any():
             raise_to = (GRID_SD * step) ** 2
