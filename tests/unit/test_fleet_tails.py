@@ -42,6 +42,15 @@ def seasonal_fed(values: np.ndarray) -> SeasonalBaseline:
     return taught(SeasonalBaseline(), values)
 
 
+def reading_between(detector: SeasonalBaseline, at: int, low: float, high: float) -> pd.DataFrame:
+    """The ``at``-th reading, midway between ``low`` and ``high`` deviations of its profile."""
+    mean, std, _ = detector.profile.expect(
+        np.zeros(1, dtype=np.int64), np.array([at * STEP_MS]), 1, 1, detector.min_std
+    )
+    value = float(mean[0] + 0.5 * (low + high) * std[0])
+    return pd.DataFrame({"event_ms": [at * STEP_MS], "metric": "p", "value": [value]})
+
+
 def level_pool(devices: list[LevelShiftDetector]) -> dict[str, StreamTail]:
     return tails_of(pool_tails([d.to_params() for d in devices]))["level"]
 
@@ -180,11 +189,7 @@ def test_a_seasonal_stream_is_held_to_the_fleets_tail_of_its_deviations() -> Non
     # a value between the young stream's own threshold and the fleet's
     own, held = young._bar(young.tails[0], 1), young._bar(pooled["p"], 1)
     assert held > own, "four devices' days of Student-t deviations reach further than 400"
-    mean, std, _ = young.profile.expect(
-        np.zeros(1, dtype=np.int64), np.array([400 * STEP_MS]), 1, 1, young.min_std
-    )
-    value = float(mean[0] + 0.5 * (own + held) * std[0])
-    frame = pd.DataFrame({"event_ms": [400 * STEP_MS], "metric": "p", "value": [value]})
+    frame = reading_between(young, 400, own, held)
     assert young.score(frame).alert.all()
     young.borrow_tails(pooled)
     assert not young.score(frame).alert.any()
@@ -210,11 +215,7 @@ def test_a_fleet_started_together_holds_its_young_seasonal_streams_to_their_pool
     young = fleet[0]
     held = young._bar(pooled["p"], 1)
     assert held > EARLY_Z, "Student-t (2 dof) deviations stray past the early threshold"
-    mean, std, _ = young.profile.expect(
-        np.zeros(1, dtype=np.int64), np.array([150 * STEP_MS]), 1, 1, young.min_std
-    )
-    value = float(mean[0] + 0.5 * (EARLY_Z + held) * std[0])
-    frame = pd.DataFrame({"event_ms": [150 * STEP_MS], "metric": "p", "value": [value]})
+    frame = reading_between(young, 150, EARLY_Z, held)
     assert young.score(frame).alert.all()
     young.borrow_tails(pooled)
     assert not young.score(frame).alert.any()
