@@ -80,11 +80,11 @@ def test_an_excursion_across_batches_is_one_peak_with_its_maximum() -> None:
     assert tail.peaks[bin_of(np.asarray([12.0]))[0]] > 0.99
 
 
-def peaks_between(low: float, high: float, extra: list[float]) -> StreamTail:
-    """A tail whose body is known and whose 30 excursions peaked evenly in ``[low, high]``,
-    then at each of ``extra``."""
+def peaks_between(low: float, high: float, extra: list[float], count: int = 30) -> StreamTail:
+    """A tail whose body is known and whose ``count`` excursions peaked evenly in ``[low,
+    high]``, then at each of ``extra``."""
     tail = warm(np.tile(np.linspace(0.0, 1.0, 10), 30), halflife=20_000.0)
-    peaks = [*np.random.default_rng(1).uniform(low, high, 30), *extra]
+    peaks = [*np.random.default_rng(1).uniform(low, high, count), *extra]
     tail.excursions(np.array([x for peak in peaks for x in (0.1, peak, 0.1)]))
     return tail
 
@@ -111,6 +111,20 @@ def test_two_faults_past_a_light_tailed_stream_leave_its_threshold_where_it_was(
     faults = peaks_between(2.2, 3.2, [7.4, 7.4]).threshold(1.0, 1.0, 1, 0.0)
     assert before < 8.5
     assert faults < 1.2 * before, (before, faults)
+
+
+def test_two_faults_stay_out_of_the_fit_of_a_stream_that_knows_hundreds_of_peaks() -> None:
+    """A Gaussian meter's joint residual after half an hour: 135 excursions, 41 of them in
+    the fitted top, peaked under 3, then a level shift and a correlated fault at 10.4 and 5.5.
+    Kept in the fit (as they were once it rested on 40 peaks or more, and as they were with
+    their weight moved onto the highest peak kept), the two set a shape of 0.54 and a
+    threshold of 43, and a dip at 12.3 went unfound."""
+    before = peaks_between(0.4, 3.0, [], count=160).threshold(1.0, 1.0, 1, 0.0)
+    faults = peaks_between(0.4, 3.0, [5.5, 10.4], count=160).threshold(1.0, 1.0, 1, 0.0)
+    assert before < 8.0
+    assert faults < 1.2 * before, (before, faults)
+    lone = peaks_between(0.4, 3.0, [3.6], count=160).threshold(1.0, 1.0, 1, 0.0)
+    assert lone > before, "a peak the others' fit reaches stays the tail's"
 
 
 @pytest.mark.parametrize(
@@ -342,9 +356,10 @@ def test_a_young_heavy_tailed_stream_is_not_judged_by_a_few_dozen_values_alone()
 def test_an_excursion_past_the_threshold_counts_as_one_passing_not_at_its_peak() -> None:
     """A fault's excursion far past the threshold in force adds one passing, its peak taken
     no further than a passing reaches once in ``PASSING_ODDS`` under the stream's own tail: the
-    threshold moves a little, as for one false alert, where the fault's own peak among a young
-    stream's few would have multiplied it (the stream blind to faults of its size for as long
-    as it remembers peaks); below the threshold, or without one, a peak is taken as it is."""
+    threshold moves a little, as for one false alert, where four such faults' own peaks (more
+    than the few a fit leaves out) would have multiplied it (the stream blind to faults of its
+    size for as long as it remembers peaks); below the threshold, or without one, a peak is
+    taken as it is."""
     rng = np.random.default_rng(5)
     body = np.abs(rng.standard_normal(1500))
     raw, censored = warm(body), warm(body)
@@ -358,10 +373,14 @@ def test_an_excursion_past_the_threshold_counts_as_one_passing_not_at_its_peak()
     fault = np.concatenate([[0.0], np.full(30, 60.0), [0.0]])
     raw.excursions(fault)
     censored.excursions(fault, before)
-    assert raw.threshold(1.0, 1.0, 1, 0.0) > 3.0 * before
     after = censored.threshold(1.0, 1.0, 1, 0.0)
     assert before < after < 1.5 * before
     assert censored.peaks[bin_of(np.asarray([60.0]))[0]] == 0.0, "not at the fault's peak"
+    assert raw.threshold(1.0, 1.0, 1, 0.0) < 1.1 * before, "a lone far peak left out of the fit"
+    for _ in range(3):  # four such faults are more than a few left out: the fit's own
+        raw.excursions(fault)
+        censored.excursions(fault, censored.threshold(1.0, 1.0, 1, 0.0))
+    assert raw.threshold(1.0, 1.0, 1, 0.0) > 3.0 * censored.threshold(1.0, 1.0, 1, 0.0)
     under = warm(body)
     under.excursions(np.array([0.0, 3.0, 0.0]), 5.0)
     assert under.peaks[bin_of(np.asarray([3.0]))[0]] > 0.99, "under the cap: as it is"
