@@ -23,6 +23,7 @@ from fleetwatch.models.calibration import (
     score_from_surprise,
 )
 from fleetwatch.models.change import ChangeDetector, cusum
+from fleetwatch.models.combiner import default_members
 from fleetwatch.models.errors import (
     BatchError,
     HyperParameterError,
@@ -354,6 +355,13 @@ def test_pca_judges_a_heavy_tailed_ties_one_reading_breaks_by_its_own_tail() -> 
     assert len(model_only) >= 5, "the χ² model alerts on the tie's heavy tail"
     assert len(shocks_held) < len(model_only) / 3, "its own tail of one-reading breaks does not"
     assert len(budget) < len(model_only) / 3, "nor its own tail of the whole residual"
+
+
+def test_the_default_pca_member_holds_one_reading_breaks_to_the_devices_own_tail() -> None:
+    frame = _heavy_tailed_tie(6000, seed=21, df=2)
+    member = next(m for m in default_members() if isinstance(m, PcaDetector))
+    model_only = _alerts_from(PcaDetector(), frame, 3000)
+    assert len(_alerts_from(member, frame, 3000)) < len(model_only) / 3
 
 
 def test_pca_still_alerts_on_a_spike_that_breaks_a_gaussian_tie_alone() -> None:
