@@ -19,12 +19,13 @@ devices' median interval between readings. Young tails are pooled too: a fleet s
 together has no device of ``MIN_HISTORY`` in its first minutes, yet a hundred devices' first
 minute of deviations is a history of thousands (see :data:`POOLED_FROM`).
 
-A level stream whose own tail :meth:`knows_excursions
-<fleetwatch.models.tail.StreamTail.knows_excursions>` keeps its own threshold; a younger one
-takes the higher of its own and the pooled tail's, or of its own and twice its floor while the
-pool does not know its excursions either. A seasonal stream takes the higher of the two at any
-age, the pool's from its body alone until it knows its excursions: a battery's charge in whole
-percent soon knows its light one-step peaks, never its rare two-step reading
+A level stream takes the higher of its own threshold and the pooled tail's at any age, once
+the pool knows its excursions (a machine's own few burst peaks fit a light tail); while neither
+its own tail nor the pool :meth:`knows_excursions
+<fleetwatch.models.tail.StreamTail.knows_excursions>`, the higher of its own and twice its
+floor. A seasonal stream takes the higher of the two at any age, the pool's from its body alone
+until it knows its excursions: a battery's charge in whole percent soon knows its light
+one-step peaks, never its rare two-step reading
 (:meth:`Detector.borrow_tails <fleetwatch.models.base.Detector.borrow_tails>`).
 
 The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``), so

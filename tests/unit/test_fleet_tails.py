@@ -84,7 +84,7 @@ def test_the_streams_are_summed_their_alerts_left_out_and_the_newest_ones_skippe
     assert tail.peaks.sum() == pytest.approx(sum(below)), "every peak below them is"
 
 
-def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_it() -> None:
+def test_a_stream_is_held_to_the_fleet_tail_at_any_age() -> None:
     pooled = level_pool([fed(heavy(4000, s)) for s in range(4)])
     young = fed(np.random.default_rng(9).normal(10.0, 1.0, 300))
     tail = young.tails[0]
@@ -105,7 +105,11 @@ def test_a_young_stream_is_held_to_the_fleet_tail_until_its_own_excursions_set_i
     assert grown.tails[0].knows_excursions()
     alone = grown.own_threshold(grown.tails[0], 1)
     grown.borrow_tails(pooled)
-    assert grown._threshold(0, 1) == alone, "a stream that knows its excursions keeps its own"
+    held = grown.own_threshold(pooled["p"], 1)
+    assert held > alone, "a Gaussian stream's own excursions set a lower threshold than the pool's"
+    assert grown._threshold(0, 1) == held, "a stream that knows its excursions is held to it too"
+    grown.borrow_tails(level_pool([fed(np.random.default_rng(5).normal(0.0, 1.0, 320))]))
+    assert grown._threshold(0, 1) == alone, "a pool that knows no excursions leaves it its own"
 
 
 def test_a_fleet_that_knows_no_excursions_yet_holds_a_young_stream_to_twice_its_floor() -> None:
