@@ -9,14 +9,15 @@ CACHE  := .cache
 JARS   := $(CACHE)/jvm
 MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(abspath $(CACHE))/m2
 
-.PHONY: help setup demo test test-unit test-integration lint format bench stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
+.PHONY: help setup demo test test-unit test-integration lint format bench bench-report stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
 
 help:
 	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, Prometheus, PostgreSQL"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff + mypy"
-	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures)"
+	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures and writes bench/results/)"
+	@echo "make bench-report - render README.md's figures table from bench/results/*.json"
 
 setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check prometheus-check postgres-check
 
@@ -90,6 +91,10 @@ format: $(VENV)/.installed
 
 bench: setup
 	@set -e; for b in bench/*/[!_]*.py; do echo "== $$b"; $(PY) $$b; done
+
+# The README's current-figures table, from the results file each bench writes when it runs.
+bench-report: $(VENV)/.installed
+	$(PY) bench/report.py
 
 stack-up: setup
 	$(VENV)/bin/fleetwatch stack up

@@ -1,6 +1,6 @@
 """What several benchmarks share: the clock, percentiles and the load average their figures
 are made of, resident memory and CPU time of process trees, free ports, a private stack's
-settings, isolated topics and the stages run as processes.
+settings, isolated topics, the stages run as processes, and the results file each bench writes.
 
 A bench script is run as ``python bench/<group>/<name>.py`` from anywhere: Python then puts
 only the script's own folder on ``sys.path``, so a script that imports from ``bench`` first
@@ -9,12 +9,15 @@ and imports ``bench.common`` and its siblings by their package names, as mypy se
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,14 @@ from fleetwatch.stack.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root."""
+
+RESULTS = ROOT / "bench" / "results"
+"""Where each bench writes its results file, ``<group>-<name>.json``; ``bench/report.py``
+renders the README's figures table from them."""
+
+_STARTED = (datetime.now(UTC), os.getloadavg())
+"""When this module was first imported, and the load average then: every bench imports it at
+its top, so this is the start of the bench."""
 
 
 def now_ms() -> int:
@@ -262,3 +273,65 @@ class CpuShares:
         t0, before = self._at
         elapsed, now = time.monotonic() - t0, self._sample()
         return {k: round((v - before.get(k, 0.0)) / elapsed, 2) for k, v in now.items()}
+
+
+def bench_name(script: str | Path) -> str:
+    """A bench's name from its script's path: ``bench/quality/realdata.py`` gives
+    ``quality-realdata``."""
+    path = Path(script).resolve()
+    return f"{path.parent.name}-{path.stem}"
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def _command(script: Path, args: Sequence[str]) -> str:
+    """The command that ran a bench, the script relative to the repository's root."""
+    try:
+        shown = str(script.resolve().relative_to(ROOT))
+    except ValueError:
+        shown = str(script)
+    return shlex.join(["python", shown, *args])
+
+
+def write_results(
+    script: str | Path,
+    figures: Mapping[str, Any],
+    results_dir: Path = RESULTS,
+    argv: Sequence[str] | None = None,
+) -> Path:
+    """Write a bench's figures to ``{results_dir}/{bench_name(script)}.json``, replacing the
+    file of its previous run, with what they were measured on: the command line, the start and
+    end times (UTC), the 1-, 5- and 15-minute load averages at the start (when the bench
+    imported this module) and at the end, the CPUs, the git revision and whether the code it
+    runs (``fleetwatch/``, ``bench/``, ``deploy/``) had changes not committed. A bench calls it
+    once, with the figures of its last JSON line. Returns the file's path."""
+    started, load_start = _STARTED
+    status = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", "fleetwatch", "bench", "deploy"
+    )
+    record = {
+        "bench": bench_name(script),
+        "command": _command(Path(script), sys.argv[1:] if argv is None else argv),
+        "started": started.isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_avg_start": [round(v, 2) for v in load_start],
+        "load_avg_end": [round(v, 2) for v in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "git_revision": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "figures": dict(figures),
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{record['bench']}.json"
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    partial.replace(path)
+    return path
