@@ -9,8 +9,13 @@ Last line: {"single_rps", "batch_rps", "json_only_rps", "payload_bytes"}
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
@@ -53,16 +58,14 @@ def main() -> None:
         f"json.loads alone {json_only:,.0f}/s; handle() single {single:,.0f} readings/s, "
         f"batches of {BATCH} {batch:,.0f} readings/s"
     )
-    print(
-        json.dumps(
-            {
-                "single_rps": round(single),
-                "batch_rps": round(batch),
-                "json_only_rps": round(json_only),
-                "payload_bytes": len(singles[0][1]),
-            }
-        )
-    )
+    figures = {
+        "single_rps": round(single),
+        "batch_rps": round(batch),
+        "json_only_rps": round(json_only),
+        "payload_bytes": len(singles[0][1]),
+    }
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import ROOT, free_port, load_avg_1m, percentile
+from bench.common import ROOT, free_port, load_avg_1m, percentile, write_results
 from fleetwatch.contracts.alerts import Alert, alert_id, event_id
 from fleetwatch.contracts.devices import DeviceState
 from fleetwatch.contracts.settings import ApiSettings, Settings, WebhookSettings
@@ -327,27 +327,25 @@ def main() -> None:
         print(
             f"  {name} alone at {args.rate / 2:.0f}/s: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms"
         )
-    print(
-        json.dumps(
-            {
-                "rps": api_r["rps"],
-                "p50_ms": api_r["p50_ms"],
-                "p99_ms": api_r["p99_ms"],
-                "errors": api_r["errors"] + base_r["errors"],
-                "workers": args.workers,
-                "requests": api_r["requests"],
-                "devices": args.devices,
-                "alerts": args.alerts,
-                "target_rps": args.rate,
-                "baseline_p50_ms": base_r["p50_ms"],
-                "baseline_p99_ms": base_r["p99_ms"],
-                "devices_p99_ms": routes["devices"]["p99_ms"],
-                "alerts_p99_ms": routes["alerts"]["p99_ms"],
-                "send_lag_p99_ms": api_r["send_lag_p99_ms"],
-                "loadavg_1m": [load_before, load_avg_1m()],
-            }
-        )
-    )
+    figures = {
+        "rps": api_r["rps"],
+        "p50_ms": api_r["p50_ms"],
+        "p99_ms": api_r["p99_ms"],
+        "errors": api_r["errors"] + base_r["errors"],
+        "workers": args.workers,
+        "requests": api_r["requests"],
+        "devices": args.devices,
+        "alerts": args.alerts,
+        "target_rps": args.rate,
+        "baseline_p50_ms": base_r["p50_ms"],
+        "baseline_p99_ms": base_r["p99_ms"],
+        "devices_p99_ms": routes["devices"]["p99_ms"],
+        "alerts_p99_ms": routes["alerts"]["p99_ms"],
+        "send_lag_p99_ms": api_r["send_lag_p99_ms"],
+        "loadavg_1m": [load_before, load_avg_1m()],
+    }
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:

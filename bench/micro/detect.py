@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.models.filecsv import DEFAULT_PIECE_ROWS, detect_csv
 
 START = pd.Timestamp("2026-01-01T00:00:00")
@@ -81,6 +85,7 @@ def main() -> None:
         f"read + write alone {base:.2f} s ({summary.rows / base:,.0f} rows/s)"
     )
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

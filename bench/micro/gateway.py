@@ -38,7 +38,14 @@ from paho.mqtt.properties import Properties
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import free_port, now_ms, private_stack_settings, rss_mb, tree_cpu_s
+from bench.common import (
+    free_port,
+    now_ms,
+    private_stack_settings,
+    rss_mb,
+    tree_cpu_s,
+    write_results,
+)
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets
@@ -238,17 +245,15 @@ def main() -> None:
             print(f"  caught up in {catch_up:.1f}s after Kafka returned")
         finally:
             stack.down()
-    print(
-        json.dumps(
-            {
-                "baseline_mqtt_rps": round(base),
-                "baseline_cpu_us_per_msg": round(base_cpu, 1),
-                "gateway_rps": {k: round(v) for k, v in rates.items()},
-                "gateway_cpu_us_per_msg": {k: round(v, 1) for k, v in cpus.items()},
-                "backpressure": pressure,
-            }
-        )
-    )
+    figures = {
+        "baseline_mqtt_rps": round(base),
+        "baseline_cpu_us_per_msg": round(base_cpu, 1),
+        "gateway_rps": {k: round(v) for k, v in rates.items()},
+        "gateway_cpu_us_per_msg": {k: round(v, 1) for k, v in cpus.items()},
+        "backpressure": pressure,
+    }
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

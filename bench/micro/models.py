@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import KINDS, create
 
@@ -87,6 +92,7 @@ def main() -> None:
         "alert_rate": alert_rate,
     }
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
+from bench.common import write_results
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
@@ -153,18 +154,16 @@ def main() -> None:
         best = cpu if best is None else min(best, cpu)
         print(f"pass: {cpu * 1e6 / readings:.1f} µs per reading ({out_rows} output rows)")
     assert best is not None
-    print(
-        json.dumps(
-            {
-                "us_per_reading": round(best * 1e6 / readings, 1),
-                "ms_per_batch": round(best * 1000 / len(measured), 1),
-                "out_rows_per_batch": round(out_rows / len(frames), 1),
-                "readings": readings,
-                "batches": len(measured),
-                "noise": args.noise,
-            }
-        )
-    )
+    figures = {
+        "us_per_reading": round(best * 1e6 / readings, 1),
+        "ms_per_batch": round(best * 1000 / len(measured), 1),
+        "out_rows_per_batch": round(out_rows / len(frames), 1),
+        "readings": readings,
+        "batches": len(measured),
+        "noise": args.noise,
+    }
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,15 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.contracts.settings import MqttSettings, Settings
 from fleetwatch.mqtt_config import configure
 from fleetwatch.simulator.publisher import Links
@@ -166,6 +170,7 @@ def main() -> None:
     }
     print(json.dumps(figures))
     sys.stdout.flush()
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import private_stack_settings, rss_mb
+from bench.common import private_stack_settings, rss_mb, write_results
 from fleetwatch.stack.manager import Stack
 
 REST_S = 20.0
@@ -52,6 +52,7 @@ def main() -> None:
         "rest_s": REST_S,
     }
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
+from bench.common import write_results
 from bench.micro.train_step import readings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
@@ -105,6 +106,7 @@ def main() -> None:
     for name, value in figures.items():
         print(f"{name:>24}: {value}")
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,18 @@ import cProfile
 import io
 import json
 import pstats
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
@@ -122,6 +127,7 @@ def main() -> None:
     for name, value in figures.items():
         print(f"{name:>24}: {value}")
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

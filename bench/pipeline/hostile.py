@@ -50,6 +50,7 @@ from bench.common import (
     percentile,
     stage,
     wait,
+    write_results,
 )
 from bench.pipeline.under_load import Probes, Watch, probe_prefix
 from fleetwatch.contracts.settings import KafkaSettings, Settings, TopicSettings
@@ -291,28 +292,25 @@ def main() -> None:
     print(f"alone: {alone}", flush=True)
     attacked = one_run(settings, args, with_hostile=True)
     print(f"hostile: {attacked}", flush=True)
-    print(
-        json.dumps(
-            {
-                "hostile_inputs": attacked["hostile_inputs"],
-                "accounted": attacked["accounted"],
-                "normal_alerts_identical": attacked["normal_alerts_identical"],
-                "stage_restarts": alone["stage_restarts"] + attacked["stage_restarts"],
-                "lost": alone["lost"] + attacked["lost"],
-                "normal_p99_ms": attacked["p99_ms"],
-                "alone_p99_ms": alone["p99_ms"],
-                "normal_p50_ms": attacked["p50_ms"],
-                "alone_p50_ms": alone["p50_ms"],
-                "spikes_without_alert": alone["spikes_without_alert"]
-                + attacked["spikes_without_alert"],
-                "normal_readings": attacked["normal_readings"],
-                "devices": args.devices,
-                "rate": args.rate,
-                "seconds": args.seconds,
-                "load_avg_1m": load_avg_1m(),
-            }
-        )
-    )
+    figures = {
+        "hostile_inputs": attacked["hostile_inputs"],
+        "accounted": attacked["accounted"],
+        "normal_alerts_identical": attacked["normal_alerts_identical"],
+        "stage_restarts": alone["stage_restarts"] + attacked["stage_restarts"],
+        "lost": alone["lost"] + attacked["lost"],
+        "normal_p99_ms": attacked["p99_ms"],
+        "alone_p99_ms": alone["p99_ms"],
+        "normal_p50_ms": attacked["p50_ms"],
+        "alone_p50_ms": alone["p50_ms"],
+        "spikes_without_alert": alone["spikes_without_alert"] + attacked["spikes_without_alert"],
+        "normal_readings": attacked["normal_readings"],
+        "devices": args.devices,
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "load_avg_1m": load_avg_1m(),
+    }
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,15 @@ from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import CpuShares, isolated_env, load_avg_1m, now_ms, percentile, percentiles
+from bench.common import (
+    CpuShares,
+    isolated_env,
+    load_avg_1m,
+    now_ms,
+    percentile,
+    percentiles,
+    write_results,
+)
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.stack.topics import delete_topics
@@ -422,7 +430,9 @@ def main() -> None:
     short_all = {
         r: {k: out[r][k] for k in ("lat_p50", "lat_p99", "load_avg_1m")} for r in out if r.isdigit()
     }
-    print(json.dumps({"label": args.label, **short_all}))
+    figures = {"label": args.label, **short_all}
+    print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import isolated_env, now_ms, percentiles, stage, wait
+from bench.common import isolated_env, now_ms, percentiles, stage, wait, write_results
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import client_config
 from fleetwatch.simulator.runner import run as run_fleet
@@ -130,6 +130,7 @@ def main() -> None:
         f"whole path ms: to Kafka {figures['alert_kafka_ms']}, to the API {figures['alert_api_ms']}"
     )
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 def _api_ok() -> bool:

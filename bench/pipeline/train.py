@@ -61,7 +61,16 @@ from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import cpu_s, isolated_env, load_avg_1m, now_ms, percentile, tree, tree_rss_mb
+from bench.common import (
+    cpu_s,
+    isolated_env,
+    load_avg_1m,
+    now_ms,
+    percentile,
+    tree,
+    tree_rss_mb,
+    write_results,
+)
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
 from fleetwatch.kafka_config import client_config
@@ -406,6 +415,7 @@ def main() -> None:
         "loadavg_1m": [load_from, load_to],
     }
     print(json.dumps(figures))
+    write_results(__file__, figures)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ from bench.common import (
     stage,
     tree_rss_mb,
     wait,
+    write_results,
 )
 from bench.pipeline.latency_anatomy import Batch, batches, decompose, gc_pauses
 from fleetwatch.contracts.settings import KafkaSettings, Settings
@@ -437,30 +438,26 @@ def main() -> None:
     for label, figures in phases.items():
         print(f"{label} over {len(runs)} runs: {figures}")
     print(json.dumps({"runs": runs, "max": top}))
-    print(
-        json.dumps(
-            {
-                "noise": args.noise,
-                "warmup_s": args.warmup,
-                "runs": len(runs),
-                "p50_ms_1k": phases["1k"]["p50_ms"],
-                "p99_ms_1k": phases["1k"]["p99_ms"],
-                "p50_ms_5k": phases["5k"]["p50_ms"],
-                "p95_ms_5k": phases["5k"]["p95_ms"],
-                "p99_ms_5k": phases["5k"]["p99_ms"],
-                "p99_over_p50_1k": phases["1k"]["p99_over_p50"],
-                "p99_over_p50_5k": phases["5k"]["p99_over_p50"],
-                "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
-                "jit_cores": [phases["1k"]["jit_cores"], phases["5k"]["jit_cores"]],
-                "load_avg_1m": [phases["1k"]["load_avg_1m"], phases["5k"]["load_avg_1m"]],
-                "max_throughput_rps": top.get("max_throughput_rps"),
-                "cold_throughput_rps": top.get("cold_throughput_rps"),
-                "peak_rss_mb": max(
-                    max(r["peak_rss_mb"] for r in runs), top.get("max_peak_rss_mb", 0.0)
-                ),
-            }
-        )
-    )
+    headline = {
+        "noise": args.noise,
+        "warmup_s": args.warmup,
+        "runs": len(runs),
+        "p50_ms_1k": phases["1k"]["p50_ms"],
+        "p99_ms_1k": phases["1k"]["p99_ms"],
+        "p50_ms_5k": phases["5k"]["p50_ms"],
+        "p95_ms_5k": phases["5k"]["p95_ms"],
+        "p99_ms_5k": phases["5k"]["p99_ms"],
+        "p99_over_p50_1k": phases["1k"]["p99_over_p50"],
+        "p99_over_p50_5k": phases["5k"]["p99_over_p50"],
+        "ingest_p99_ms_5k": phases["5k"]["ingest_p99_ms"],
+        "jit_cores": [phases["1k"]["jit_cores"], phases["5k"]["jit_cores"]],
+        "load_avg_1m": [phases["1k"]["load_avg_1m"], phases["5k"]["load_avg_1m"]],
+        "max_throughput_rps": top.get("max_throughput_rps"),
+        "cold_throughput_rps": top.get("cold_throughput_rps"),
+        "peak_rss_mb": max(max(r["peak_rss_mb"] for r in runs), top.get("max_peak_rss_mb", 0.0)),
+    }
+    print(json.dumps(headline))
+    write_results(__file__, headline)
 
 
 if __name__ == "__main__":

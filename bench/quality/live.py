@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import ROOT, end_gateway_session, isolated_env, stage, wait
+from bench.common import ROOT, end_gateway_session, isolated_env, stage, wait, write_results
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.models.mlflow_registry import model_name
@@ -185,6 +185,7 @@ def main() -> None:
         kind: {k: r[k] for k in keep} for kind, r in sorted(report["by_kind"].items())
     }
     print(json.dumps(summary))
+    write_results(__file__, summary)
 
 
 if __name__ == "__main__":

@@ -31,14 +31,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.evaluation.detections import run_starts
 from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.registry import detector_factory
@@ -179,6 +184,7 @@ def main() -> None:
         "loadavg_1m_end": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(result))
+    write_results(__file__, result)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,9 @@ from typing import Any
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_champion, encode_device
 from fleetwatch.contracts.settings import Settings
@@ -533,6 +536,7 @@ def main() -> None:
     report = summary(run, scenario, args.tolerance)
     show(report)
     print(json.dumps(report))
+    write_results(__file__, report)
 
 
 if __name__ == "__main__":

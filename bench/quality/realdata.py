@@ -59,6 +59,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import write_results
 from fleetwatch.evaluation.changepoints import LOW_FN, LOW_FP, SKAB_WINDOW_MS, STANDARD
 from fleetwatch.evaluation.ranking import average_precision, saturated_share
 from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
@@ -283,6 +286,7 @@ def main() -> None:
         "whole_file": figures(whole),
     }
     print(json.dumps(result))
+    write_results(__file__, result)
 
 
 if __name__ == "__main__":
