@@ -334,7 +334,7 @@ def main() -> None:
     parser.add_argument("--source", action="append", default=[], help="kafka reader option k=v")
     parser.add_argument("--sink", action="append", default=[], help="kafka writer option k=v")
     parser.add_argument(
-        "--buckets", type=int, default=None, help="state keys (default: score.BUCKETS)"
+        "--buckets", type=int, default=None, help="state keys (default: buckets.BUCKETS)"
     )
     parser.add_argument(
         "--no-counts", action="store_true", help="drop the count rows without summing them"
@@ -346,9 +346,9 @@ def main() -> None:
     from fleetwatch.streaming.spark_session import build_session
 
     if args.buckets is not None:
-        from fleetwatch.streaming.scorer import job as score
+        from fleetwatch.streaming import buckets
 
-        score.BUCKETS = args.buckets  # read by scorer_input when the plan is built
+        buckets.BUCKETS = args.buckets  # read by scorer_input when the plan is built
 
     settings = Settings()
     tag = uuid.uuid4().hex[:8]

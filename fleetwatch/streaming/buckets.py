@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
+BUCKETS = 16
+"""The scorer operator's keys: buckets of devices (part of the scorer's plan). Each key costs
+the Python worker a few state round trips and an Arrow frame per micro-batch whatever it holds,
+and each holds its devices' state in one value that is read and rewritten when any of them
+reports: fewer, larger buckets cost less per micro-batch until a bucket's value grows large.
+16 keep a 10,000-device fleet's state values to about 600 devices each
+(``bench/pipeline/score_anatomy.py --buckets N`` compares counts)."""
+
 
 def bucket_of(device_id: Column, buckets: int) -> Column:
     """The bucket of a device id column among ``buckets`` (Spark's Murmur3 ``hash``: stable
     across runs)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     return F.pmod(F.hash(device_id), F.lit(buckets))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fleetwatch.models.registry import KINDS
+from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer import bucket_step
 from fleetwatch.streaming.scorer.batch_counts import (
     ALERT_KINDS,
@@ -26,7 +27,6 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.device_step import Role
-from fleetwatch.streaming.scorer.job import BUCKETS
 from fleetwatch.streaming.scorer.processor import output_frame
 from fleetwatch.streaming.scorer.readings import Record, Rows
 from tests.unit.test_device_scoring import POLICY, T0, frame

@@ -33,11 +33,11 @@ from prometheus_client import Counter as PromCounter
 from fleetwatch.contracts.alerts import Severity
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import KINDS
+from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer.bucket_step import BucketOutput, BucketState
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KIND
 from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.episodes import DROPOUT
-from fleetwatch.streaming.scorer.job import BUCKETS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -8,7 +8,7 @@ The plan (PLAN_VERSION 14)::
                                                                                         union
     model.params (compacted, read from the earliest offset) ─parse─────────────────────┘
     (a fleet champion's record, key fleet:{scope}, is copied to every bucket)
-        └─ groupBy(bucket = buckets.bucket_of(device_id, BUCKETS), 16 buckets)
+        └─ groupBy(bucket = buckets.bucket_of(device_id, buckets.BUCKETS))
               .transformWithStateInPandas(BucketScorer, EventTime)
               └─ observe(the count rows' sums) ─ count rows dropped (batch_counts)
                    └─ (topic, key, value) rows ─▶ Kafka sink (the topic per row)
@@ -37,12 +37,21 @@ import threading
 from functools import partial
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry
+
+from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import spark_options
+from fleetwatch.runtime import serve_metrics
+from fleetwatch.streaming import buckets
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
+from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import stop_after_batch, watch
+from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics, counted
 from fleetwatch.streaming.scorer.errors import ScoringError
+from fleetwatch.streaming.scorer.processor import device_scorer
+from fleetwatch.streaming.spark_session import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,15 +67,6 @@ detector's averages, ``level_averages``; plan 12: each reading's partition and o
 the operator's input, dead letters and ``headers`` in its output, the quarantine fields; plan 13:
 what the PCA member carries of its last readings, ``joint_surprise``; plan 14: the metrics held
 since a move the fleet knows, ``familiar_moves``)."""
-BUCKETS = 16
-"""The operator's keys: buckets of devices (part of the plan). Each key costs the Python worker
-a few state round trips and an Arrow frame per micro-batch whatever it holds, and each holds
-its devices' state in one value that is read and rewritten when any of them reports.
-``bench/pipeline/score_anatomy.py --buckets N`` (1,000 devices, micro-batches back to back, shared
-2-core machine, one run each), batch p50 at 1,000 / 5,000 readings/s: 64 buckets (plan 5)
-1,168 / 1,081 ms, 16 buckets 785 / 824 ms, 8 buckets 758 / 791 ms. 16 keep a 10,000-device
-fleet's state values to ~600 devices each."""
-
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING, headers STRING"
 """``headers``: a dead letter's Kafka headers as JSON ``[[key, value], ...]`` (null on the
 other records), made the Kafka sink's ``headers`` column by :func:`kafka_rows`."""
@@ -90,12 +90,9 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     The operator's Python side pays per row and per column it is handed, so the reading stays
     one text column (plan 7: 10 array columns cost 38 ms per 2,300-row micro-batch, one text
     4 ms)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
-    from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
-    from fleetwatch.streaming.buckets import bucket_of
-
-    bucket = partial(bucket_of, buckets=BUCKETS)
+    bucket = partial(buckets.bucket_of, buckets=buckets.BUCKETS)
     device = F.col("key").cast("string")
     readings = (
         raw.where(device.isNotNull() & F.col("value").isNotNull())
@@ -117,7 +114,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
             "offset",
         )
     )
-    every_bucket = F.sequence(F.lit(0), F.lit(BUCKETS - 1))
+    every_bucket = F.sequence(F.lit(0), F.lit(buckets.BUCKETS - 1))
     updates = params.select(
         device.alias("device_id"),
         F.explode(
@@ -138,9 +135,6 @@ def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
     """The operator's input (:func:`scorer_input`) → output rows (:data:`OUTPUT_SCHEMA`), the
     micro-batch's counts summed into its progress report
     (:func:`~fleetwatch.streaming.scorer.batch_counts.counted`)."""
-    from fleetwatch.streaming.scorer.batch_counts import counted
-    from fleetwatch.streaming.scorer.processor import device_scorer
-
     return counted(
         inputs.groupBy("bucket").transformWithStateInPandas(
             statefulProcessor=device_scorer(settings),
@@ -154,7 +148,7 @@ def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
 def kafka_rows(out: DataFrame) -> DataFrame:
     """The operator's output (:data:`OUTPUT_SCHEMA`) → the Kafka sink's columns, ``headers``
     as Kafka wants them (parsed in the JVM only where the operator set them: dead letters)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     pairs = F.from_json(F.col("headers"), "array<array<string>>")
     headers = F.transform(
@@ -216,13 +210,6 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 def run(settings: Settings, stop: threading.Event) -> None:
     """Run until ``stop`` is set, then stop the query cleanly (the current batch completes).
     Meanwhile its metrics are served on ``score.metrics_port`` (unless 0)."""
-    from prometheus_client import CollectorRegistry
-
-    from fleetwatch.runtime import serve_metrics
-    from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
-    from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics
-    from fleetwatch.streaming.spark_session import build_session
-
     registry = CollectorRegistry()
     port = settings.score.metrics_port
     with serve_metrics(registry, port, "FLEETWATCH_SCORE__METRICS_PORT"):

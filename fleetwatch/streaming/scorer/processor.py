@@ -3,7 +3,7 @@
 
 The operator is keyed by a *bucket* of devices (a hash of the device id:
 :func:`~fleetwatch.streaming.buckets.bucket_of` into
-:data:`~fleetwatch.streaming.scorer.job.BUCKETS`), not by device: every
+:data:`~fleetwatch.streaming.buckets.BUCKETS`), not by device: every
 state call of ``transformWithStateInPandas`` is a round trip between the Python worker and the
 JVM, and per key the framework adds a few more, which at one key per device cost more than the
 scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
