@@ -15,7 +15,7 @@ consumers that de-duplicate events rather than episodes.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,6 +23,22 @@ from fleetwatch.contracts.telemetry import Seq
 
 AlertStatus = Literal["open", "update", "resolve", "withdraw"]
 Severity = Literal["info", "warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+ALERT_KINDS: tuple[str, ...] = (
+    "cusum",
+    "flatline",
+    "level",
+    "pca",
+    "seasonal",
+    "fixed-baseline",
+    "dropout",
+    "state",
+    "other",
+)
+"""The detector kinds an alert can name (``detector``): each registered detector's but the
+combiner's, the fixed baseline, ``dropout`` (a gap between readings) and ``state`` (a
+device-wide move). Counts and metrics label alerts by these; another kind (a detector added
+later) counts as ``other`` until it is added here (a unit test holds the list to the registry)."""
 
 
 class Alert(BaseModel):

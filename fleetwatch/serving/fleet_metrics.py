@@ -23,9 +23,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from fleetwatch.contracts.alerts import ALERT_KINDS, SEVERITIES
 from fleetwatch.serving.schemas.commands import CommandStatus
 from fleetwatch.serving.schemas.devices import DeviceStatus
-from fleetwatch.serving.schemas.webhooks import DeliveryStatus, Severity
+from fleetwatch.serving.schemas.webhooks import DeliveryStatus
 from fleetwatch.serving.store import Store, now_ms
 from fleetwatch.serving.tables import (
     AlertRow,
@@ -34,12 +35,10 @@ from fleetwatch.serving.tables import (
     DeviceRow,
     DeviceStateRow,
 )
-from fleetwatch.streaming.scorer.batch_counts import ALERT_KINDS
 
 logger = logging.getLogger(__name__)
 
 DEVICE_STATUSES: tuple[str, ...] = get_args(DeviceStatus)
-SEVERITIES: tuple[str, ...] = get_args(Severity)
 COMMAND_STATUSES: tuple[str, ...] = get_args(CommandStatus)
 DELIVERY_STATUSES: tuple[str, ...] = get_args(DeliveryStatus)
 
@@ -111,7 +110,7 @@ class FleetCollector(Collector):
             "Open alert episodes, by severity and detector kind",
             labels=["severity", "kind"],
         )
-        counted = {(s, k): 0 for s in SEVERITIES for k in ALERT_KINDS}
+        counted: dict[tuple[str, str], int] = {(s, k): 0 for s in SEVERITIES for k in ALERT_KINDS}
         for severity, detector, n in alerts:
             kind = detector if detector in ALERT_KINDS else "other"
             if (severity, kind) in counted:

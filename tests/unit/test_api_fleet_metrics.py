@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetwatch.contracts.alerts import ALERT_KINDS, SEVERITIES
 from fleetwatch.serving.fleet_metrics import COMMAND_STATUSES, DEVICE_STATUSES
-from fleetwatch.streaming.scorer.batch_counts import ALERT_KINDS, SEVERITIES
 from tests.unit.api_support import Api, make_alert, running_api
 from tests.unit.test_api import feed, state
 

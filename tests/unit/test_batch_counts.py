@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from fleetwatch.contracts.alerts import ALERT_KINDS
+from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer import bucket_step
 from fleetwatch.streaming.scorer.batch_counts import (
-    ALERT_KINDS,
     COUNT_NAMES,
     COUNT_ROLE,
     READING_COUNTS,
@@ -26,7 +27,9 @@ from fleetwatch.streaming.scorer.bucket_step import (
     new_bucket,
     score_bucket,
 )
+from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KIND
 from fleetwatch.streaming.scorer.device_step import Role
+from fleetwatch.streaming.scorer.episodes import DROPOUT
 from fleetwatch.streaming.scorer.processor import output_frame
 from fleetwatch.streaming.scorer.readings import Record, Rows
 from tests.unit.test_device_scoring import POLICY, T0, frame
@@ -88,8 +91,9 @@ def test_count_rows_follow_the_records_and_carry_no_topic() -> None:
 
 
 def test_the_names_are_a_fixed_bounded_list_covering_every_registered_detector() -> None:
-    assert set(KINDS) - {"combined"} <= set(ALERT_KINDS)
-    assert {"dropout", "state", "fixed-baseline", "other"} <= set(ALERT_KINDS)
+    named = {*KINDS} - {"combined"} | {FixedBaseline.kind, DROPOUT, DEVICE_WIDE_KIND}
+    assert len(ALERT_KINDS) == len(set(ALERT_KINDS))
+    assert set(ALERT_KINDS) == named | {"other"}, "every kind the scorer can name, no other"
     alerts = 3 * 3 * len(ALERT_KINDS)
     assert len(COUNT_NAMES) == len(set(COUNT_NAMES)) == len(READING_COUNTS) + alerts + BUCKETS
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
+from fleetwatch.contracts.alerts import Severity
 from fleetwatch.serving.auth import Operator, Reader
 from fleetwatch.serving.deps import StoreDep
 from fleetwatch.serving.routes.params import (
@@ -44,7 +45,7 @@ async def list_alerts(
     device_id: Annotated[
         str | None, Query(pattern=DEVICE_ID_PATTERN, deprecated=True, description="= device")
     ] = None,
-    severity: Literal["info", "warning", "critical"] | None = None,
+    severity: Severity | None = None,
     state: AlertState | None = None,
     acknowledged: bool | None = None,
     from_ms: FromMs = None,

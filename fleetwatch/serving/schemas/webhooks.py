@@ -4,10 +4,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from fleetwatch.contracts.alerts import AlertStatus, Severity
 from fleetwatch.serving.schemas.common import DeviceId, Page, Tag, text
 
-Severity = Literal["info", "warning", "critical"]
-EventStatus = Literal["open", "update", "resolve", "withdraw"]
+EventStatus = AlertStatus
 Secret = Annotated[str, StringConstraints(pattern=r"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$")]
 Url = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 

@@ -25,19 +25,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from fleetwatch.contracts.alerts import Severity
-from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.models.registry import KINDS
+from fleetwatch.contracts.alerts import ALERT_KINDS, SEVERITIES
 from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer.bucket_step import BucketOutput, BucketState
-from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KIND
 from fleetwatch.streaming.scorer.device_step import Role
-from fleetwatch.streaming.scorer.episodes import DROPOUT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -66,16 +62,6 @@ QUARANTINED = "quarantined:"
 """The count of a bucket's quarantined devices: ``quarantined:{bucket}``."""
 ALERT_EVENTS = ("open", "resolve", "withdraw")
 """The alert events counted (an ``update`` is neither a new alert nor its end)."""
-ALERT_KINDS = (
-    *sorted(k for k in KINDS if k != "combined"),
-    FixedBaseline.kind,
-    DROPOUT,
-    DEVICE_WIDE_KIND,
-    "other",
-)
-"""Detector kinds an alert can name; another (a detector registered later) counts as ``other``
-until it is added here."""
-SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 
 def alert_count_name(event: str, kind: str, severity: str) -> str:

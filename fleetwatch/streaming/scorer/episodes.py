@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from fleetwatch.contracts.alerts import alert_id, event_id
+from fleetwatch.contracts.alerts import Severity, alert_id, event_id
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT, score_from_surprise
 
 CALM_SCORE = float(score_from_surprise(S_ALERT / 2))
@@ -40,7 +40,7 @@ UPDATE_STEP = 0.05
 DROPOUT = "dropout"
 
 
-def severity_of(score: float) -> str:
+def severity_of(score: float) -> Severity:
     return "critical" if score >= CRITICAL_SCORE else "warning"
 
 
@@ -78,7 +78,7 @@ class Episode:
     calm: int = 0
     opened: bool = False
     revision: int = -1
-    severity: str = "warning"
+    severity: Severity = "warning"
     peak: float = 0.0
     gap_from_ms: int | None = None
     gap_limit_ms: float | None = None
