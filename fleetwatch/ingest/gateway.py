@@ -36,6 +36,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import Headers, Outcome, capped, handle
 from fleetwatch.ingest.acks import handle_ack
@@ -52,10 +53,6 @@ logger = logging.getLogger(__name__)
 SESSION_EXPIRY_S = 7 * 24 * 3600
 RECONNECT_MIN_S, RECONNECT_MAX_S = 1, 2
 """paho's reconnect back-off (its default grows to 2 minutes)."""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import MqttSettings
 from fleetwatch.simulator.devices import command_for, obey
 from fleetwatch.simulator.engine import Fleet, Tick
@@ -39,10 +40,6 @@ due reading was a third of the publisher's CPU. A reading goes out at most this 
 
 class StopFlag(Protocol):
     def is_set(self) -> bool: ...
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)

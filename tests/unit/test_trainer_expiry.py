@@ -10,11 +10,11 @@ import json
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.model_params import encode_device
 from fleetwatch.contracts.settings import TopicSettings
 from fleetwatch.models import params
 from fleetwatch.serving.materialiser import batch_of
-from fleetwatch.serving.store import now_ms
 from fleetwatch.serving.store.ingest import write
 from fleetwatch.serving.tables import ModelRow
 from fleetwatch.streaming.scorer.bucket_step import (

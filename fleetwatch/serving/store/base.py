@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -13,10 +12,6 @@ from fleetwatch.serving.db import make_engine, migrate, ping
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Store:

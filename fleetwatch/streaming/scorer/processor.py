@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetwatch.contracts import clock
 from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.heap import settle_worker
@@ -271,7 +271,7 @@ def device_scorer(settings: Settings) -> Any:
             frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             bucket, saved = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = clock.now_ms()
             scored = score_rows(frame, bucket, saved, key[0], watermark, now_ms, self.context)
             self._save(bucket)
             yield scored
@@ -281,7 +281,7 @@ def device_scorer(settings: Settings) -> Any:
         ) -> Iterator[pd.DataFrame]:
             bucket, _ = self._load()
             watermark = timerValues.getCurrentWatermarkInMs()
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = clock.now_ms()
             out = expire_bucket(bucket, watermark, now_ms, policy, self.store)
             self._save(bucket)
             counts = bucket_counts(out)
