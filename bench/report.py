@@ -83,7 +83,7 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench(
         "quality-offline",
-        "python bench/quality/offline.py",
+        "python bench/quality/offline.py --start 2026-11-20T10:00:00Z",
         (
             Figure("simulated fleet F1, offline replay", key("f1"), digits=3),
             Figure("simulated fleet recall, offline replay", key("recall"), digits=3),
