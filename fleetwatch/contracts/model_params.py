@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast, final
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope
 
@@ -127,9 +128,9 @@ def decode(value: str | bytes | None, key: str | bytes | None = None) -> ParamsR
     if not value:
         raise ParamsRecordError("empty record (a tombstone or nothing)")
     try:
-        body = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ParamsRecordError(f"not JSON: {exc}") from exc
+        body = wire.loads(value)
+    except wire.RecordRejected as exc:
+        raise ParamsRecordError(str(exc)) from exc
     if not isinstance(body, dict):
         raise ParamsRecordError(f"not a JSON object but {type(body).__name__}")
     if isinstance(key, bytes):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX
 
 
@@ -34,7 +35,7 @@ def newest_lift(values: list[str]) -> int | None:
     newest: int | None = None
     for value in values:
         try:
-            lifted = json.loads(value).get("lifted_ms")
+            lifted = wire.loads(value).get("lifted_ms")
         except (ValueError, AttributeError):
             continue
         if type(lifted) is int and (newest is None or lifted > newest):

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from fleetwatch.contracts import model_params
+from fleetwatch.contracts import model_params, wire
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
@@ -18,10 +17,7 @@ from fleetwatch.serving.store.ingest import AckRecord, ModelRecord
 def _object(value: bytes | None) -> dict[str, Any]:
     if not value:
         raise ValueError("empty record (a tombstone or nothing)")
-    try:
-        body = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from exc
+    body = wire.loads(value)
     if not isinstance(body, dict):
         raise ValueError(f"not a JSON object but {type(body).__name__}")
     return body

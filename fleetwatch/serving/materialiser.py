@@ -82,7 +82,7 @@ def batch_of(
                     batch.models.append(record := decode.decode_model(msg.key(), msg.value()))
             elif kind == "telemetry":
                 batch.readings.append(record := decode.decode_reading(msg.value()))
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
             logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
             refuse(msg, f"not a valid {kind} record: {first_line(exc)}")
             continue

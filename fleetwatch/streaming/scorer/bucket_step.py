@@ -26,7 +26,6 @@ When the bucket's timer fires, :func:`expire_bucket` lets the devices that are d
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 from collections.abc import Iterable, Mapping
@@ -36,6 +35,7 @@ from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.streaming.scorer import quarantine
 from fleetwatch.streaming.scorer.detectors import (
@@ -294,8 +294,8 @@ def _known_metrics(
 
 def _seq_of(record: Record) -> object:
     try:
-        return json.loads(record.text).get("seq")
-    except (ValueError, AttributeError):
+        return wire.loads(record.text).get("seq")
+    except (wire.RecordRejected, AttributeError):
         return None
 
 

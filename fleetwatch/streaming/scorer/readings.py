@@ -4,7 +4,6 @@ microseconds; a scorer batch touches thousands of devices)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
@@ -14,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.telemetry import INT64_MAX, VALUE_LIMIT
 
 INTEGERS = (
@@ -142,11 +142,19 @@ def readings_by_device(
     refused: list[Refused] = []
     places = repeat(UNKNOWN) if sources is None else sources
     for device_id, text, source in zip(devices, texts, places, strict=sources is not None):
-        reading = _reading(text)
-        record = Record(text, source)
+        try:
+            reading = _reading(text)
+        except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
+            reading = f"unreadable: {type(exc).__name__}: {exc}"[:500]
+        if not (device_id.isascii() or wire.is_utf8(device_id)):
+            reading = "the record key is not UTF-8"
         if isinstance(reading, str):
-            refused.append(Refused(device_id, record, reading))
+            # what the scorer writes must encode: bytes that were not UTF-8 are replaced
+            # (the dead letter's source offset leads to the record as it was)
+            kept = Record(wire.utf8_text(text), source)
+            refused.append(Refused(wire.utf8_text(device_id), kept, reading))
             continue
+        record = Record(text, source)
         records.setdefault(device_id, []).append(record)
         metrics: dict[str, float | None] = reading["metrics"]
         n = len(metrics)
@@ -179,9 +187,9 @@ def _split(
 def _reading(text: str) -> dict[str, Any] | str:
     """The reading, or why the text is not one."""
     try:
-        r = json.loads(text)
-    except ValueError as exc:
-        return f"not JSON: {exc}"
+        r = wire.loads(text)
+    except wire.RecordRejected as exc:
+        return str(exc)
     if not isinstance(r, dict):
         return "not a JSON object"
     event_ms, metrics = r.get("event_ms"), r.get("metrics")

@@ -14,7 +14,6 @@ the late topic, and :func:`diff` shows it.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import uuid
@@ -22,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
 from fleetwatch.kafka_config import spark_options
@@ -112,7 +112,7 @@ def read_events(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> li
     out: list[dict[str, Any]] = []
     for _, value in read_to_end(kafka, topic, group, timeout_s):
         try:
-            event = json.loads(value or b"")
+            event = wire.loads(value)
         except ValueError:
             continue
         if isinstance(event, dict):
