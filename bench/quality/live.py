@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import ROOT, end_gateway_session, isolated_env, stage, wait, write_results
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.registry import model_name
 from fleetwatch.kafka_topic import end_offsets
-from fleetwatch.models.mlflow_registry import model_name
 from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics

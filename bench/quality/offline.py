@@ -63,9 +63,9 @@ from bench.common import write_results
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_champion, encode_device
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.publish import pooled_by_scope
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
-from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.kinds import KINDS

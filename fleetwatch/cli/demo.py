@@ -126,7 +126,7 @@ def demo(
 
 
 def _fleet_model(settings: Settings, min_devices: int, stop: threading.Event) -> None:
-    from fleetwatch.models.fleet_bootstrap import first_fleet_models
+    from fleetwatch.fleet.bootstrap import first_fleet_models
 
     try:
         for line in first_fleet_models(settings, min_devices, stop):

@@ -14,7 +14,7 @@ from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 
 if TYPE_CHECKING:
-    from fleetwatch.models.mlflow_registry import AliasMove, ModelRegistry
+    from fleetwatch.fleet.registry import AliasMove, ModelRegistry
 
 app = typer.Typer(
     help="Fleet models in the MLflow registry: champion and challenger.", no_args_is_help=True
@@ -42,8 +42,8 @@ Publish = Annotated[
 
 def _registry(tracking_uri: str | None) -> ModelRegistry:
     # imported here: mlflow takes a second to import, which no other subcommand should pay
-    from fleetwatch.models.mlflow_registry import ModelRegistry
-    from fleetwatch.models.mlflow_store import with_tracking_uri
+    from fleetwatch.fleet.registry import ModelRegistry
+    from fleetwatch.fleet.store import with_tracking_uri
 
     try:
         return ModelRegistry(with_tracking_uri(load_settings(), tracking_uri))
@@ -161,8 +161,8 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 def register_fleet(tracking_uri: TrackingUri = None) -> None:
     """Pool the devices' learned PCA moments from model.params into one fleet model per
     scope (metric set) and register each as a new challenger version."""
-    from fleetwatch.models.fleet_publish import register_fleet_models
-    from fleetwatch.models.mlflow_store import with_tracking_uri
+    from fleetwatch.fleet.publish import register_fleet_models
+    from fleetwatch.fleet.store import with_tracking_uri
 
     try:
         registered = register_fleet_models(with_tracking_uri(load_settings(), tracking_uri))
@@ -178,9 +178,9 @@ def _publish(registry: ModelRegistry, name: str, tracking_uri: str | None) -> No
     """The champion of ``name`` onto ``model.params`` under ``fleet:{scope}``."""
     from confluent_kafka import KafkaException
 
-    from fleetwatch.models.fleet_publish import publish_champion
-    from fleetwatch.models.mlflow_registry import CHAMPION, TAG_SCOPE
-    from fleetwatch.models.mlflow_store import with_tracking_uri
+    from fleetwatch.fleet.publish import publish_champion
+    from fleetwatch.fleet.registry import CHAMPION, TAG_SCOPE
+    from fleetwatch.fleet.store import with_tracking_uri
 
     try:
         scope = registry.version(name, alias=CHAMPION).tags.get(TAG_SCOPE)

@@ -106,7 +106,7 @@ def train(
 
 def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
     """After a backfill: the fleet models of what it learned, as challengers in the registry."""
-    from fleetwatch.models.fleet_publish import register_fleet_models
+    from fleetwatch.fleet.publish import register_fleet_models
 
     for scope, version in register_fleet_models(settings, run_id=run_id).items():
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)

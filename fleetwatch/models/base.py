@@ -135,7 +135,7 @@ class Detector(ABC):
 
     def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
         """Hold a stream no less strictly than its metric's tail pooled over the fleet,
-        ``tails`` (:mod:`~fleetwatch.models.fleet_tails`; empty: none): a young one at least,
+        ``tails`` (:mod:`~fleetwatch.fleet.tails`; empty: none): a young one at least,
         until its own excursions set its threshold. Nothing to do for a detector without such
         tails."""
         return None
@@ -143,7 +143,7 @@ class Detector(ABC):
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:
         """Per metric whose scored statistic has a tail of its own: the metric, its tail and
         the threshold that tail sets in force, for the fleet's pool
-        (:mod:`~fleetwatch.models.fleet_tails`). Empty for a detector without such tails."""
+        (:mod:`~fleetwatch.fleet.tails`). Empty for a detector without such tails."""
         return []
 
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:

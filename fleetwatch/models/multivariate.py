@@ -191,10 +191,10 @@ class PcaDetector(Detector):
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         self.bounds: FloatArray | None = None
         """(2, metrics): the lowest and highest value some pooled device holds normal (a fleet
-        model's, :func:`~fleetwatch.models.fleet.pool_pca`); ``None`` for a device's own."""
+        model's, :func:`~fleetwatch.fleet.pca.pool_pca`); ``None`` for a device's own."""
         self.states: FloatArray | None = None
         """(2, devices, metrics): each pooled device's own low and high end of every metric (a
-        fleet model's, :func:`~fleetwatch.models.fleet.device_states`); ``None`` for a device's
+        fleet model's, :func:`~fleetwatch.fleet.pca.device_states`); ``None`` for a device's
         own, and for a fleet model pooled before they were kept."""
         self._model: PcaModel | None = None
         self.last: list[float] = []

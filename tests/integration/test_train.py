@@ -181,8 +181,8 @@ def test_a_backfill_learns_its_range_then_files_continue_the_versions(
 def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflow(
     isolated: Isolated, tmp_path: Path
 ) -> None:
-    from fleetwatch.models.mlflow_registry import ModelRegistry, champion_params
-    from fleetwatch.models.mlflow_store import client_for, experiment_id
+    from fleetwatch.fleet.registry import ModelRegistry, champion_params
+    from fleetwatch.fleet.store import client_for, experiment_id
 
     devices = [f"m{isolated.tag}-{i}" for i in range(3)]
     produce(isolated, [reading(d, s) for d in devices for s in range(60)])

@@ -12,9 +12,9 @@ from typer.testing import CliRunner, Result
 from fleetwatch.cli import models as models_cli
 from fleetwatch.cli.main import app
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.mlflow_registry import CHAMPION, ModelRegistry
-from fleetwatch.models.tracking import MlflowTrainingObserver
+from fleetwatch.fleet.pca import pool_pca
+from fleetwatch.fleet.registry import CHAMPION, ModelRegistry
+from fleetwatch.fleet.tracking import MlflowTrainingObserver
 from tests.unit.mlflow_store import fleet_params, local_settings
 
 Invoke = Callable[..., Result]

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from sklearn.decomposition import PCA
 
+from fleetwatch.fleet.pca import MAX_STATES, RANGE_Z, device_states, fleet_range, pool_pca
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import FleetModelError, ParamsError
-from fleetwatch.models.fleet import MAX_STATES, RANGE_Z, device_states, fleet_range, pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit import signals
 from tests.unit.mlflow_store import device_readings

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fleetwatch.models import fleet_bootstrap
-from fleetwatch.models.mlflow_registry import CHAMPION, ModelRegistry
+from fleetwatch.fleet import bootstrap as fleet_bootstrap
+from fleetwatch.fleet.registry import CHAMPION, ModelRegistry
 from tests.unit.mlflow_store import fleet_params, local_settings
 
 

@@ -14,10 +14,10 @@ import pytest
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.model_params import encode_champion
+from fleetwatch.fleet.pca import pool_pca
+from fleetwatch.fleet.publish import pooled_by_scope
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
-from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_publish import pooled_by_scope
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model, fleet_params

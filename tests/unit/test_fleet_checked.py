@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fleetwatch.fleet.pca import pool_pca
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE
-from fleetwatch.models.fleet import pool_pca
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE

@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fleetwatch.models.fleet_publish import pca_params, pooled_by_scope, scope_of
+from fleetwatch.fleet.publish import pca_params, pooled_by_scope, scope_of
 from fleetwatch.models.registry import default_detector
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.fleet.publish import pooled_by_scope
+from fleetwatch.fleet.tails import POOLED_FROM, field_of, pool_tails, tails_of
 from fleetwatch.models.base import Detector
-from fleetwatch.models.fleet_publish import pooled_by_scope
-from fleetwatch.models.fleet_tails import POOLED_FROM, field_of, pool_tails, tails_of
 from fleetwatch.models.level import UNBACKED, LevelShiftDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector

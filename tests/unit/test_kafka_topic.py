@@ -16,9 +16,9 @@ from fleetwatch import kafka_topic
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_champion, encode_device
 from fleetwatch.contracts.settings import KafkaSettings, Settings
+from fleetwatch.fleet.publish import read_table
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models import params
-from fleetwatch.models.fleet_publish import read_table
 from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.streaming.scorer.replay import read_events

@@ -12,10 +12,8 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
-from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_tails import field_of, tails_of
-from fleetwatch.models.mlflow_registry import (
+from fleetwatch.fleet.pca import pool_pca
+from fleetwatch.fleet.registry import (
     CHALLENGER,
     CHAMPION,
     PREVIOUS_CHAMPION,
@@ -24,9 +22,11 @@ from fleetwatch.models.mlflow_registry import (
     champion_params,
     model_name,
 )
+from fleetwatch.fleet.tails import field_of, tails_of
+from fleetwatch.fleet.tracking import MlflowTrainingObserver
+from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.tail import StreamTail
-from fleetwatch.models.tracking import MlflowTrainingObserver
 from tests.unit import signals
 from tests.unit.mlflow_store import fleet_params, local_settings
 

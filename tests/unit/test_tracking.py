@@ -9,8 +9,8 @@ import pytest
 from mlflow import MlflowClient
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.tracking import MlflowTrainingObserver, evaluation_metrics
 from fleetwatch.models.errors import TrackingError
-from fleetwatch.models.tracking import MlflowTrainingObserver, evaluation_metrics
 from fleetwatch.streaming.trainer.observer import NoopObserver, TrainingObserver
 from tests.unit.mlflow_store import local_settings
 

@@ -20,9 +20,9 @@ from typing import Any
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.contracts.model_params import decode
+from fleetwatch.fleet.tails import tails_of
 from fleetwatch.models.base import Detector
 from fleetwatch.models.errors import ModelError
-from fleetwatch.models.fleet_tails import tails_of
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.tail import StreamTail
@@ -33,7 +33,7 @@ from fleetwatch.streaming.scorer.readings import Rows
 @dataclass(frozen=True)
 class FleetModel:
     """A scope's champion as the scorer holds it: the label alerts carry (``name/version``),
-    and the members' tails pooled with it by kind (:mod:`~fleetwatch.models.fleet_tails`)."""
+    and the members' tails pooled with it by kind (:mod:`~fleetwatch.fleet.tails`)."""
 
     label: str
     detector: Detector

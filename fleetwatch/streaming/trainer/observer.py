@@ -59,9 +59,9 @@ class NoopObserver:
 
 
 def default_observer(settings: Settings) -> TrainingObserver:
-    """The MLflow observer (:mod:`fleetwatch.models.tracking`) unless tracking is off."""
+    """The MLflow observer (:mod:`fleetwatch.fleet.tracking`) unless tracking is off."""
     if not settings.train.tracking:
         return NoopObserver()
-    from fleetwatch.models.tracking import MlflowTrainingObserver  # mlflow: a second to import
+    from fleetwatch.fleet.tracking import MlflowTrainingObserver  # mlflow: a second to import
 
     return MlflowTrainingObserver(settings)

@@ -2,6 +2,6 @@
 
 from mlflow.models import set_model
 
-from fleetwatch.models.fleet_pyfunc import FleetPcaModel
+from fleetwatch.fleet.pyfunc import FleetPcaModel
 
 set_model(FleetPcaModel())

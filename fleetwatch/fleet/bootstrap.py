@@ -9,7 +9,7 @@ import logging
 import threading
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models.fleet_publish import pooled_by_scope, publish_champion, read_table
+from fleetwatch.fleet.publish import pooled_by_scope, publish_champion, read_table
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def first_fleet_models(
     """Wait (checking every ``every_s``) until a scope has ``min_devices`` learned devices, then
     register, promote and publish a fleet model for each such scope; one line per model of what
     was done (empty when stopped first)."""
-    from fleetwatch.models.mlflow_registry import ModelRegistry
+    from fleetwatch.fleet.registry import ModelRegistry
 
     while not stop.wait(every_s):
         scopes = ready_scopes(settings, min_devices)

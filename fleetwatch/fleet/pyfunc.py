@@ -2,7 +2,7 @@
 
 The model directory holds the fleet's :class:`PcaDetector` parameters as an artifact
 (``artifacts/params.json``, the same canonical JSON as on ``model.params``) and this code: it
-is saved "from code" (:mod:`fleetwatch.models.fleet_pyfunc_code` names the model), so loading
+is saved "from code" (:mod:`fleetwatch.fleet.pyfunc_code` names the model), so loading
 runs fleetwatch's own scoring rather than unpickling an object. The loading environment needs
 fleetwatch installed.
 

@@ -34,8 +34,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.errors import TrackingError
-from fleetwatch.models.mlflow_store import client_for, experiment_id, mlflow_errors
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from fleetwatch.contracts import model_params
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.pca import pool_pca
+from fleetwatch.fleet.tails import member_params, pool_tails
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
-from fleetwatch.models.fleet import pool_pca
-from fleetwatch.models.fleet_tails import member_params, pool_tails
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def pooled_by_scope(
 ) -> dict[str, tuple[dict[str, Any], int]]:
     """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table (the fleet
     champions' own records in it are left out). The pooled parameters also carry the level
-    member's tails pooled over the scope's devices (:mod:`~fleetwatch.models.fleet_tails`)."""
+    member's tails pooled over the scope's devices (:mod:`~fleetwatch.fleet.tails`)."""
     groups: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for device_id, record in table.items():
@@ -89,7 +89,7 @@ def pooled_by_scope(
 
 def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict[str, int]:
     """Pool and register one new version per scope; returns ``{scope: version}``."""
-    from fleetwatch.models.mlflow_registry import ModelRegistry
+    from fleetwatch.fleet.registry import ModelRegistry
 
     registry = ModelRegistry(settings)
     registered = {}
@@ -108,7 +108,7 @@ def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     no champion. The record's version is one above the key's latest on the topic."""
     from confluent_kafka import Producer
 
-    from fleetwatch.models.mlflow_registry import champion
+    from fleetwatch.fleet.registry import champion
 
     found = champion(settings, scope)
     if found is None:

@@ -13,7 +13,7 @@ Aliases:
   then follows the ``fleetwatch.replaced`` tag one step further back (or goes away), so
   repeated rollbacks walk back through the promotions.
 
-The scorer follows ``champion``: :func:`fleetwatch.models.fleet_publish.publish_champion` puts
+The scorer follows ``champion``: :func:`fleetwatch.fleet.publish.publish_champion` puts
   it on ``model.params`` (``promote`` and ``rollback`` do).
 """
 
@@ -38,10 +38,10 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.models import fleet_pyfunc
+from fleetwatch.fleet import pyfunc as fleet_pyfunc
+from fleetwatch.fleet.store import client_for, experiment_id, mlflow_errors
+from fleetwatch.fleet.tails import POOLED, field_of, tails_of
 from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
-from fleetwatch.models.fleet_tails import POOLED, field_of, tails_of
-from fleetwatch.models.mlflow_store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import dumps, loads
 
@@ -56,7 +56,7 @@ TAG_REPLACED = "fleetwatch.replaced"
 TAG_ROLLED_BACK = "fleetwatch.rolled_back"
 MODEL_DIR = "fleet-models"
 """Run artifact folder the fleet models are logged under (one sub-folder per scope)."""
-_CODE = Path(fleet_pyfunc.__file__).with_name("fleet_pyfunc_code.py")
+_CODE = Path(fleet_pyfunc.__file__).with_name("pyfunc_code.py")
 _SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _NOT_FOUND = ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
