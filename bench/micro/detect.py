@@ -27,7 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import write_results
-from fleetwatch.models.filecsv import DEFAULT_PIECE_ROWS, detect_csv
+from fleetwatch.filemode.csvfile import DEFAULT_PIECE_ROWS, detect_csv
 
 START = pd.Timestamp("2026-01-01T00:00:00")
 

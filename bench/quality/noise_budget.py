@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import write_results
 from fleetwatch.evaluation.detections import run_starts
-from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
+from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.registry import detector_factory
 
 STEP_MS = 10_000

@@ -65,8 +65,8 @@ from bench.common import write_results
 from fleetwatch.evaluation.changepoints import LOW_FN, LOW_FP, SKAB_WINDOW_MS, STANDARD
 from fleetwatch.evaluation.ranking import average_precision, saturated_share
 from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
+from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.base import Detector
-from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.registry import default_detector, detector_factory
 
 CATEGORIES = ("valve1", "valve2", "other")

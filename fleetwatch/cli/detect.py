@@ -11,9 +11,9 @@ from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
-from fleetwatch.models.filecolumns import DEVICE_NAMES, TIME_NAMES
-from fleetwatch.models.filecsv import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
-from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS
+from fleetwatch.filemode.columns import DEVICE_NAMES, TIME_NAMES
+from fleetwatch.filemode.csvfile import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
+from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS
 from fleetwatch.models.registry import KINDS, Tuning, detector_factory
 
 console = Console()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner, Result
 
 from fleetwatch.cli import detect as detect_cli
 from fleetwatch.cli.main import app
-from fleetwatch.models.filemode import OUTPUT_COLUMNS, detect_frame
+from fleetwatch.filemode.scoring import OUTPUT_COLUMNS, detect_frame
 from tests.unit.recordings import recording
 
 Invoke = Callable[..., Result]

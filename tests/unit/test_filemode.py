@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fleetwatch.models.filecolumns import (
+from fleetwatch.filemode.columns import (
     FileColumns,
     FileModeError,
     choose_columns,
     parse_times,
     time_kind,
 )
-from fleetwatch.models.filemode import NO_VALUES, OUTPUT_COLUMNS, FileDetector, detect_frame
+from fleetwatch.filemode.scoring import NO_VALUES, OUTPUT_COLUMNS, FileDetector, detect_frame
 from tests.unit.recordings import START_S, recording
 
 VALUES = ["temp", "hum"]

@@ -26,15 +26,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from fleetwatch.models.base import Detector
-from fleetwatch.models.batch import Batch
-from fleetwatch.models.filecolumns import (
+from fleetwatch.filemode.columns import (
     FileColumns,
     FileModeError,
     numbers,
     parse_times,
     time_kind,
 )
+from fleetwatch.models.base import Detector
+from fleetwatch.models.batch import Batch
 from fleetwatch.models.registry import default_detector
 
 logger = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from fleetwatch.filemode.columns import FileColumns, FileModeError, choose_columns
+from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, FileDetector
 from fleetwatch.models.base import Detector
-from fleetwatch.models.filecolumns import FileColumns, FileModeError, choose_columns
-from fleetwatch.models.filemode import DEFAULT_CHUNK_ROWS, FileDetector
 from fleetwatch.models.registry import default_detector
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,2 @@
+"""File mode (``fleetwatch detect``): a recorded file scored online and causally, reading by
+reading, with the detectors the streaming path runs."""
