@@ -84,6 +84,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fleetwatch bench tests
+	$(VENV)/bin/lint-imports --no-logo --cache-dir $(CACHE)/import-linter
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
