@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.stages import serve_api
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import FleetwatchError
 
 if TYPE_CHECKING:
@@ -47,8 +49,6 @@ def api(
     """The HTTP API (and its Kafka materialiser, command tracker and webhook delivery)."""
     if ctx.invoked_subcommand is not None:
         return
-    from fleetwatch.cli.stages import serve_api
-
     settings = load_settings()
     if anonymous_read:
         settings = settings.model_copy(
@@ -61,7 +61,9 @@ def api(
 
 
 def _store() -> Store:
-    from fleetwatch.serving.store import Store
+    from fleetwatch.serving.store import (
+        Store,  # lazy: sqlalchemy only for the commands that use the database
+    )
 
     settings = load_settings()
     settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -80,8 +82,9 @@ def create(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Create a key and print it: it is shown this once (only its hash is stored)."""
-    from fleetwatch.serving.store import now_ms
-    from fleetwatch.serving.store.keys import create_key
+    from fleetwatch.serving.store.keys import (
+        create_key,  # lazy: sqlalchemy only for the commands that use the database
+    )
 
     store = _store()
     try:
@@ -104,7 +107,9 @@ def create(
 @keys.command("list")
 def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Every key: id, name, scopes, created, revoked."""
-    from fleetwatch.serving.store.keys import list_keys
+    from fleetwatch.serving.store.keys import (
+        list_keys,  # lazy: sqlalchemy only for the commands that use the database
+    )
 
     store = _store()
     try:
@@ -134,8 +139,9 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = 
 @keys.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="the key id (see `keys list`)")]) -> None:
     """Revoke a key (a running API refuses it within api.key_cache_s)."""
-    from fleetwatch.serving.store import now_ms
-    from fleetwatch.serving.store.keys import revoke as revoke_key
+    from fleetwatch.serving.store.keys import (
+        revoke as revoke_key,  # lazy: sqlalchemy only for the commands that use the database
+    )
 
     store = _store()
     try:

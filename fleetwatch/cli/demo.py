@@ -17,6 +17,7 @@ from rich.console import Console
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.bootstrap import first_fleet_models
 from fleetwatch.kafka_config import client_config
 from fleetwatch.runtime import stop_event
 from fleetwatch.simulator.scenario import Scenario
@@ -126,8 +127,6 @@ def demo(
 
 
 def _fleet_model(settings: Settings, min_devices: int, stop: threading.Event) -> None:
-    from fleetwatch.fleet.bootstrap import first_fleet_models
-
     try:
         for line in first_fleet_models(settings, min_devices, stop):
             console.print(f"[bold]model[/] {line}", highlight=False)

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.observability import dashboards
 
 app = typer.Typer(
     help="Grafana dashboards: build the JSON files, push them to a Grafana.", no_args_is_help=True
@@ -27,8 +28,6 @@ def build(
     ] = False,
 ) -> None:
     """Write each dashboard's JSON model, as the code builds it."""
-    from fleetwatch.observability import dashboards
-
     directory = out or load_settings().home / "deploy" / "grafana" / "dashboards"
     if check:
         differ = dashboards.stale(directory)
@@ -67,9 +66,9 @@ def push(
 ) -> None:
     """Publish the dashboards (same uids, overwritten: a new version each push) in the folder
     `fleetwatch`, and the datasources they use when Grafana lacks them."""
+    # lazy: the Grafana client (httpx and its API) only for a push
     from grafana_client.api import GrafanaApi
 
-    from fleetwatch.observability import dashboards
     from fleetwatch.observability.push import push as publish
 
     settings = load_settings()

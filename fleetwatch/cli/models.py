@@ -7,11 +7,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.fleet.publish import publish_champion, register_fleet_models
 
 if TYPE_CHECKING:
     from fleetwatch.fleet.registry import AliasMove, ModelRegistry
@@ -41,7 +43,7 @@ Publish = Annotated[
 
 
 def _registry(tracking_uri: str | None) -> ModelRegistry:
-    # imported here: mlflow takes a second to import, which no other subcommand should pay
+    # lazy: mlflow takes a second to import, which no other subcommand should pay
     from fleetwatch.fleet.registry import ModelRegistry
     from fleetwatch.fleet.store import with_tracking_uri
 
@@ -161,8 +163,7 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 def register_fleet(tracking_uri: TrackingUri = None) -> None:
     """Pool the devices' learned PCA moments from model.params into one fleet model per
     scope (metric set) and register each as a new challenger version."""
-    from fleetwatch.fleet.publish import register_fleet_models
-    from fleetwatch.fleet.store import with_tracking_uri
+    from fleetwatch.fleet.store import with_tracking_uri  # lazy: mlflow takes a second to import
 
     try:
         registered = register_fleet_models(with_tracking_uri(load_settings(), tracking_uri))
@@ -176,9 +177,7 @@ def register_fleet(tracking_uri: TrackingUri = None) -> None:
 
 def _publish(registry: ModelRegistry, name: str, tracking_uri: str | None) -> None:
     """The champion of ``name`` onto ``model.params`` under ``fleet:{scope}``."""
-    from confluent_kafka import KafkaException
-
-    from fleetwatch.fleet.publish import publish_champion
+    # lazy: mlflow takes a second to import
     from fleetwatch.fleet.registry import CHAMPION, TAG_SCOPE
     from fleetwatch.fleet.store import with_tracking_uri
 

@@ -9,6 +9,9 @@ from rich.console import Console
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.stages import epoch_ms
+from fleetwatch.streaming.scorer.replay import diff, read_events
+from fleetwatch.streaming.scorer.replay import replay as run_replay
+from fleetwatch.streaming.spark_session import build_session
 
 app = typer.Typer(
     help="Re-run the scorer over a range of telemetry.raw, and compare alert topics.",
@@ -41,9 +44,6 @@ def replay(
     lo, hi = epoch_ms(from_), epoch_ms(to)
     if lo is not None and hi is not None and lo >= hi:
         fail("--from must be before --to")
-    from fleetwatch.streaming.scorer.replay import replay as run_replay
-    from fleetwatch.streaming.spark_session import build_session
-
     spark = build_session(settings, "fleetwatch-replay")
     try:
         run_replay(spark, settings, output_topic, lo, hi)
@@ -61,8 +61,6 @@ def diff_topics(
 ) -> None:
     """Compare the alert events of two topics by event id (detected_ms ignored); exit 1 when
     they differ."""
-    from fleetwatch.streaming.scorer.replay import diff, read_events
-
     settings = load_settings()
     try:
         left = read_events(settings.kafka, a)

@@ -12,10 +12,17 @@ from rich.console import Console
 from rich.live import Live
 
 from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.runtime import stop_event
 from fleetwatch.simulator import evaluate as ev
+from fleetwatch.simulator.alert_source import read_alerts
 from fleetwatch.simulator.errors import SimulatorError
-from fleetwatch.simulator.runner import Totals, run_path
+from fleetwatch.simulator.publisher import Connection
+from fleetwatch.simulator.recording import read_header
+from fleetwatch.simulator.recording import record as record_run
+from fleetwatch.simulator.recording import replay as replay_run
+from fleetwatch.simulator.runner import Totals, TruthWriter, run_path
+from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario, load_scenario
 from fleetwatch.stack.credentials import login
 
@@ -76,8 +83,6 @@ def run(
     quiet: Annotated[bool, typer.Option(help="no live progress display")] = False,
 ) -> None:
     """Publish a simulated fleet to {root}/{device_id}/telemetry; devices obey their commands."""
-    from fleetwatch.simulator.runner import run as run_fleet
-
     settings = load_settings()
     stop = stop_event()
     try:
@@ -144,12 +149,7 @@ def evaluate(
     settings = load_settings()
     try:
         records = ev.read_jsonl(truth)
-        if alerts is not None:
-            alert_records = ev.read_jsonl(alerts)
-        else:
-            from fleetwatch.simulator.alert_source import read_alerts
-
-            alert_records = read_alerts(settings)
+        alert_records = ev.read_jsonl(alerts) if alerts is not None else read_alerts(settings)
         if device_days is None:
             sidecar = run_path(truth)
             if not sidecar.exists():
@@ -202,8 +202,6 @@ def record(
     anomalies_per_hour: Annotated[float | None, typer.Option(min=0)] = None,
 ) -> None:
     """Write a whole run (every payload and the truth) to a file, without a broker."""
-    from fleetwatch.simulator.recording import record as record_run
-
     load_settings()
     try:
         base = load_scenario(scenario_file) if scenario_file else Scenario()
@@ -215,7 +213,7 @@ def record(
             seed=seed,
             per_device_hour=anomalies_per_hour,
         )
-        messages, truths = record_run(scenario, out, time.time_ns() // 1_000_000)
+        messages, truths = record_run(scenario, out, now_ms())
     except (SimulatorError, OSError) as exc:
         fail(str(exc))
     console.print(f"sim: recorded {messages} messages and {truths} truth records to {out}")
@@ -231,11 +229,6 @@ def replay(
     truth: Annotated[Path | None, typer.Option(help="write the recording's truth here")] = None,
 ) -> None:
     """Publish a recording again, exactly, at its original speed or faster."""
-    from fleetwatch.simulator.publisher import Connection
-    from fleetwatch.simulator.recording import read_header
-    from fleetwatch.simulator.recording import replay as replay_run
-    from fleetwatch.simulator.runner import TruthWriter
-
     settings = load_settings()
     stop = stop_event()
     try:

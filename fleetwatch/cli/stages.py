@@ -11,12 +11,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import uvicorn
 from uvicorn import server as uvicorn_server
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.publish import register_fleet_models
+from fleetwatch.ingest.gateway import Gateway
+from fleetwatch.ingest.metrics import GatewayMetrics, exported
+from fleetwatch.ingest.workers import retire_surplus, supervise_exported, worker_client_id
 from fleetwatch.runtime import stop_event
+from fleetwatch.stack.credentials import login
+from fleetwatch.streaming.scorer import job as scoring
+from fleetwatch.streaming.trainer import job as training
+from fleetwatch.streaming.trainer.observer import default_observer
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +37,6 @@ def gateway(
     worker_index: int | None = typer.Option(None, hidden=True),
 ) -> None:
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
-    from fleetwatch.ingest.gateway import Gateway
-    from fleetwatch.ingest.metrics import GatewayMetrics, exported
-    from fleetwatch.ingest.workers import retire_surplus, supervise_exported, worker_client_id
-    from fleetwatch.stack.credentials import login
-
     loaded = load_settings()
     settings = loaded.model_copy(update={"mqtt": login(loaded, "gateway")})
     stop = stop_event()
@@ -55,8 +59,6 @@ def gateway(
 
 def score() -> None:
     """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
-    from fleetwatch.streaming.scorer import job as scoring
-
     settings = load_settings()
     stop = stop_event()
     try:
@@ -84,9 +86,6 @@ def train(
 
     Live until SIGTERM; with --from/--to or --files, learns that range with the same plan, exits.
     """
-    from fleetwatch.streaming.trainer import job as training
-    from fleetwatch.streaming.trainer.observer import default_observer
-
     settings = load_settings()
     backfill = None
     if from_ or to or files:
@@ -106,8 +105,6 @@ def train(
 
 def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
     """After a backfill: the fleet models of what it learned, as challengers in the registry."""
-    from fleetwatch.fleet.publish import register_fleet_models
-
     for scope, version in register_fleet_models(settings, run_id=run_id).items():
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)
 
@@ -126,9 +123,7 @@ def epoch_ms(iso: str | None) -> int | None:
 
 def serve_api(settings: Settings, host: str, port: int) -> None:
     """The HTTP API (and its background workers) until SIGTERM; used by `fleetwatch api`."""
-    import uvicorn
-
-    from fleetwatch.serving.app import create_app
+    from fleetwatch.serving.app import create_app  # lazy: FastAPI and SQLAlchemy for the API only
 
     config = uvicorn.Config(
         create_app(settings),
