@@ -61,9 +61,8 @@ def api(
 
 
 def _store() -> Store:
-    from fleetwatch.serving.store import (
-        Store,  # lazy: sqlalchemy only for the commands that use the database
-    )
+    # lazy: sqlalchemy only for the commands that use the database
+    from fleetwatch.serving.store import Store
 
     settings = load_settings()
     settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -82,9 +81,8 @@ def create(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Create a key and print it: it is shown this once (only its hash is stored)."""
-    from fleetwatch.serving.store.keys import (
-        create_key,  # lazy: sqlalchemy only for the commands that use the database
-    )
+    # lazy: sqlalchemy only for the commands that use the database
+    from fleetwatch.serving.store.keys import create_key
 
     store = _store()
     try:
@@ -107,9 +105,8 @@ def create(
 @keys.command("list")
 def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Every key: id, name, scopes, created, revoked."""
-    from fleetwatch.serving.store.keys import (
-        list_keys,  # lazy: sqlalchemy only for the commands that use the database
-    )
+    # lazy: sqlalchemy only for the commands that use the database
+    from fleetwatch.serving.store.keys import list_keys
 
     store = _store()
     try:
@@ -139,9 +136,8 @@ def list_(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = 
 @keys.command("revoke")
 def revoke(key_id: Annotated[str, typer.Argument(help="the key id (see `keys list`)")]) -> None:
     """Revoke a key (a running API refuses it within api.key_cache_s)."""
-    from fleetwatch.serving.store.keys import (
-        revoke as revoke_key,  # lazy: sqlalchemy only for the commands that use the database
-    )
+    # lazy: sqlalchemy only for the commands that use the database
+    from fleetwatch.serving.store.keys import revoke as revoke_key
 
     store = _store()
     try:

@@ -163,7 +163,8 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 def register_fleet(tracking_uri: TrackingUri = None) -> None:
     """Pool the devices' learned PCA moments from model.params into one fleet model per
     scope (metric set) and register each as a new challenger version."""
-    from fleetwatch.fleet.store import with_tracking_uri  # lazy: mlflow takes a second to import
+    # lazy: mlflow takes a second to import
+    from fleetwatch.fleet.store import with_tracking_uri
 
     try:
         registered = register_fleet_models(with_tracking_uri(load_settings(), tracking_uri))

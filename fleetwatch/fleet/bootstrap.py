@@ -27,7 +27,7 @@ def first_fleet_models(
     """Wait (checking every ``every_s``) until a scope has ``min_devices`` learned devices, then
     register, promote and publish a fleet model for each such scope; one line per model of what
     was done (empty when stopped first)."""
-    from fleetwatch.fleet.registry import ModelRegistry
+    from fleetwatch.fleet.registry import ModelRegistry  # lazy: mlflow takes a second to import
 
     while not stop.wait(every_s):
         scopes = ready_scopes(settings, min_devices)

@@ -10,12 +10,14 @@ the same things are pooled. Run at the end of a backfill, or on a schedule with
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import Producer
+
 from fleetwatch.contracts import model_params
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
@@ -89,7 +91,7 @@ def pooled_by_scope(
 
 def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict[str, int]:
     """Pool and register one new version per scope; returns ``{scope: version}``."""
-    from fleetwatch.fleet.registry import ModelRegistry
+    from fleetwatch.fleet.registry import ModelRegistry  # lazy: mlflow takes a second to import
 
     registry = ModelRegistry(settings)
     registered = {}
@@ -106,9 +108,7 @@ def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     """Publish the champion of ``scope`` to ``model.params`` under ``fleet:{scope}``, so that
     the scorer follows it; returns ``(model name, model version)``, ``None`` when the scope has
     no champion. The record's version is one above the key's latest on the topic."""
-    from confluent_kafka import Producer
-
-    from fleetwatch.fleet.registry import champion
+    from fleetwatch.fleet.registry import champion  # lazy: mlflow takes a second to import
 
     found = champion(settings, scope)
     if found is None:
@@ -117,7 +117,7 @@ def publish_champion(settings: Settings, scope: str) -> tuple[str, int] | None:
     previous = read_table(settings).get(key)
     version = 1 if previous is None else previous["version"] + 1
     value = model_params.encode_champion(
-        scope, found.name, found.version, found.params, version, int(time.time() * 1000)
+        scope, found.name, found.version, found.params, version, now_ms()
     )
     producer = Producer(client_config(settings.kafka, {"acks": "all", "log_level": 3}))
     failures: list[str] = []

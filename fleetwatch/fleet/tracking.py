@@ -25,7 +25,6 @@ the training it describes.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.errors import TrackingError
@@ -95,7 +95,7 @@ class MlflowTrainingObserver:
         if trained_to_ms is not None:
             high = self.trained_to_ms
             self.trained_to_ms = trained_to_ms if high is None else max(high, trained_to_ms)
-        now = int(time.time() * 1000)
+        now = now_ms()
         metrics = [Metric("devices_updated", float(devices_updated), now, batch_id)]
         if trained_from_ms is not None:
             metrics.append(Metric("batch_from_ms", float(trained_from_ms), now, batch_id))
@@ -126,7 +126,7 @@ class MlflowTrainingObserver:
     def log_evaluation(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Evaluation metrics of this run (precision, recall, false alerts per device-day…)."""
         run_id = self._require_run()
-        now = int(time.time() * 1000)
+        now = now_ms()
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
         with mlflow_errors(f"cannot log evaluation metrics to run {run_id}"):
             self.client.log_batch(run_id, metrics=batch)

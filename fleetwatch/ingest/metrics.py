@@ -22,6 +22,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import Outcome
+from fleetwatch.ingest.broker_stats import SysBridge
 from fleetwatch.ingest.errors import RejectKind
 from fleetwatch.runtime import serve_metrics
 
@@ -163,8 +164,6 @@ class GatewayMetrics:
 def exported(settings: Settings, registry: CollectorRegistry) -> Iterator[None]:
     """Serve ``registry`` and the MQTT broker's own figures (:mod:`broker_stats`) on
     ``gateway.metrics_port`` while the block runs (nothing when it is 0)."""
-    from fleetwatch.ingest.broker_stats import SysBridge
-
     port = settings.gateway.metrics_port
     with serve_metrics(registry, port, "FLEETWATCH_GATEWAY__METRICS_PORT"):
         if port == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.kafka_config import client_config
@@ -44,8 +44,6 @@ def where(msg: Message) -> str:
 
 def rewind(consumer: Consumer, messages: list[Message]) -> None:
     """Go back to the first of ``messages`` on each partition (their batch was not stored)."""
-    from confluent_kafka import TopicPartition
-
     first: dict[tuple[str, int], int] = {}
     for m in messages:
         tp = (m.topic() or "", m.partition() or 0)

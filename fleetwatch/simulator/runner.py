@@ -182,7 +182,7 @@ def _links(
     credentials: dict[str, str] | None,
     track_acks: bool,
 ) -> Any:
-    from fleetwatch.simulator.publisher import Links  # paho only where MQTT is used
+    from fleetwatch.simulator.publisher import Links  # lazy: paho only where MQTT is used
 
     def on_message(topic: str, payload: bytes) -> None:
         inbox.append((topic, payload))

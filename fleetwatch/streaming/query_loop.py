@@ -61,6 +61,7 @@ def wait_for_query(query: StreamingQuery, timeout_s: int) -> bool:
     """Wait up to ``timeout_s`` for the query to end; True if it has ended. A query that ends
     with an error ends too: the caller reads ``query.exception()`` to tell why, instead of
     the error escaping from here mid-shutdown."""
+    # lazy: pyspark is imported only where Spark runs
     from pyspark.errors import StreamingQueryException
 
     try:

@@ -80,6 +80,7 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
 
     Under ``spark-submit`` the master given there wins over ``settings.spark.master``.
     """
+    # lazy: pyspark is imported only where Spark runs
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 

@@ -26,6 +26,9 @@ import sys
 from fleetwatch.contracts.logs import configure_logging
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.runtime import stop_event
+from fleetwatch.streaming.scorer import job as scorer
+from fleetwatch.streaming.trainer import job as trainer
+from fleetwatch.streaming.trainer.observer import default_observer
 
 JOBS = ("score", "train")
 
@@ -37,13 +40,8 @@ def main(argv: list[str]) -> None:
     settings = Settings()
     configure_logging(settings.log_level)
     if job == "score":
-        from fleetwatch.streaming.scorer import job as scorer
-
         scorer.run(settings, stop_event())
         return
-    from fleetwatch.streaming.trainer import job as trainer
-    from fleetwatch.streaming.trainer.observer import default_observer
-
     trainer.run(settings, stop_event(), default_observer(settings))
 
 

@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fleetwatch.contracts.settings import Settings, TrainSettings
-from fleetwatch.streaming import spark_session
 from fleetwatch.streaming.trainer import job
 from fleetwatch.streaming.trainer.job import Backfill, Training
 from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
@@ -124,7 +123,7 @@ def test_a_live_trainer_serves_its_metrics_and_a_backfill_none(
             during["served"] = None
         return Training(FakeQuery(), None, Path("/nowhere"))  # type: ignore[arg-type]
 
-    monkeypatch.setattr(spark_session, "build_session", lambda *args: spark)
+    monkeypatch.setattr(job, "build_session", lambda *args: spark)
     monkeypatch.setattr(job, "start", start)
     stop = threading.Event()
     stop.set()

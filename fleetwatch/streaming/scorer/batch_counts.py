@@ -133,6 +133,7 @@ def counted(scored: DataFrame) -> DataFrame:
     One aggregate, the list of the batch's count rows (``name``, ``n``), which the driver
     sums (:meth:`ScorerMetrics.record`): a ``sum`` per name (105 of them) made every output
     row of every micro-batch evaluate 105 conditions in the JVM."""
+    # lazy: pyspark is imported only where Spark runs
     from pyspark.sql import functions as F
 
     is_count = F.col("role") == COUNT_ROLE

@@ -191,6 +191,7 @@ def score_rows(
 
 def device_scorer(settings: Settings) -> Any:
     """The processor (built lazily: pyspark is imported only where Spark runs)."""
+    # lazy: pyspark is imported only where Spark runs
     from pyspark.sql.streaming.stateful_processor import (
         ExpiredTimerInfo,
         StatefulProcessor,

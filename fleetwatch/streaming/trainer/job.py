@@ -61,12 +61,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CollectorRegistry
+
+from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.registry import Tuning, default_detector
+from fleetwatch.runtime import serve_metrics
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream, kafka_table
+from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import wait_for_query, watch
+from fleetwatch.streaming.spark_session import build_session
 from fleetwatch.streaming.trainer.errors import TrainError
+from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
 from fleetwatch.streaming.trainer.observer import TrainingObserver
 from fleetwatch.streaming.trainer.processor import readings_frame, updates_frame
 from fleetwatch.streaming.trainer.publisher import BatchPublisher
@@ -105,7 +112,7 @@ class Backfill:
 
 
 def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataFrame:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     if from_ms is not None:
         readings = readings.where(F.col("event_ms") >= F.lit(from_ms))
@@ -117,9 +124,7 @@ def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataF
 def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), tombstones included,
     read once as a batch."""
-    from pyspark.sql import functions as F
-
-    from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     return (
         kafka_table(spark, settings, settings.topics.model_params)
@@ -265,13 +270,6 @@ def run(
     Either way the query stops cleanly: a batch being written completes and is committed, and
     one that had not started writing is left for the next run. A live trainer serves its
     metrics on ``train.metrics_port`` (unless 0); a backfill, which may run beside it, none."""
-    from prometheus_client import CollectorRegistry
-
-    from fleetwatch.runtime import serve_metrics
-    from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
-    from fleetwatch.streaming.spark_session import build_session
-    from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
-
     registry = CollectorRegistry()
     port = settings.train.metrics_port if backfill is None else 0
     on_failed = None

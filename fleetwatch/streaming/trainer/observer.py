@@ -62,6 +62,7 @@ def default_observer(settings: Settings) -> TrainingObserver:
     """The MLflow observer (:mod:`fleetwatch.fleet.tracking`) unless tracking is off."""
     if not settings.train.tracking:
         return NoopObserver()
-    from fleetwatch.fleet.tracking import MlflowTrainingObserver  # mlflow: a second to import
+    # lazy: mlflow takes a second to import
+    from fleetwatch.fleet.tracking import MlflowTrainingObserver
 
     return MlflowTrainingObserver(settings)

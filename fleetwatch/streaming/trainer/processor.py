@@ -8,7 +8,6 @@ forgotten, one tombstone row (no value) each (:mod:`~fleetwatch.streaming.traine
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fleetwatch.contracts import model_params
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.telemetry import DEVICE_METRICS, VALUE_LIMIT, spark_ddl
 from fleetwatch.models import params
@@ -80,6 +80,7 @@ def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
     metric value beyond :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is left out, as
     the scorer leaves it out.
     """
+    # lazy: pyspark is imported only where Spark runs
     from pyspark.sql import functions as F
 
     bounded = F.forall(
@@ -108,6 +109,7 @@ def _bucket_trainer(
     expire_after_ms: int, max_metrics: int = DEVICE_METRICS, tuning: Tuning = DEFAULT_TUNING
 ) -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
+    # lazy: pyspark is imported only where Spark runs
     from pyspark.sql.streaming.stateful_processor import (
         ExpiredTimerInfo,
         StatefulProcessor,
@@ -261,7 +263,7 @@ def learn_bucket(
         if update is None:
             continue
         bucket[device_id] = update.params_json
-        published_ms = time.time_ns() // 1_000_000
+        published_ms = now_ms()
         value = model_params.encode_device(
             device_id, update.params_json, published_ms, update.header
         )

@@ -65,6 +65,7 @@ class BatchPublisher:
             self.last_batch = batch_id
 
     def _publish(self, updates: DataFrame, batch_id: int) -> None:
+        # lazy: pyspark is imported only where Spark runs
         from pyspark.sql import functions as F
 
         updates.persist()
