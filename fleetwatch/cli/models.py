@@ -3,6 +3,7 @@ registry, and their champions on ``model.params`` for the scorer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -130,24 +131,29 @@ def promote(
 ) -> None:
     """Make a version the champion; the champion it replaces becomes previous-champion."""
     registry = _registry(tracking_uri)
-    try:
-        move = registry.promote(name, version)
-    except FleetwatchError as exc:
-        fail(str(exc))
-    _print_move(move)
-    if publish:
-        _publish(registry, name, tracking_uri)
+    _move(registry, lambda: registry.promote(name, version), name, tracking_uri, publish)
 
 
 @app.command()
 def rollback(name: Name, tracking_uri: TrackingUri = None, publish: Publish = True) -> None:
     """Move the champion back to the previous champion."""
     registry = _registry(tracking_uri)
+    _move(registry, lambda: registry.rollback(name), name, tracking_uri, publish)
+
+
+def _move(
+    registry: ModelRegistry,
+    move: Callable[[], AliasMove],
+    name: str,
+    tracking_uri: str | None,
+    publish: bool,
+) -> None:
+    """Move an alias of ``name``, show the move, and tell the scorer when ``publish``."""
     try:
-        move = registry.rollback(name)
+        moved = move()
     except FleetwatchError as exc:
         fail(str(exc))
-    _print_move(move)
+    _print_move(moved)
     if publish:
         _publish(registry, name, tracking_uri)
 

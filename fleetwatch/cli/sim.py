@@ -48,6 +48,22 @@ def read_credentials(path: Path) -> dict[str, str]:
     return out
 
 
+def _scenario(
+    scenario_file: Path | None,
+    devices: int | None,
+    rate: float | None,
+    count: int | None,
+    duration: float | None,
+    seed: int | None,
+    **overrides: Any,
+) -> Scenario:
+    """The scenario file's (or the default) scenario with the options given on the command line."""
+    base = load_scenario(scenario_file) if scenario_file else Scenario()
+    return base.with_overrides(
+        devices=devices, rate=rate, count=count, duration_s=duration, seed=seed, **overrides
+    )
+
+
 @app.command()
 def run(
     scenario_file: Annotated[
@@ -86,13 +102,13 @@ def run(
     settings = load_settings()
     stop = stop_event()
     try:
-        base = load_scenario(scenario_file) if scenario_file else Scenario()
-        scenario = base.with_overrides(
-            devices=devices,
-            rate=rate,
-            count=count,
-            duration_s=duration,
-            seed=seed,
+        scenario = _scenario(
+            scenario_file,
+            devices,
+            rate,
+            count,
+            duration,
+            seed,
             qos=qos,
             prefix=prefix,
             workers=workers,
@@ -204,14 +220,8 @@ def record(
     """Write a whole run (every payload and the truth) to a file, without a broker."""
     load_settings()
     try:
-        base = load_scenario(scenario_file) if scenario_file else Scenario()
-        scenario = base.with_overrides(
-            devices=devices,
-            rate=rate,
-            count=count,
-            duration_s=duration,
-            seed=seed,
-            per_device_hour=anomalies_per_hour,
+        scenario = _scenario(
+            scenario_file, devices, rate, count, duration, seed, per_device_hour=anomalies_per_hour
         )
         messages, truths = record_run(scenario, out, now_ms())
     except (SimulatorError, OSError) as exc:
