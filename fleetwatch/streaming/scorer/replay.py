@@ -29,6 +29,7 @@ from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.scorer.device_step import Role
+from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,9 +60,7 @@ def replay(
 ) -> None:
     """Score readings with ``from_ms <= event_ms < to_ms`` (either end open) from the log and
     write the alert events to ``output_topic``; returns when the range is done."""
-    from pyspark.sql import functions as F
-
-    from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     create_output_topic(settings, output_topic)
     raw = kafka_stream(spark, settings, settings.topics.telemetry_raw, from_timestamp_ms=from_ms)
