@@ -66,7 +66,7 @@ class FixedBaseline:
 
     def _score_few(self, names: list[Any], vals: list[float]) -> BandScores:
         """:meth:`score` in plain floats, the same figures: a live micro-batch hands it a
-        reading or two of a device, where numpy's cost per call was most of the work."""
+        reading or two of a device, where numpy's cost per call is most of the work."""
         expected, band, score, anomalous = [], [], [], []
         for name, value in zip(names, vals, strict=True):
             center, width = self.bands.get(name, _UNKNOWN)

@@ -130,7 +130,7 @@ def _frozen(values: npt.NDArray[T]) -> npt.NDArray[T]:
 def _factorize(metric: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], Sequence[Any]]:
     """``pd.factorize(metric, sort=True)``: codes into the sorted distinct names (-1 for a
     missing one). A batch's few names of text are factorised with a dict (pandas' hash table
-    costs about 0.2 ms a call, more than learning a small batch)."""
+    costs more per call than learning a small batch)."""
     if metric.dtype == object:
         rows = metric.tolist()
         distinct = set(rows)

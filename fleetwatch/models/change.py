@@ -17,12 +17,9 @@ same-signed residuals, which a CUSUM reads as a shift or a drift; against the lo
 a return from a fault to normal would look like a change. A level shift or a drift of the kind
 the detector is for moves away from both. The price: a drift slow enough for the local line to
 follow (a few noise deviations per half-life) is left to the seasonal detector, which flags it
-once it leaves the profile's band. Measured on simulated series (half-life 30 readings): a
-3-sigma shift alerts after a median 6 readings, a 20-sigma drift over 120 readings after 18, a
-6-sigma one after 57 (7 % missed), and a ±600 W load cycle of 10 minutes under 45 W of noise
-raises no alert in an hour (the profile alone: an alert every few minutes).
+once it leaves the profile's band.
 
-Two cumulative sums run through the device's readings in event time::
+Two cumulative sums (Page 1954) run through the device's readings in event time::
 
     S⁺ = max(0, S⁺ + z⁺ - drift)        S⁻ = max(0, S⁻ - z⁻ - drift)
 

@@ -27,7 +27,7 @@ within ``TOL`` of a step); a signal printed with a fixed number of decimals conf
 decimal, a floor too small to matter. Until a step is confirmed the detectors use a
 *provisional* one: the last decimal the latest reading was written with, or the candidate if
 finer. A level that has not moved yet has a spread of 0, and without it its first move by one
-step of its grid was an alert however young the stream.
+step of its grid would be an alert however young the stream.
 
 State per metric: ``[step, on, off, last value]``, in the detector's parameters (a missing
 field loads as no grid learned yet). Learning is sequential per metric, so mini-batches give
@@ -48,9 +48,9 @@ FloatArray = npt.NDArray[np.float64]
 WIDTH = 4
 HALFLIFE = 500.0
 MIN_ON = 3.0
-"""Differences on a step (decayed: four in practice) before it is used. Was 10: a charge level
-that moves a per cent every few minutes took most of an hour to confirm its grid, each of its
-first moves an alert against the spread of a level that had sat still."""
+"""Differences on a step (decayed: four in practice) before it is confirmed: few, so that a slow
+level (a charge that moves a per cent every few minutes) confirms its grid within its first
+moves."""
 MAX_OFF = 0.1
 TOL = 1e-3
 """How near a whole multiple of the step a difference must be, in steps."""
@@ -62,10 +62,8 @@ GRID_SD = 0.5
 """The floor of a spread on a grid, in steps. The rounding alone is ``1 / √12`` (0.29), but a
 stream that sits on one or two values of its grid says nothing of its noise below the step,
 only that it is not much wider than half of it: half a step is the widest noise such readings
-allow. With ``1 / √12`` a whole-per-cent charge two per cent off its level was ``|z|`` 5.2, past
-the floor of every threshold, and a burst's Student-t noise of a fifth of a per cent reaches
-that: on the realistic fleet's 86 batteries (``bench/quality/offline.py``), 7 false alerts in
-half an hour, 1 with half a step, none found less; on SKAB F1 0.835 → 0.834, NAB 30.32 → 30.78.
+allow. A reading two steps off its level is then ``|z|`` 3 (1.5 steps after :func:`shrink`, over
+0.5), where ``1 / √12`` would make it 5.2, past the floor of every threshold.
 """
 _KEEP = 2.0 ** (-1.0 / HALFLIFE)
 

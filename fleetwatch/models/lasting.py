@@ -3,8 +3,7 @@
 The joint member scores each reading by its residual energy ``Q`` off the metrics' principal
 subspace, χ² with ``h`` degrees of freedom under Gaussian readings. Read one reading at a time,
 that model is blind to a metric's own tail: a Student-t voltage breaks a meter's tie with its
-load by six standard deviations many times a day, each a "one-in-a-million" reading (on the
-simulator's realistic fleet, 98 of the 99 false alerts of this member were single readings).
+load by six standard deviations many times a day, each a "one-in-a-million" reading.
 A shock in one metric on one reading is that metric's own members' to judge, against its own
 tail; what only the joint member sees is a tie that *stays* broken. So a reading's surprise is
 the largest of three kinds of evidence:
@@ -18,18 +17,16 @@ the largest of three kinds of evidence:
   following its temperature, each reading a few deviations off — alerts within a few readings,
   where the one-reading model waits for one extreme reading (and "broken twice" for two);
 - **broken beyond doubt**: a break of one reading alone, at a third of its surprise (it alerts
-  at ``p ≤ 1e-18`` under the χ² model, where heavy-tailed shocks seldom reach): a spike of a
-  tied metric that its own members, judging it against a tail wide enough for the machine's
-  on and off states, do not see. On the simulator's realistic fleet 90 of the 99 shocks that had
-  alerted were under 41.4 nats (3 · 13.8), the spikes and dips seen by this member alone 42-228.
+  at 3 · 13.8 = 41.4 nats, ``p ≤ 1e-18`` under the χ² model, where heavy-tailed shocks seldom
+  reach): a spike of a tied metric that its own members, judging it against a tail wide enough
+  for the machine's on and off states, do not see.
 
 What is carried from one batch to the next is the surprise of the last reading and the capped
 energies of the ``WINDOW - 1`` before it (:data:`CARRIED`).
 
 The window is three readings: with the cap at 1e-3 that is three readings in a row, each about
-that unusual. On SKAB (``bench/quality/realdata.py``), longer windows summed a real pump's
-slowly loosening ties into long false alerts apart from any fault: false-alarm rate 14.3 % with
-no window, 14.7 % with three readings, 15.3 % with five and 16.5 % with ten.
+that unusual. A longer window would also sum a machine's slowly loosening ties (a pump's, as it
+warms) into long alerts apart from any fault.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ Per device and metric, the residual of each reading against the metric's seasona
 machinery of the seasonal baseline: hour-of-day buckets, time-decayed) is averaged with an
 exponentially weighted moving average, ``e_t = (1 - lam) · e_(t-1) + lam · r_t``, and judged in
 units of that average's own learned spread: ``z = e / sqrt(ve)``, where ``ve`` is the decayed
-mean of ``e²`` over normal readings (half-life ``tail_halflife`` readings). ``ve`` is measured,
-not derived from a noise model, so autocorrelated, quantised or drifting signals are judged by
-how far their average normally wanders. Averaging makes a sustained shift of a fraction of the
-noise stand out, while one heavy-tailed reading counts for ``lam`` of itself.
+mean of ``e²`` over normal readings (half-life ``tail_halflife`` readings). ``ve`` is learned
+from the stream, not derived from a noise model, so autocorrelated, quantised or drifting
+signals are judged by how far their average normally wanders. Averaging makes a sustained shift
+of a fraction of the noise stand out, while one heavy-tailed reading counts for ``lam`` of
+itself (the EWMA control chart: Roberts 1959; Lucas and Saccucci 1990).
 
 Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history:
 the threshold is the level that the metric's excursions of ``|z|`` pass ``false_alerts_per_day``
@@ -20,15 +21,11 @@ threshold, so a shift that wobbles is one alert, not many.
 Release: an alert also ends once ``|z|`` has stayed under the threshold *and* at most ``release``
 of the alert's peak for ``1 / lam`` readings (the average's own memory): the fault is over,
 though the metric may not be all the way back — a pump that runs cooler after a fault, its flow a
-step lower. Hysteresis alone held such an alert for as long as the metric sat between ``stay``
-and 1 times the threshold: on SKAB 12.4 of its 20.7 % false-alarm rows were alerts that outlasted
-their fault. A wobble's dip is shorter than the hold, so a wobbling shift stays one alert; a
-release does not end a dip that stays above the threshold. ``None``: hysteresis alone. Measured
-(SKAB, ``bench/quality/realdata.py``; release 0.35 / 0.5 / 0.7 / 1.0 against none): F1 0.854 →
-0.861 / 0.854 / 0.839 / 0.782, false alarms 20.7 → 18.4 / 17.1 / 14.3 / 12.3 %, missed 12.2 →
-12.5 / 14.5 / 18.8 / 29.0 %, NAB standard 30.9 → 31.7 / 31.4 / 30.4 / 30.8; without the hold
-(ending at the first such reading) 0.35 gave F1 0.852, false alarms 17.4 %, and a wobbling shift
-split in two.
+step lower. Hysteresis alone would hold such an alert for as long as the metric sits between
+``stay`` and 1 times the threshold, long after the fault. A wobble's dip is shorter than the
+hold, so a wobbling shift stays one alert; a release does not end a dip that stays above the
+threshold. A lower ``release`` asks the average to fall further before the alert ends; 1 ends
+it once ``|z|`` has stayed under the threshold for the hold. ``None``: hysteresis alone.
 
 Warm-up: a metric is averaged once its profile has ``warmup`` readings, and scored once its
 tail holds ``MIN_HISTORY`` (200) values of ``|z|``: about 320 readings in all.
@@ -41,22 +38,20 @@ device after its ``adapt_s``). Once a metric's readings have been excluded witho
 profile learns the readings less the offset from then on) and learning resumes: a step that
 stays is the new normal ``adopt_s`` after it (and at least ``SETTLE / lam`` readings after it,
 30, so that a metric read every 5 minutes adopts a level its average has reached, after 2.5
-hours), one alert from the step until then. ``None``
-never adopts: a lasting shift stays an alert. A trend slow against the profile's half-life
-widens ``ve`` and the threshold; a stuck sensor or a dropout is the flat-line detector's, which
-adopts nothing.
+hours), one alert from the step until then. ``None`` never adopts: a lasting shift stays an
+alert. A trend slow against the profile's half-life widens ``ve`` and the threshold; a stuck
+sensor or a dropout is the flat-line detector's, which adopts nothing.
 
-Why 10 minutes: shorter than a fault, adoption takes the fault's level as normal and the return
-from it alerts again (SKAB, whose faults last about 400 s: with 300 s, false-alarm rows 22.9 →
-38.0 %, F1 0.846 → 0.764); longer, a lasting consequence of a fault alerts for as long as it
-lasts (SKAB's pump stays 3.5 °C cooler after a fault: with 600 s, false-alarm rows 22.9 →
-20.4 %, F1 0.846 → 0.854; never, every row after it).
+``adopt_s`` weighs two errors. Shorter than a fault, adoption takes the fault's level as normal
+and the return from it alerts again; longer, a lasting consequence of a fault (a pump that stays
+cooler after it) alerts for as long as it lasts, and with ``None`` for ever. The default outlasts
+a fault of a few minutes (SKAB's last about 400 s each).
 
 Memory: the average, the alerting flag, the alert's peak and how long it has been low enough to
 release, of each metric, are carried past every batch — in the parameters, and in the scorer's
 :class:`~fleetwatch.models.base.ScoringMemory` (``levels``) — so
 a stream scores the same in one batch or many. Learning in mini-batches: the profile's sums are
-the same as in one batch; the average's spread, the tail and the carried average are measured
+the same as in one batch; the average's spread, the tail and the carried average are computed
 against the profile as it was before each batch, so they differ slightly (like the CUSUM sums).
 """
 
@@ -280,22 +275,17 @@ class LevelShiftDetector(Detector):
 
         Why twice the floor: a young stream's own threshold is its body extrapolated from a few
         hundred values of an average, a few dozen independent ones, and it mostly sits at
-        ``min_z``, where the fleet's pooled tails, once they know their excursions, set 6 to
-        11 on the simulator's machines. A fleet started together pools only young tails in
-        the minute after they are first trusted; on the realistic 500-device fleet, 6 of the
-        vibration kind's 30 false alerts were level alerts in that minute, under a pool that
-        knew no excursions, beside one fault found there (``|z|`` 11.3, past 9 as well).
+        ``min_z``, well below where the pooled tails of its kind set it once they know their
+        excursions. A fleet started together pools only young tails in the minute after they
+        are first trusted, when an average strays past ``min_z`` without a fault.
 
-        Why at any age: a stream that knows its excursions fits them from a few dozen peaks,
-        and a machine's few burst peaks put its fitted shape at 0 to 0.05, its threshold 4 to
-        5; the pool of its kind, hundreds of peaks, knows how far such averages stray. On the
-        realistic 500-device fleet, 2 of the level member's false alerts (a running machine's
-        vibration after a burst) went, one fault (a one-reading dip the level member alone
-        caught) was lost: F1 0.9503 → 0.9504, false alerts 28 → 26.
+        Why at any age: a stream that knows its excursions fits them from a few dozen peaks, and
+        a machine's few burst peaks fit a light tail (a shape near 0, a threshold near the
+        floor); the pool of its kind, hundreds of peaks, knows how far such averages stray.
 
         Without a fleet model (``fleetwatch detect``, a scope's devices before its first) the
-        stream's own threshold rules: on SKAB, holding every young stream to 6 took F1 0.835
-        to 0.793."""
+        stream's own threshold rules: with no pool to say how far a young average strays, a
+        fixed higher bar for every young stream would cost the faults of its first hours."""
         tail = self.tails[m]
         own = self.own_threshold(tail, streams)
         if not self._fleet:

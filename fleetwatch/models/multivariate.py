@@ -24,9 +24,8 @@ Only the residual axes along which the metrics are tied are judged: those whose 
 most ``max_axis_var`` (0.25) of a standardised metric's variance. An axis near 1 is one metric's
 own variation, independent of the others (a temperature that wanders by itself); judging it
 would duplicate, with a Gaussian model and a mean that follows slowly, what the per-metric members
-judge against the metric's own tail — on SKAB's pumps, 1,257 of 3,809 falsely flagged rows were
-that, and the PCA alerts on a wandering temperature stayed up for hundreds of readings. With no
-tied axis the detector scores nothing; ``None`` judges every residual axis.
+judge against the metric's own tail, and hold an alert on a wandering temperature for as long as
+it wanders. With no tied axis the detector scores nothing; ``None`` judges every residual axis.
 
 Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
 Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise of a reading alone. A row's
@@ -38,33 +37,27 @@ needs across batches in :attr:`~fleetwatch.models.base.ScoringMemory.joint`, the
 a break of one reading alone must also pass the level the device's own one-reading breaks pass
 that many times a day (its own tail of the residual's deviate, kept in the parameters as
 ``tail``; by the χ² model alone until that tail knows its excursions): a meter's Student-t
-voltage breaks its loose tie with the load "beyond doubt" several times a day. On the realistic
-recording's 192 battery and power devices (``bench/quality/offline.py``) it took power's false
-alerts 10 → 6 (``pca/voltage`` 8 → 4), F1 0.941 → 0.956, recall unchanged, battery unchanged;
-SKAB unchanged. On the whole eval-500 runs realistic F1 0.937 → 0.940 but Gaussian 0.976 →
-0.975: a 20-sigma voltage dip that only this member's one-reading break found was lost, the
-device's tail of its breaks holding a level shift and a correlated fault seen before, which a
-fit rested on 40 peaks or more kept (see ``StreamTail._without_outlier``). With those left out
-at any age it keeps the dip, and it is on: realistic F1 0.947 → 0.950, Gaussian unchanged.
+voltage breaks its loose tie with the load "beyond doubt" several times a day. The faults the
+device's tail has seen (a level shift, a correlated fault) are peaks far beyond the rest, which
+the tail's fit leaves out (``StreamTail._without_outlier``), so they do not raise the bar for
+the next one.
 
-With ``false_alerts_per_day``
-set (off by default) the deviate is judged like the per-metric members' statistic, against the
-device's own history of it (:class:`~fleetwatch.models.tail.StreamTail`, measured on each batch
-against the model before it): the level its excursions pass that many times a day, never below
-``ALERT_Z``, by the χ² model until ``MIN_PEAKS`` excursions have ended. It cuts the false alerts of
-a tie that drifts looser than the young model measured, but on Gaussian noise it only raises the
-threshold (the simulator's whole scenario: correlated faults found 0.962 → 0.849).
+With ``false_alerts_per_day`` set (off by default) the deviate is judged like the per-metric
+members' statistic, against the device's own history of it
+(:class:`~fleetwatch.models.tail.StreamTail`, computed on each batch against the model before
+it): the level its excursions pass that many times a day, never below ``ALERT_Z``, by the χ²
+model until ``MIN_PEAKS`` excursions have ended. It quiets a tie that drifts looser than the
+young model learned, but on Gaussian noise it only raises the threshold, and correlated faults
+under it go unfound.
 
 Residual eigenvalues are floored at ``min_residual_var`` (of a standardised metric's unit variance)
 so nearly collinear metrics do not make every rounding error an anomaly — nor a device that has
 learned two operating states (a machine on and off): its principal axis then runs between the two,
-with only the little noise of the newer one off it, and with a floor of 1e-3 every reading of that
-state "broke the pattern" until hundreds of them were learned (100-device emulation: 30 of 68 false
-alerts; with 0.02, 1, and no anomaly less found). The floor is 0.05: a tie measured over a young
-device's first minutes looks tighter than it holds (a meter's voltage sags with its load, and
-wanders on its own over tens of minutes), and with 0.02 the simulator's machines alerted on their
-vibration against their speed (Gaussian false alerts 8 → 5, realistic 35 → 31, no anomaly less
-found; a drift found 5 s later at the median).
+with only the little noise of the newer one off it, and with a tiny floor every reading of that
+state would break the pattern until hundreds of them were learned. The floor is 0.05, a residual
+standard deviation of 0.22 of a metric's: a tie learned over a young device's first minutes looks
+tighter than it holds (a meter's voltage sags with its load, and wanders on its own over tens of
+minutes; a machine's vibration follows its speed only loosely).
 
 The explanation blames the metric which, corrected alone, best explains the reading — the largest
 drop in the Mahalanobis distance, ``(Pz)_j² / P_jj`` with ``P`` the inverse of the (floored)
@@ -76,9 +69,9 @@ Told what the per-metric members found of each reading (:meth:`score`'s ``suspic
 combined detector and the scorer do), the blame goes to the largest sum of half that drop (the
 log-likelihood ratio of "this metric alone moved") and the metric's own surprise. A machine
 whose speed and vibration are one tie across its two states cannot tell by the pattern which
-of them broke it: a running machine's vibration that fell to a stopped one's level was blamed
-on its speed (1,485 rpm, "expected -160 from the other metrics"), and the vibration's level
-shift went unfound; its own level member had seen it move.
+of them broke it: by the pattern alone, a running machine's vibration that falls to a stopped
+one's level is blamed on its speed (its speed "expected" far below zero from the other
+metrics); the vibration's own members, which see it move, tip the blame.
 
 A reading is scored when all the model's metrics are present at its event time; the metric set
 is fixed by the first batch that has at least ``components + 1`` metrics.

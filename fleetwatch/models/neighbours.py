@@ -11,8 +11,9 @@ has taken the new level.
 off the median a normal reading is: the root mean square of the residuals, time-decayed, the
 same measure as a profile's standard deviation. So for noise without wander, whatever its tail,
 a reading is as far off its neighbours as off its profile (a mean absolute residual, smaller
-than the root mean square by a factor that grows with the tail's weight, made a heavy-tailed
-stream's every shock look three times as far off its neighbours as off its profile).
+than the root mean square by a factor that grows with the tail's weight, would make a
+heavy-tailed stream's every shock look several times as far off its neighbours as off its
+profile).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ new state, of which the combined detector's gate lets in a reading or two, is it
 on, and a machine first seen stopped does not lend its running state the stopped one's calm): so a
 spike on a running machine is judged against the running machine's spread, not against the mixture
 of running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
-leave, had made a 450 rpm spike on a 1,480 ± 4 rpm machine ordinary). Only runs of far readings (two
+leave, would make a spike of a hundred running deviations ordinary). Only runs of far readings (two
 in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
 its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least,
 and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
@@ -48,12 +48,12 @@ and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a firs
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
 ``EARLY_Z``, twice the floor (its rows' reason ``EARLY``: the scorer's fixed baseline judges them
-too): judged with a normal model's threshold, a heavy-tailed stream alerted in its first minutes,
-and those alerts kept its readings out of every member's learning; not judged at all, a machine
-started in those minutes became part of its normal. Readings learned before the profile was warm
-are measured against it as learned after their batch, so a first batch, however long, leaves the
-tail a history. A bucket is used once it has ``bucket_warmup`` readings, the metric's overall
-moments until then.
+too): judged with a normal model's threshold, a heavy-tailed stream would alert in its first
+minutes, and those alerts would keep its readings out of every member's learning; not judged at
+all, a machine started in those minutes would become part of its normal. Readings learned before
+the profile was warm are judged against it as learned after their batch, so a first batch,
+however long, leaves the tail a history. A bucket is used once it has ``bucket_warmup``
+readings, the metric's overall moments until then.
 
 Hyperparameters: ``halflife_hours`` (memory of the moments in event time; ``None`` never
 forgets), ``buckets`` per ``period_hours`` (1 disables seasonality), ``warmup``,
@@ -111,8 +111,8 @@ SPLIT_Z = EARLY_Z
 """A learned reading this far from its metric's profile belongs to the metric's second regime."""
 JUMP_RATIO = 3.0
 """How many times its ``|z|`` against the profile a reading's distance from its neighbours'
-median (in their own spread) may make it (see the module's docstring); the option is off by
-default (``jump_ratio=None``) until the whole simulator runs are measured with it (README)."""
+median (in their own spread) may make it (see the module's docstring). The option is off by
+default (``jump_ratio=None``): the profile alone judges a reading."""
 SEPARATION = 3.0
 """The second regime is used once its mean is this many standard deviations (the wider of the
 two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped
@@ -257,8 +257,9 @@ class SeasonalBaseline(Detector):
         rows_of: BoolArray,
     ) -> None:
         """Every warm reading of ``rows_of`` into its metric's tail (``codes`` index ``tails``),
-        |z| of 0 too; the body first (taking the batch's excursions against the previous body
-        instead: on/off streams 1.69 -> 2.03 alerts a day)."""
+        |z| of 0 too; the body first, so that the batch's excursions are counted against the
+        body that includes its readings (counted against the previous body, a stream that
+        switches on and off counts more of its moves as excursions)."""
         k = len(self.profile.metrics)
         for m, rows in per_metric_runs(codes, len(tails)):
             tail = tails[m]
@@ -430,7 +431,7 @@ class SeasonalBaseline(Detector):
         quantised stream's light one-step peaks "know" its excursions yet never see its rare
         two-step reading, which the fleet's devices together do. A second regime is held while
         its tail is young (its early threshold knows nothing of a heavy tail: a machine first
-        seen stopped alerted on its running speed's shocks), not once grown: the pool holds
+        seen stopped would alert on its running speed's shocks), not once grown: the pool holds
         the first regimes' tails, and a running machine's grown tail judges its own speed."""
         pooled = self._fleet.get(metric) if self._fleet else None
         if pooled is None or pooled.summary.weight < MIN_HISTORY:

@@ -73,8 +73,8 @@ Student-t tail of 4 degrees of freedom, as real sensor noise commonly has (see
 PRIOR_WEIGHT = 50.0
 """How many values above the fit's start the prior shape counts as, for a statistic of single
 readings (the seasonal member's ``|z|``). An average's tail (the level member's) has none: the
-average is lighter-tailed than its readings, and the prior cost SKAB's faults (missed rows
-18.7 → 22.0 %)."""
+average is lighter-tailed than its readings, and a heavy prior shape would lift its threshold
+over the faults it is there to find."""
 EDGES = np.concatenate(
     [
         np.arange(LINEAR_BINS) * BIN_WIDTH,
@@ -157,13 +157,11 @@ def fit_excess(counts: FloatArray, k: int, prior: float = 0.0) -> tuple[float, f
     exponential) and drawn toward ``PRIOR_SHAPE`` as if ``prior`` values had that shape.
 
     Why the prior: the moments of a few dozen values rarely show a heavy tail's shape, and the
-    threshold extrapolates it to a budget of one false alert a day, some 10^5 readings out. Fed
-    Student-t (4 dof) noise at 1 Hz in batches of 50, two streams sharing the budget (which
-    needs |z| 22.5), twenty streams fitted a median threshold of 12.1 after 300 readings, 13.2
-    after 1,200 (one in ten under 9.2: some 30 times the budget) and 21.4 after 10,000. With the
-    prior: 17.7, 19.3 (one in ten under 14.6) and 22.3. What it costs a Gaussian stream (whose
-    day needs 4.5): 9.2, 7.5 and 5.7 against 5.7, 5.2 and 5.2 — the alerts it gives up in its
-    first hours are those under a few times the noise."""
+    threshold extrapolates it to a budget of one false alert a day, some 10^5 readings out at
+    1 Hz. Without the prior a young heavy-tailed (Student-t) stream fits a light tail and alerts
+    many times its budget; with it, a young Gaussian stream's threshold starts higher than its
+    noise needs and comes down as its history grows: the alerts it gives up in its first hours
+    are those under a few times the noise."""
     shape, scale, _ = _moments(counts, k, prior)
     return shape, scale
 
@@ -290,12 +288,10 @@ class StreamTail:
     per-reading ``p(budget, span, streams)`` (one excursion taken to last ``span`` readings).
     For a statistic of single readings (``span`` 1: the seasonal member's ``|z|``) the body's
     tail is extrapolated with the shape fitted to it, since such a statistic has the noise's own
-    tail: a young stream of heavy-tailed readings (a vibration, Student-t) was judged by an
-    exponential tail and alerted on its own shocks (7 of the 17 false alerts on the realistic
-    12-minute cut). An average's tail (longer ``span``) is extrapolated exponentially: over a
-    short history its fitted shape, taken that far, overshoots (SKAB, the level member with half
-    the fitted shape: F1 0.838 → 0.824). Nothing is counted before the body has
-    ``MIN_HISTORY`` values.
+    tail: judged by an exponential tail, a young stream of heavy-tailed readings (a vibration,
+    Student-t) would alert on its own shocks. An average's tail (longer ``span``) is
+    extrapolated exponentially: over a short history its fitted shape, taken that far,
+    overshoots and hides faults. Nothing is counted before the body has ``MIN_HISTORY`` values.
 
     ``prior``: the weight of ``PRIOR_SHAPE`` in every fit of the stream's tail, its body's and its
     peaks' (``PRIOR_WEIGHT`` for a statistic of single readings; see :func:`fit_excess`)."""
@@ -403,23 +399,13 @@ class StreamTail:
         (the most left out that are): with them, as it was.
 
         Why: a shape fitted from a few dozen peaks is extrapolated some 10^4 times further than
-        they reach, and one peak far beyond the rest sets it. On the machines' cut a speed
-        whose 37 peaks lay between 1.3 and 8 but for one at 45 (an excursion past the young
-        threshold of 26, counted as a passing: see ``excursions``) fitted a shape of 0.40, a
-        threshold of |z| 126, and missed a dip 51 and a spike 68 of its standard deviations
-        out. Two or three such peaks are as often two faults: a Gaussian meter's voltage,
-        whose 60 peaks lay between 2.2 and 3.2, counted two faults a minute apart as passings
-        at 7.4, fitted a shape of 0.39 and a threshold of 28.8 where it had been 6.6, and
-        missed a dip of 8.5 standard deviations twenty minutes later (with only a lone peak
-        left out). At any age, and without their weight: the fit once left them out only while
-        it rested on fewer than 40 peaks, and moved their weight onto the highest peak kept. A
-        Gaussian meter's joint residual after half an hour (135 peaks, 41 in the fitted top,
-        under 3 but for a level shift's 10.4 and a correlated fault's 5.5) kept both, fitted a
-        shape of 0.54 and a one-reading threshold of 43, and missed a dip at 12.3; the rate of
-        peaks past the fit's start still counts them (see ``_threshold``). A heavy tail's own far
-        peaks are kept: the others' fit reaches them, and more than a few of them are the tail
-        (leaving out every lone highest peak took Student-t (2 dof) noise from 1.86 to 2.00
-        alerts a day)."""
+        they reach, and one peak far beyond the rest sets it. A stream whose peaks lie within a
+        few deviations but for one past its young threshold (a fault, counted as a passing: see
+        ``excursions``) would fit a heavy shape and a threshold many times above the faults it
+        should find; two or three such peaks are as often two faults as a heavy tail. They are
+        left out at any age, and without their weight; the rate of peaks past the fit's start
+        still counts them (see ``_threshold``). A heavy tail's own far peaks are kept: the
+        others' fit reaches them, and more than a few of them are the tail."""
         occupied = np.flatnonzero(self.peaks > NONE)
         occupied = occupied[occupied > top]
         best = (shape, scale)
