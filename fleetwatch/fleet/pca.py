@@ -27,11 +27,9 @@ correlations it tells a state the fleet knows — a machine stopped, as others o
 from one none of them is in (:meth:`PcaDetector.familiar_times`). It also keeps each device's
 own ends (:func:`device_states`), and a state the fleet knows is one that some device holds: the
 pooled moments alone allow combinations no device is in. Batteries whose voltage follows their
-charge, each with a walk of its own, pool into a loose tie; a battery whose voltage jumped 0.22 V
-as its charge fell 13 % (a correlated fault) read 4.85 of that tie's deviations off it, under
-the alert level, and inside both metrics' ranges, so the move was taken as a familiar one and
-no alert opened (5 of the realistic eval-500's 8 missed correlated faults). No battery was at
-60 % with 4.2 V.
+charge, each with a walk of its own, pool into a loose tie: a correlated fault (a voltage that
+jumps as the charge falls) can sit inside that tie's alert level and inside both metrics'
+ranges, yet at a charge and voltage no single battery holds together.
 
 Devices that have learned nothing yet are left out. Devices whose metric sets or
 hyperparameters differ from the rest cannot be pooled and are refused with the device named.
@@ -56,15 +54,15 @@ logger = logging.getLogger(__name__)
 RANGE_Z = 2.0 * ALERT_Z
 """How far past its mean, in its standard deviations, a device's normal readings of a metric
 reach, for the fleet's range: the moments say nothing of a metric's tail, and a heavy-tailed
-metric's normal readings pass ``ALERT_Z`` of them (a machine's vibration as it starts, 6 % past
-the highest ``ALERT_Z`` bound of a fleet of twenty). Twice the floor, as for a stream whose
-tail is still unknown (:data:`~fleetwatch.models.seasonal.EARLY_Z`)."""
+metric's normal readings pass ``ALERT_Z`` of them (a machine's vibration as it starts). Twice
+the floor, as for a stream whose tail is still unknown
+(:data:`~fleetwatch.models.seasonal.EARLY_Z`)."""
 
 RANGE_SHARE = 0.05
 """The share of devices whose extreme low or high end the fleet's range leaves out, at least
-one of three or more: one device's spread, widened by a drift or step its moments learned, set
-the range of a fleet of 198 (its top 27.0 → 29.3 °C in a minute) and a correlated break inside
-it read as familiar."""
+one of three or more: one device's spread, widened by a drift or step its moments learned,
+would otherwise set the fleet's range, and a correlated break inside it would read as
+familiar."""
 
 
 def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

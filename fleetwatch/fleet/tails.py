@@ -3,12 +3,10 @@ held to while its own history cannot set its threshold.
 
 A stream's threshold is where its own excursion peaks pass at the budget's rate
 (:class:`~fleetwatch.models.tail.StreamTail`). Until ``MIN_PEAKS`` of them were seen it is the
-body's quantile, extrapolated exponentially from a few hundred readings: on the simulator's
-realistic fleet, 31 of the level member's false alerts came from devices younger than a quarter
-of an hour, whose average strayed past a threshold set by minutes of history. Devices of one
-kind share a sensor's behaviour, so the others' excursions tell a young one how far its
-average strays in a day. The seasonal member's ``|z|`` is the same case: 23 of its 32 false
-alerts there came from devices under 20 minutes old.
+body's quantile, extrapolated exponentially from a few hundred readings, and a young device's
+average strays past a threshold set by minutes of history. Devices of one kind share a sensor's
+behaviour, so the others' excursions tell a young one how far its average strays in a day. The
+seasonal member's ``|z|`` is the same case.
 
 Pooling, per member kind and metric of a scope: every device whose tail has ``POOLED_FROM``
 values adds its body's histogram, the readings its excursions were taken from, and its
@@ -48,13 +46,11 @@ from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.tail import BINS, StreamTail, bin_of
 
 POOLED_FROM = 30.0
-"""Values of history a device's tail needs to be pooled. Was ``MIN_HISTORY`` (200, some four
-minutes at 1 Hz): on the realistic 500-device fleet, started together, the machines' speed and
-vibration alerted 5 times in those minutes on their own heavy-tailed shocks (|z| 10 to 17 of a
-stream's first minutes of spread, judged at ``EARLY_Z``) with no pool to hold them; pooling
-from 30 values, the fleet's 110 machines knew at 2 minutes what such shocks reach (false
-alerts on their cut 19 → 14, none found less). A young tail adds its body only: its
-excursions are not counted before ``MIN_HISTORY``."""
+"""Values of history a device's tail needs to be pooled: well under ``MIN_HISTORY`` (200, some
+four minutes at 1 Hz), so that a fleet started together has a pool in its first minutes, when
+its heavy-tailed streams' shocks pass ``EARLY_Z`` of their young spread: a hundred devices' 30
+values each are thousands. A young tail adds its body only: its excursions are not counted
+before ``MIN_HISTORY``."""
 
 POOLED: tuple[type[Detector], ...] = (LevelShiftDetector, SeasonalBaseline)
 """The member kinds whose tails the fleet pools."""
