@@ -13,8 +13,7 @@ BUCKETS = 16
 the Python worker a few state round trips and an Arrow frame per micro-batch whatever it holds,
 and each holds its devices' state in one value that is read and rewritten when any of them
 reports: fewer, larger buckets cost less per micro-batch until a bucket's value grows large.
-16 keep a 10,000-device fleet's state values to about 600 devices each
-(``bench/pipeline/score_anatomy.py --buckets N`` compares counts)."""
+16 keep a 10,000-device fleet's state values to about 600 devices each."""
 
 
 def bucket_of(device_id: Column, buckets: int) -> Column:

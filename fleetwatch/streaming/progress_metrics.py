@@ -303,9 +303,8 @@ def following(
     The reports are read from the query's recent progress every ``every_s``, not taken from a
     Python ``StreamingQueryListener``: Spark calls such a listener back for every report, and
     pyspark rebuilds the report from the JVM object field by field, each a round trip in
-    which the JVM looks classes up by name through every jar on its classpath. That was a
-    third of the scorer's JVM samples under load (``bench/pipeline/under_load.py`` with Java
-    Flight Recorder, 1,000 readings/s), competing with the micro-batches for the cores."""
+    which the JVM looks classes up by name through every jar on its classpath: under load, a
+    large share of the scorer's JVM time, competing with the micro-batches for the cores."""
     done = threading.Event()
     queries: dict[str, Any] = {}  # run id → the JVM's query, while it has reports to read
     handled: dict[str, int] = {}  # run id → the last batch handed on

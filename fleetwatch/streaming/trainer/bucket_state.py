@@ -2,12 +2,11 @@
 
 Spark's ``transformWithStateInPandas`` pays per grouping key, whatever the key holds: a state
 request to the JVM for the key, one for each state read and write, and one Arrow batch (a
-pandas frame converted column by column) for what the key emits. Profiled on the trainer with
-one key per device, those were about 60% of the Python worker's time, the learning 20%. Keyed
-by bucket instead (``pmod(hash(device_id), BUCKETS)``), a key holds the parameters of all its
-devices in one ``ValueState`` (:func:`encode`: a JSON object of device id → parameters text)
-and emits the updates of all its devices that learned in one frame; the per-device work is
-the learning itself.
+pandas frame converted column by column) for what the key emits: with one key per device,
+more than the learning costs. Keyed by bucket (``pmod(hash(device_id), BUCKETS)``), a key holds
+the parameters of all its devices in one ``ValueState`` (:func:`encode`: a JSON object of
+device id → parameters text) and emits the updates of all its devices that learned in one
+frame; the per-device work is the learning itself.
 
 The parameters text of a device is read into a detector once per Python worker, not once per
 batch: :class:`WarmBuckets` keeps, per bucket, the detectors a worker last wrote the bucket's

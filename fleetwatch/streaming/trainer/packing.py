@@ -9,8 +9,8 @@ readings), each device's readings become one row of aligned arrays in long form,
 processor unpacks them into a :class:`~fleetwatch.models.batch.Batch` without pandas.
 
 A device whose readings span several Arrow batches of a partition gets one row per batch; the
-processor concatenates them (the order of rows within one event time is that of arrival, as
-before; detectors sort by event time).
+processor concatenates them (rows within one event time keep their order of arrival;
+detectors sort by event time).
 """
 
 from __future__ import annotations
