@@ -220,27 +220,19 @@ class SparkSettings(_Part):
     (``spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled``): a state store
     commit writes only the keys changed in the micro-batch to the checkpoint, and full
     snapshots are made by the background maintenance task, instead of every micro-batch
-    copying a RocksDB snapshot into the checkpoint. The commit is on every reading's path.
-    Measured on the scorer (1,000 devices, 2 partitions, shared 2-core machine):
-    ``bench/pipeline/score_anatomy.py``, state commit p50 290 to 388 → 152 to 242 ms per
-    micro-batch (summed over the partitions), batch p50 at 1,000 readings/s 849 / 1,094 → 616 /
-    706 ms in alternating pairs at load 4, at 5,000/s no change;
-    ``bench/pipeline/under_load.py`` at 1,000/s, p50 / p99 4.2 / 9.6, 3.5 / 6.5 and 2.2 / 4.3 s
-    → 3.1 / 5.7, 2.7 / 4.9 and 1.6 / 2.7 s (three pairs, the last without other load).
-    Same state, same alert events (29,970
-    readings in 17 micro-batches, off and on: 3,433 identical events); Spark reads a
-    checkpoint written either way, so it can be switched on an existing one."""
+    copying a RocksDB snapshot into the checkpoint. The commit is on every reading's path, so
+    a smaller commit is a shorter micro-batch. The state and the alerts are the same either
+    way; Spark reads a checkpoint written either way, so it can be switched on an existing
+    one."""
     checkpoint_file_manager: str | None = (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     )
     """How Spark writes checkpoint files (``spark.sql.streaming.checkpointFileManagerClass``):
     the offset and commit logs and the state store's changelog files, each micro-batch, on
-    every reading's path. Spark's default, FileContext-based, cost 40 to 85 ms per log write and
-    150 to 210 ms of state commit per micro-batch on a local disk here; Hadoop's FileSystem API
-    (write to a temporary file, rename) 17 to 21 ms and 8 ms
-    (``bench/pipeline/score_anatomy.py``, 5,000 readings/s). Both are atomic by rename on a
-    local or HDFS checkpoint. ``None`` leaves
-    Spark's default (e.g. for an object store, where rename is a copy)."""
+    every reading's path. Hadoop's FileSystem API (write to a temporary file, rename) is the
+    cheaper of it and Spark's default, FileContext-based manager on a local disk; both are
+    atomic by rename on a local or HDFS checkpoint. ``None`` leaves Spark's default (e.g. for
+    an object store, where rename is a copy)."""
     local_file_system: str | None = "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem"
     """Hadoop's ``FileSystem`` for ``file:`` paths (``spark.hadoop.fs.file.impl``), when the
     session launches its own JVM in local mode (not under ``spark-submit``, nor on a
@@ -248,17 +240,15 @@ class SparkSettings(_Part):
     the permissions of every file it creates by running ``chmod`` in a new process: each
     offset and commit log write and each state store changelog file, every micro-batch. This
     one (Maven ``com.globalmentor:hadoop-bare-naked-local-fs``, resolved by ``make setup`` into
-    :attr:`jars_dir`) does the same through Java's file API. Measured on the scorer
-    (``bench/pipeline/score_anatomy.py --rates 5000``): offset log write 11 to 15 → 1 ms, commit
-    log write 17 → 1 ms, batch p50 257 to 268 → 235 ms. ``None`` keeps Hadoop's own."""
+    :attr:`jars_dir`) does the same through Java's file API, with no process per file.
+    ``None`` keeps Hadoop's own."""
     java_options: str = "-XX:G1HeapRegionSize=8m"
     """JVM options of the driver and the executors (``spark.driver.extraJavaOptions``,
     ``spark.executor.extraJavaOptions``). G1's regions are 1 MB on a heap of up to 2 GB, and
     an object of half a region or more is *humongous*: allocated apart, and each allocation
     may start a young pause and a concurrent marking cycle. The scorer allocates such buffers
-    every micro-batch (Kafka fetches, Arrow batches to and from its Python workers): in
-    ``bench/pipeline/under_load.py`` 70 of 91 young pauses (and 12 marking cycles) in 130 s were
-    started by them with 1 MB regions. 8 MB regions hold them."""
+    every micro-batch (Kafka fetches, Arrow batches to and from its Python workers): with 1 MB
+    regions they start most of its young pauses; 8 MB regions hold them as ordinary objects."""
     conf: dict[str, str] = {}
     """Further Spark confs for every session, set last (so they win over the ones above), e.g.
     ``{"spark.executor.memory": "4g"}`` on a cluster, or JVM options for the driver
@@ -299,11 +289,8 @@ class ScoreSettings(_Part):
     """Spark's code generation in the scoring query (whole-stage, and each expression's
     projections: ``spark.sql.codegen.wholeStage``, ``spark.sql.codegen.factoryMode``). A live
     micro-batch holds a few thousand rows, and its tasks build every projection again: the
-    code is generated (and found compiled in a cache) per task, which cost more than running
-    the same projections interpreted. Measured with ``bench/pipeline/score_anatomy.py`` (the
-    scorer's JVM CPU per micro-batch, alternating runs on a machine loaded 8 to 17 by other
-    work): off, 0.70 → 0.51 and 0.53 → 0.42 s at 1,000 readings/s, 0.45 → 0.33 and 0.35 →
-    0.35 s at 5,000/s."""
+    code is generated (and found compiled in a cache) per task, which costs more than running
+    the same projections interpreted over so few rows. Off by default."""
     window_size_s: int = Field(60, ge=1)
     """Event-time windows of each device's metrics (count, mean, std, min, max): their size…"""
     window_slide_s: int = Field(60, ge=1)
@@ -335,7 +322,7 @@ class ScoreSettings(_Part):
     """The false-alert budget: on normal data however noisy (heavy tails, drift, regimes), each
     of the two calibrated members of a device's detector (seasonal, level) opens about this
     many alerts a day or fewer once it has learned the streams, so the device up to twice as
-    many (measured: 0.03 to 1.97 times it over 7 days of seven noise shapes). It is a
+    many. It is a
     hyperparameter of the detector a device starts with (the trainer's, and ``fleetwatch
     detect``'s): a device keeps the one it started with."""
     new_normal_after_s: float = Field(600.0, ge=0)
@@ -361,10 +348,8 @@ class TrainSettings(_Part):
 
     trigger_interval: str = "10 seconds"
     """How often a micro-batch of new readings is learned (and changed parameters published).
-    Measured with ``bench/pipeline/train.py`` (10,000 devices, 20,000 readings/s, a shared 2-core
-    machine): a batch then takes about 20 s, so at 10 s batches run back to back and a reading
-    waits only for the batch in progress (per-reading freshness p95 48 s); a longer interval
-    would add up to its length to that wait."""
+    When a batch takes longer than the interval, batches run back to back and a reading waits
+    only for the batch in progress; a longer interval adds up to its length to that wait."""
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     """Upper bound of Kafka records read per micro-batch (``None``: everything available)."""
     tracking: bool = True
