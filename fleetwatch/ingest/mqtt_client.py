@@ -2,7 +2,7 @@
 
 paho reads every packet with three or more ``recv`` calls (one byte of type, the length a byte at
 a time, then the body) and handles one packet per ``select``: at thousands of messages a second
-that was a third of the gateway's CPU (``bench/micro/gateway.py``). :class:`BufferedClient` reads up
+those system calls are a large share of the gateway's CPU. :class:`BufferedClient` reads up
 to 64 KiB per ``recv`` and hands paho's packet reader slices of that buffer, and it handles
 every packet already buffered before returning to ``select`` (which cannot see bytes held
 here); the broker sends at most the receive-maximum of unacknowledged messages, so such a
@@ -10,9 +10,9 @@ drain ends.
 
 paho also wakes its network thread for every packet another thread queues (a ``send`` on a
 socket pair that breaks the thread's ``select``): the gateway acknowledges each message from
-its Kafka delivery reports on the main thread, so that was a system call per message, 15 % of
-the gateway's samples under ``py-spy`` draining a backlog. :class:`BufferedClient` wakes it only
-when the queue was empty: otherwise a wake-up is already on its way, or the thread is writing
+its Kafka delivery reports on the main thread, so that would be a system call per message.
+:class:`BufferedClient` wakes it only when the queue was empty: otherwise a wake-up is already
+on its way, or the thread is writing
 the queue, or it is in ``select`` waiting to write (paho's thread selects for writing while its
 queue holds a packet). In the one race left — the thread empties the queue after the check and
 before the append — the packet waits for the next packet read or the ``select`` timeout (1 s
