@@ -25,8 +25,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # request thread pool (anyio's default limiter, 40 threads) and the background workers. With
 # SQLAlchemy's default (5, overflow 10) a burst of requests -- the backlog after any stall --
 # closes and reopens connections, each reopen a file open, the pragmas below and a cold page
-# cache, just when the process is behind: under bench/micro/api.py a tenth of the API's time went
-# there. Last in, first out: a quiet process reuses its few warm connections.
+# cache, just when the process is behind. Last in, first out: a quiet process reuses its few
+# warm connections.
 SQLITE_POOL: dict[str, Any] = {"pool_size": 48, "max_overflow": 16, "pool_use_lifo": True}
 
 
