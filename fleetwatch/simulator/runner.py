@@ -33,8 +33,8 @@ DRAIN_S = 30.0
 TICK_S = 0.05
 STEP_S = 0.005
 """Readings that fall due within this long of each other go out in one step: per step the
-fleet's arrays cost the same whatever is due, and at thousands of readings a second a step per
-due reading was a third of the publisher's CPU. A reading goes out at most this late (its
+fleet's arrays cost the same whatever is due, so at thousands of readings a second a step per
+due reading would spend the publisher's CPU on steps. A reading goes out at most this late (its
 ``sent`` says when it did)."""
 
 
