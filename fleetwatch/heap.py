@@ -1,24 +1,22 @@
 """A long-lived process's heap after start-up: frozen out of the cyclic garbage collector.
 
 What such a process holds for its lifetime (modules and their tables: in the API, FastAPI's
-routes and schemas, SQLAlchemy's mappers and pydantic's validators, about 145,000 tracked
-objects; in the scorer's Python worker, pyspark, pandas, pyarrow and numpy, about 98,000) is
-nearly all of its heap, and a full (generation 2) collection walks every one of them: about
-95 ms of CPU in the API, 17 to 37 ms in a scorer worker on a quiet machine, during which nothing
-else runs in that process. ``gc.freeze()`` moves the objects alive after start-up into the
-permanent generation, which collections skip; what the process allocates later is still
-collected as before.
+routes and schemas, SQLAlchemy's mappers and pydantic's validators; in the scorer's Python
+worker, pyspark, pandas, pyarrow and numpy: a hundred thousand tracked objects or more) is
+nearly all of its heap, and a full (generation 2) collection walks every one of them, during
+which nothing else runs in that process. ``gc.freeze()`` moves the objects alive after start-up
+into the permanent generation, which collections skip; what the process allocates later is
+still collected as usual.
 
-- The API (``bench/micro/api.py``): request handling makes enough short-lived cycles to start
-  a full collection every ten seconds or so under load, and those pauses were its whole
-  latency tail.
+- The API: request handling makes enough short-lived cycles to start a full collection every
+  ten seconds or so under load, and each such pause lands in the latency of the requests in
+  flight.
 - The scorer's worker (:func:`settle_worker`): a micro-batch unpickles each bucket's state (a
   few thousand dicts and lists) and builds its output, so the young generation's default
-  threshold (700 allocations) started a collection every few devices, each walking the
-  batch's live state: 3,040 collections, 2.26 s of CPU and pauses up to 237 ms in
-  ``bench/micro/score_bucket.py``'s run with pyspark's modules loaded. The state is acyclic
-  dicts and lists, freed by reference counting whatever the collector does, so the worker
-  collects its young generation every :data:`WORKER_YOUNG_THRESHOLD` allocations instead.
+  threshold (700 allocations) starts a collection every few devices, each walking the batch's
+  live state. The state is acyclic dicts and lists, freed by reference counting whatever the
+  collector does, so the worker collects its young generation every
+  :data:`WORKER_YOUNG_THRESHOLD` allocations instead.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ logger = logging.getLogger(__name__)
 
 WORKER_YOUNG_THRESHOLD = 10_000
 """Allocations (net of frees) between two young-generation collections in a scorer worker
-(the interpreter's default: 700). ``bench/micro/score_bucket.py`` with pyspark's modules loaded
-and the heap frozen: 3,041 collections, 1.13 s of CPU, longest 164 ms at 700; 83, 0.10 s, longest
-37 ms at 10,000."""
+(the interpreter's default: 700): larger than a bucket's state, so a micro-batch sets off a
+few collections, not one every few devices."""
 
 _settled = False
 
