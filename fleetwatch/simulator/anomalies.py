@@ -179,7 +179,7 @@ class Planner:
 def smallest(kind: Kind, noise: Noise, column: int) -> float:
     """The smallest spike or dip, in scales, that stands out of ``column``'s normal readings:
     ``VISIBLE`` times the deviation they pass once in ``1 / RARE``. Under the Gaussian noise
-    (and most realistic noises) below the smallest size drawn, so sizes are as they were; a
+    (and most realistic noises) it is below the smallest size drawn, which then stands; a
     running machine's vibration, heavy-tailed, has its spikes and dips moved up by the
     difference."""
     spread = kind.errors[column] / kind.scales[column]
@@ -196,8 +196,8 @@ def resting(kind: Kind, noise: Noise, recent: F64) -> list[int]:
     (``RECENT`` rows, the anomaly's first last): those whose resolution is not finer than their
     reading-to-reading error (a whole-per-cent charge level repeats for half an hour of normal
     readings), and, unless it leaves none, those that repeated one value over ``recent`` (a
-    stopped machine's 0 rpm). Under the Gaussian noise none, as the simulator planned before it
-    had realistic noise, so that runs with it compare with earlier ones (blind spots included)."""
+    stopped machine's 0 rpm). Under the Gaussian noise (``Noise()``) none: that scenario plans
+    stuck values on every metric, blind spots included, so its runs stay comparable."""
     if noise == Noise():
         return []
     steps = noise.steps(kind.metrics)

@@ -27,8 +27,8 @@ A scenario file has top-level fleet keys and three optional tables::
     resolution = { power_w = 10.0 }
 
 ``noise = "gaussian"`` (or ``model = "gaussian"`` in the ``[noise]`` table, whose knobs then
-apply over plain Gaussian noise) draws the noise the simulator drew before the realistic one,
-reading for reading.
+apply over plain Gaussian noise) draws plain Gaussian noise: every component of the realistic
+noise off, as :class:`~fleetwatch.simulator.noise.Noise`'s defaults are.
 
 Options given on the command line override the file.
 """
