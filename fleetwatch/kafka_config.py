@@ -5,8 +5,8 @@ stages' own (confluent-kafka's Producer, Consumer and AdminClient, i.e. librdkaf
 protocol, the SASL login, the CA and client certificate — in each client's own keys, so no
 client can leave the login or TLS out.
 
-With ``PLAINTEXT`` (the default, the local broker) both render the bootstrap servers alone,
-as every client was configured before security settings existed.
+With ``PLAINTEXT`` (the default, the local broker) both render the bootstrap servers alone:
+the clients' own defaults are a plain connection without a login.
 
 librdkafka's keys: ``security.protocol``, ``sasl.mechanisms``, ``sasl.username``,
 ``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``.
