@@ -43,7 +43,9 @@ reading's names beyond them, and the trainer does not learn them."""
 EpochMs = Annotated[int, Field(ge=0, lt=10**14)]
 Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MetricValue = Annotated[float, Field(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
-Label = Annotated[str, StringConstraints(max_length=64, pattern=r"^[^\x00]*$")]
+LABEL_LENGTH = 64
+"""The longest ``firmware`` or ``status`` a reading carries."""
+Label = Annotated[str, StringConstraints(max_length=LABEL_LENGTH, pattern=r"^[^\x00]*$")]
 
 
 class Reading(BaseModel):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fleetwatch.contracts import model_params, wire
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.serving import decode
-from fleetwatch.streaming.scorer.readings import readings_by_device
+from fleetwatch.streaming.scorer.readings import NOT_UTF8, readings_by_device
 
 DEEP = b'{"seq":1,"event_ms":5,"metrics":{"t":1.0},"firmware":' + b"[" * 100_000 + b"]" * 100_000
 DEEP += b"}"
@@ -86,14 +86,25 @@ def test_text_that_utf8_cannot_encode_is_refused_and_its_dead_letter_encodes() -
     raw = reading % "\udcff\udcfe"  # bytes that were not UTF-8, as a reader may decode them
     escaped = reading % "\\udcff"  # a lone surrogate written as a JSON escape
     pair = reading % "\\ud83d\\ude00"  # a surrogate pair is a character: accepted
-    found = readings_by_device(["a", "b", "c", "\udcff"], [raw, escaped, pair, reading % "x"])
+    devices = ["a", "b", "c", "\udcff", "e"]
+    found = readings_by_device(devices, [raw, escaped, pair, reading % "x", None])
     assert [r.reason for r in found.refused] == [
         "not JSON: not UTF-8 (a lone surrogate in the text)",
         "not JSON: a string escapes a lone surrogate (not UTF-8)",
-        "the record key is not UTF-8",
+        NOT_UTF8,  # a key that is not UTF-8
+        NOT_UTF8,  # the job hands a value that is not UTF-8 over as None
     ]
     for refused in found.refused:
         refused.record.text.encode()
         refused.device_id.encode()
     assert list(found.by_device) == ["c"]
     assert found.by_device["c"]["firmware"].tolist() == ["\U0001f600"]
+
+
+def test_a_label_off_the_contract_refuses_the_reading() -> None:
+    reading = '{"seq":1,"event_ms":5,"metrics":{"t":1.0},"firmware":%s}'
+    texts = [reading % json.dumps("x" * 65), reading % json.dumps("1.0\x00evil"), reading % "7"]
+    found = readings_by_device(["a", "b", "c"], texts)
+    reason = "firmware is longer than 64 characters or holds a NUL"
+    assert [r.reason for r in found.refused] == [reason, reason]
+    assert found.by_device["c"]["firmware"].tolist() == [None]  # not a string: left out

@@ -93,12 +93,17 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
     from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     bucket = partial(buckets.bucket_of, buckets=buckets.BUCKETS)
-    device = F.col("key").cast("string")
+    # Bytes that are not UTF-8 reach no Python worker (its Arrow conversion fails the whole
+    # batch on them): such a key is made valid, and such a reading's text is null, which the
+    # operator dead-letters (a null value, a tombstone, is left out here).
+    key, value = F.col("key").cast("string"), F.col("value").cast("string")
+    device = F.make_valid_utf8(key)
+    text = F.when(F.is_valid_utf8(key) & F.is_valid_utf8(value), value)
     readings = (
-        raw.where(device.isNotNull() & F.col("value").isNotNull())
+        raw.where(key.isNotNull() & value.isNotNull())
         .select(
             device.alias("device_id"),
-            F.col("value").cast("string").alias("reading"),
+            text.alias("reading"),
             F.col("timestamp").alias("event_time"),
             "partition",
             "offset",
@@ -124,7 +129,7 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         ).alias("bucket"),
         F.lit("p").alias("src"),
         F.lit(None).cast("string").alias("reading"),
-        F.col("value").cast("string").alias("params"),
+        F.make_valid_utf8(value).alias("params"),
         "partition",
         "offset",
     ).where(F.col("device_id").isNotNull())

@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.contracts import wire
-from fleetwatch.contracts.telemetry import INT64_MAX, VALUE_LIMIT
+from fleetwatch.contracts.telemetry import INT64_MAX, LABEL_LENGTH, VALUE_LIMIT
 
 INTEGERS = (
     "seq",
@@ -86,6 +86,10 @@ _NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers h
 _OPTIONAL_INTEGERS = ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms")
 
 
+NOT_UTF8 = "the record's key or value is not UTF-8"
+"""The reason for a record the job hands over without its text (``None``): its bytes were not
+UTF-8, which no Python worker can be given; the dead letter's source offset leads to them."""
+
 Source = tuple[int, int]
 """A record's place on ``telemetry.raw``: (partition, offset); (-1, -1) where not known."""
 UNKNOWN: Source = (-1, -1)
@@ -121,7 +125,7 @@ class Readings:
 
 
 def readings_by_device(
-    devices: Iterable[str], texts: Iterable[str], sources: Iterable[Source] | None = None
+    devices: Iterable[str], texts: Iterable[str | None], sources: Iterable[Source] | None = None
 ) -> Readings:
     """The scorer operator's reading rows (the record's key, its value: a gateway-stamped
     reading as JSON, :class:`~fleetwatch.contracts.telemetry.TelemetryRecord`, and its place
@@ -142,17 +146,12 @@ def readings_by_device(
     refused: list[Refused] = []
     places = repeat(UNKNOWN) if sources is None else sources
     for device_id, text, source in zip(devices, texts, places, strict=sources is not None):
-        try:
-            reading = _reading(text)
-        except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
-            reading = f"unreadable: {type(exc).__name__}: {exc}"[:500]
-        if not (device_id.isascii() or wire.is_utf8(device_id)):
-            reading = "the record key is not UTF-8"
-        if isinstance(reading, str):
+        reading = _checked(device_id, text)
+        if isinstance(reading, str) or text is None:
             # what the scorer writes must encode: bytes that were not UTF-8 are replaced
             # (the dead letter's source offset leads to the record as it was)
-            kept = Record(wire.utf8_text(text), source)
-            refused.append(Refused(wire.utf8_text(device_id), kept, reading))
+            kept = Record(wire.utf8_text(text or ""), source)
+            refused.append(Refused(wire.utf8_text(device_id), kept, str(reading)))
             continue
         record = Record(text, source)
         records.setdefault(device_id, []).append(record)
@@ -182,6 +181,16 @@ def _split(
         device_id: Rows({c: a[bounds[i] : bounds[i + 1]] for c, a in arrays.items()})
         for device_id, i in order.items()
     }
+
+
+def _checked(device_id: str, text: str | None) -> dict[str, Any] | str:
+    """The reading, or why the record is not one; any failure is the record's alone."""
+    if text is None or not (device_id.isascii() or wire.is_utf8(device_id)):
+        return NOT_UTF8
+    try:
+        return _reading(text)
+    except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
+        return f"unreadable: {type(exc).__name__}: {exc}"[:500]
 
 
 def _reading(text: str) -> dict[str, Any] | str:
@@ -216,6 +225,9 @@ def _reading(text: str) -> dict[str, Any] | str:
     if r.get("clock_offset_ms") is None:
         r["clock_offset_ms"] = 0
     for name in ("firmware", "status"):
-        if not isinstance(r.get(name), str):
+        label = r.get(name)
+        if not isinstance(label, str):
             r[name] = None
+        elif len(label) > LABEL_LENGTH or "\x00" in label:
+            return f"{name} is longer than {LABEL_LENGTH} characters or holds a NUL"
     return r
