@@ -212,7 +212,9 @@ def end_gateway_session(settings: Settings, env: dict[str, str]) -> None:
     connected: list[bool] = []
     client.on_connect = lambda *args: connected.append(True)
     try:
-        client.connect(settings.mqtt.host, settings.mqtt.port, clean_start=True, properties=props)
+        client.connect(
+            settings.mqtt.host, settings.mqtt.services_port, clean_start=True, properties=props
+        )
     except OSError:
         return
     deadline = time.monotonic() + 10

@@ -79,7 +79,7 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
     client.max_inflight_messages_set(2000)
     client.max_queued_messages_set(0)
     configure(client, login(settings, "sim"))
-    client.connect(settings.mqtt.host, settings.mqtt.port)
+    client.connect(settings.mqtt.host, settings.mqtt.services_port)
     client.loop_start()
     started = time.monotonic()
     for chunk in range(0, len(messages), 20_000):  # MQTT message ids are 16-bit: bound what is open
@@ -126,7 +126,9 @@ def baseline(settings: Settings) -> tuple[float, float]:
         configure(sub, login(settings, "gateway"))
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = 3600
-        sub.connect(settings.mqtt.host, settings.mqtt.port, clean_start=clean, properties=props)
+        sub.connect(
+            settings.mqtt.host, settings.mqtt.services_port, clean_start=clean, properties=props
+        )
         return sub
 
     sub = connect(clean=True)  # a fresh session that outlives the connection (expiry 1 h)

@@ -82,7 +82,7 @@ class Hostile(threading.Thread):
             CallbackAPIVersion.VERSION2, client_id=f"hostile-{tag}", protocol=mqtt.MQTTv5
         )
         configure(self.client, login(settings, "sim"))
-        self.client.connect(settings.mqtt.host, settings.mqtt.port)
+        self.client.connect(settings.mqtt.host, settings.mqtt.services_port)
         self.client.loop_start()
         self.producer = Producer(client_config(settings.kafka))
         self.root, self.topics, self.prefix = root, topics, f"h{tag}-"

@@ -103,7 +103,7 @@ class Probes(threading.Thread):
 
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"probe-{tag}")
         configure(self.client, login(settings, "sim"))
-        self.client.connect(settings.mqtt.host, settings.mqtt.port)
+        self.client.connect(settings.mqtt.host, settings.mqtt.services_port)
         self.client.loop_start()
         self.root, self.tag = root, tag
         self.prefix = probe_prefix(tag)

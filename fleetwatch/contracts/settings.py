@@ -111,6 +111,11 @@ class KafkaSettings(_Part):
 class MqttSettings(_Part):
     host: str = "127.0.0.1"
     port: int = Field(1883, ge=1, le=65535)
+    """The devices' listener: a login's client id is its username there, so no device can
+    present another client's id and take over its session."""
+    service_port: int | None = Field(None, ge=1, le=65535)
+    """The stages' listener (default ``port`` + 1): only service accounts log in there (the
+    gateway, the stack's simulator account), with the client ids they choose."""
     root: str = "devices"
     """Topic root: devices publish to ``{root}/{device_id}/telemetry``."""
     username: str | None = None
@@ -170,6 +175,11 @@ class MqttSettings(_Part):
             if len(given) == 1:
                 raise ValueError(f"mqtt.{pair[0]} and mqtt.{pair[1]} go together: set both")
         return self
+
+    @property
+    def services_port(self) -> int:
+        """The port of the stages' listener (``service_port``, else ``port`` + 1)."""
+        return self.service_port or self.port + 1
 
     def as_account(self, username: str, password: str) -> MqttSettings:
         """These settings with another login (a device's, a stack service account's)."""

@@ -5,9 +5,12 @@ The local Mosquitto refuses anonymous clients unless ``mqtt.allow_anonymous`` is
 live in ``mqtt.credentials_dir`` (default ``{run_dir}/mqtt/``; ``mqtt.password_file`` and
 ``mqtt.acl_file`` name files of your own instead):
 
-- ``passwd``: one ``user:$7$…`` line per account, Mosquitto's own PBKDF2-SHA512 format
+- ``passwd``: one ``user:$7$…`` line per device, Mosquitto's own PBKDF2-SHA512 format
   (:func:`hash_password`, checked against ``mosquitto_passwd`` in the tests); a device's
-  password is printed once when issued and kept nowhere in plain text;
+  password is printed once when issued and kept nowhere in plain text. The devices' listener
+  reads it, and makes each login's client id its username;
+- ``services.passwd``: the same for the service accounts, read by the stages' listener
+  (``mqtt.services_port``) alone, so that no device can log in where client ids are chosen;
 - ``acl``: rendered from the topic root (:func:`render_acl`): a device may publish only its own
   telemetry and acks and read only its own commands; only the gateway's account may read
   telemetry;
@@ -99,6 +102,7 @@ class Credentials:
         m = settings.mqtt
         self.dir = m.credentials_dir or settings.run_path / "mqtt"
         self.passwd = m.password_file or self.dir / "passwd"
+        self.services_passwd = m.password_file or self.dir / "services.passwd"
         self.acl = m.acl_file or self.dir / "acl"
         self.accounts = self.dir / "accounts.json"
 
@@ -114,16 +118,21 @@ class Credentials:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         held = self.service_passwords()
-        lines = self._lines()
+        services = _read_lines(self.services_passwd)
         changed = False
         for user in SERVICES:
-            if user not in held or user not in lines:
+            if user not in held or user not in services:
                 held[user] = secrets.token_urlsafe(24)
-                lines[user] = hash_password(held[user])
+                services[user] = hash_password(held[user])
                 changed = True
         if changed:
             self._write_accounts(held)
-            self._write_lines(lines)
+            _write_lines(self.services_passwd, services)
+        devices = self._lines()
+        if any(user in devices for user in SERVICES):  # a run dir of one password file for all
+            _write_lines(self.passwd, {u: h for u, h in devices.items() if u not in SERVICES})
+        elif not self.passwd.exists():
+            _write_lines(self.passwd, {})
         if self.settings.mqtt.acl_file is None:
             _write_private(self.acl, render_acl(self.settings.mqtt.root))
 
@@ -193,20 +202,10 @@ class Credentials:
         )
 
     def _lines(self) -> dict[str, str]:
-        try:
-            text = self.passwd.read_text()
-        except FileNotFoundError:
-            return {}
-        out: dict[str, str] = {}
-        for line in text.splitlines():
-            user, sep, hashed = line.partition(":")
-            if sep and user and not user.startswith("#"):
-                out[user] = hashed
-        return out
+        return _read_lines(self.passwd)
 
     def _write_lines(self, lines: dict[str, str]) -> None:
-        self.passwd.parent.mkdir(parents=True, exist_ok=True)
-        _write_private(self.passwd, "".join(f"{u}:{h}\n" for u, h in sorted(lines.items())))
+        _write_lines(self.passwd, lines)
 
     def _write_accounts(self, held: dict[str, str]) -> None:
         _write_private(self.accounts, json.dumps(held, indent=1, sort_keys=True) + "\n")
@@ -214,16 +213,17 @@ class Credentials:
 
 def login(settings: Settings, role: Role) -> MqttSettings:
     """``settings.mqtt`` with the credentials a stage logs in with: its own when set
-    (``mqtt.username`` / ``mqtt.password``), else the local stack's account for ``role``, else
-    none (an anonymous broker). A client is given them, and TLS, by
-    :func:`fleetwatch.mqtt_config.configure`."""
+    (``mqtt.username`` / ``mqtt.password``), else the local stack's account for ``role`` on the
+    stages' listener (``mqtt.services_port``), else none (an anonymous broker). A client is
+    given them, and TLS, by :func:`fleetwatch.mqtt_config.configure`."""
     m = settings.mqtt
     if m.username:
         return m
     password = Credentials(settings).service_passwords().get(_ACCOUNT[role])
     if password is None:
         return m
-    return m.as_account(_ACCOUNT[role], password)
+    account = m.as_account(_ACCOUNT[role], password)
+    return account.model_copy(update={"port": m.services_port})
 
 
 def reload_broker(pid: int | None) -> bool:
@@ -242,6 +242,25 @@ def _check_device(device_id: str) -> None:
         raise StackError(f"{device_id!r} is not a valid device id")
     if device_id in SERVICES:
         raise StackError(f"{device_id!r} is a service account's name")
+
+
+def _read_lines(path: Path) -> dict[str, str]:
+    """A password file's ``user`` → hash."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        user, sep, hashed = line.partition(":")
+        if sep and user and not user.startswith("#"):
+            out[user] = hashed
+    return out
+
+
+def _write_lines(path: Path, lines: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(path, "".join(f"{u}:{h}\n" for u, h in sorted(lines.items())))
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -35,23 +35,39 @@ class MosquittoBroker:
         return self.dir / "mosquitto.conf"
 
     def render_config(self) -> str:
-        # Queues are sized so that a slow gateway loses nothing a device sent at QoS 1;
-        # persistence keeps the gateway's persistent session across a broker restart.
+        """Two listeners on loopback: the devices' on ``mqtt.port``, where a login's client id
+        is its username (no device can present a stage's client id and take its session), and
+        the stages' on ``mqtt.services_port``, where only the service accounts log in. Queues
+        are sized so that a slow gateway loses nothing a device sent at QoS 1; persistence
+        keeps the gateway's persistent session across a broker restart."""
         m = self.settings.mqtt
-        auth = ["allow_anonymous true"]
-        if not m.allow_anonymous:
-            files = Credentials(self.settings)
-            auth = ["allow_anonymous false", f"password_file {files.passwd.resolve()}"]
-            if files.managed or m.acl_file is not None:
-                auth.append(f"acl_file {files.acl.resolve()}")
-        # with mqtt.tls, the listener is TLS (1.2 and later, Mosquitto's default) and asks
+        # with mqtt.tls, both listeners are TLS (1.2 and later, Mosquitto's default) and ask
         # clients for no certificate
         tls = [f"{key} {path}" for key, path in self._tls_files().items()]
+        devices, services = ["allow_anonymous true"], ["allow_anonymous true"]
+        if not m.allow_anonymous:
+            files = Credentials(self.settings)
+            acl = [f"acl_file {files.acl.resolve()}"] if files.managed or m.acl_file else []
+            devices = [
+                "use_username_as_clientid true",
+                "allow_anonymous false",
+                f"password_file {files.passwd.resolve()}",
+                *acl,
+            ]
+            services = [
+                "allow_anonymous false",
+                f"password_file {files.services_passwd.resolve()}",
+                *acl,
+            ]
         return "\n".join(
             [
+                "per_listener_settings true",
                 f"listener {m.port} 127.0.0.1",
                 *tls,
-                *auth,
+                *devices,
+                f"listener {m.services_port} 127.0.0.1",
+                *tls,
+                *services,
                 f"user {getpass.getuser()}",
                 "persistence true",
                 f"persistence_location {self.dir}/",
@@ -98,11 +114,13 @@ class MosquittoBroker:
                 "mosquitto is not installed; run `make setup` (apt-get install mosquitto)"
             )
         self._tls_files()  # refused before anything starts
-        if port_in_use("127.0.0.1", self.settings.mqtt.port):
-            raise self.proc.fail(
-                f"port {self.settings.mqtt.port} is already in use by another process; "
-                "stop it or set FLEETWATCH_MQTT__PORT"
-            )
+        m = self.settings.mqtt
+        for port, name in ((m.port, "PORT"), (m.services_port, "SERVICE_PORT")):
+            if port_in_use("127.0.0.1", port):
+                raise self.proc.fail(
+                    f"port {port} is already in use by another process; "
+                    f"stop it or set FLEETWATCH_MQTT__{name}"
+                )
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.settings.mqtt.allow_anonymous:
             Credentials(self.settings).ensure()

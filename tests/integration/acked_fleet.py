@@ -66,7 +66,7 @@ class AckedFleet(threading.Thread):
         client.max_inflight_messages_set(100)
         client.on_publish = self._on_publish
         login_as(client, self.settings, "sim")
-        client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
+        client.connect(self.settings.mqtt.host, self.settings.mqtt.services_port)
         client.loop_start()
         start = time.monotonic()
         try:

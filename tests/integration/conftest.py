@@ -166,7 +166,7 @@ class Isolated:
             CallbackAPIVersion.VERSION2, client_id=f"t-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5
         )
         login_as(client, self.settings, role)
-        client.connect(self.settings.mqtt.host, self.settings.mqtt.port)
+        client.connect(self.settings.mqtt.host, self.settings.mqtt.services_port)
         client.loop_start()
         try:
             yield client

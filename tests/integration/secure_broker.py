@@ -28,7 +28,13 @@ def secure_broker(
     password_file = tmp_path / "passwd"
     password_file.write_text("".join(f"{u}:{p}\n" for u, p in accounts.items()))
     subprocess.run([passwd, "-U", str(password_file)], check=True)
-    mqtt = MqttSettings(port=free_port(), password_file=password_file, acl_file=acl, **mqtt_fields)
+    mqtt = MqttSettings(
+        port=free_port(),
+        service_port=free_port(),
+        password_file=password_file,
+        acl_file=acl,
+        **mqtt_fields,
+    )
     broker = MosquittoBroker(Settings(run_dir=tmp_path / "run", mqtt=mqtt))
     broker.start()
     try:

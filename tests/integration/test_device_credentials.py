@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import urllib.request
 import uuid
 from typing import Any
 
@@ -20,12 +22,21 @@ from tests.integration.conftest import Isolated, fleetwatch
 from tests.polling import wait_until
 
 
-def connect(isolated: Isolated, user: str | None, password: str) -> tuple[bool, mqtt.Client]:
-    """Whether the broker accepts the login, and the (connected or not) client."""
+def connect(
+    isolated: Isolated,
+    user: str | None,
+    password: str,
+    client_id: str | None = None,
+    port: int | None = None,
+) -> tuple[bool, mqtt.Client]:
+    """Whether the broker accepts the login (on the devices' listener unless ``port`` names
+    another), and the (connected or not) client."""
     answer: list[bool] = []
     done = threading.Event()
     client = mqtt.Client(
-        CallbackAPIVersion.VERSION2, client_id=f"cred-{uuid.uuid4().hex[:6]}", protocol=mqtt.MQTTv5
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id or f"cred-{uuid.uuid4().hex[:6]}",
+        protocol=mqtt.MQTTv5,
     )
     mqtt_settings = isolated.settings.mqtt
     configure(client, mqtt_settings if user is None else mqtt_settings.as_account(user, password))
@@ -35,7 +46,7 @@ def connect(isolated: Isolated, user: str | None, password: str) -> tuple[bool, 
         done.set()
 
     client.on_connect = on_connect
-    client.connect(mqtt_settings.host, mqtt_settings.port)
+    client.connect(mqtt_settings.host, port or mqtt_settings.port)
     client.loop_start()
     done.wait(10)
     if not answer or not answer[0]:
@@ -94,3 +105,39 @@ def test_issued_credentials_let_a_device_in_as_itself_only(isolated: Isolated) -
     assert revoked.returncode == 0, revoked.stderr
     assert "the running broker has it now" in revoked.stdout
     assert connect(isolated, device, rotated["password"])[0] is False
+
+
+def test_a_device_presenting_the_gateway_s_client_id_takes_nothing_from_it(
+    isolated: Isolated,
+) -> None:
+    """On the devices' listener a login's client id is its username, so a device presenting
+    the gateway's id gets a session of its own; on the stages' listener, where the gateway
+    logs in, a device's account is refused. The gateway never loses its connection."""
+    isolated.start("gateway", "gateway")
+    with isolated.mqtt_client() as probe:
+        isolated.await_gateway(probe)
+    device = f"thief-{isolated.tag}"
+    issued = issue(isolated, "add", device)
+    gateway_id = isolated.env["FLEETWATCH_GATEWAY__CLIENT_ID"]
+    root = isolated.mqtt_root  # the gateway's
+    before = sum(isolated.end_offsets(isolated.topics.telemetry_raw).values())
+    for n, client_id in enumerate((gateway_id, f"{gateway_id}-0"), start=1):
+        services = isolated.settings.mqtt.services_port
+        assert connect(isolated, device, issued["password"], client_id, services)[0] is False
+        ok, thief = connect(isolated, device, issued["password"], client_id)
+        assert ok
+        for seq in range(10):  # the device's own session works
+            now = time.time_ns() // 1_000_000
+            payload = reading_payload(n * 100 + seq, now, now, {"t": 1.0})
+            thief.publish(f"{root}/{device}/telemetry", payload, qos=1).wait_for_publish(10)
+        thief.disconnect()
+        thief.loop_stop()
+    wait_until(
+        lambda: sum(isolated.end_offsets(isolated.topics.telemetry_raw).values()) >= before + 20,
+        30,
+        "the device's readings through the gateway",
+    )
+    port = isolated.metrics_ports["gateway"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert "fleetwatch_gateway_mqtt_reconnects_total 0.0" in metrics

@@ -47,7 +47,7 @@ Pair = tuple[str, int]
 def private_stack(
     stack_settings: Settings, tmp_path: Path
 ) -> Iterator[tuple[Settings, dict[str, str]]]:
-    kafka_port, mqtt_port = free_port(), free_port()
+    kafka_port, mqtt_port, services_port = free_port(), free_port(), free_port()
     settings = Settings(
         run_dir=tmp_path / "run",
         kafka=KafkaSettings(
@@ -56,7 +56,7 @@ def private_stack(
             bootstrap_servers=f"127.0.0.1:{kafka_port}",
             metrics_port=0,
         ),
-        mqtt=MqttSettings(port=mqtt_port),
+        mqtt=MqttSettings(port=mqtt_port, service_port=services_port),
     )
     env = dict(os.environ)
     env.update(
@@ -66,6 +66,7 @@ def private_stack(
             "FLEETWATCH_KAFKA__CONTROLLER_PORT": str(settings.kafka.controller_port),
             "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
             "FLEETWATCH_MQTT__PORT": str(mqtt_port),
+            "FLEETWATCH_MQTT__SERVICE_PORT": str(services_port),
             "FLEETWATCH_GATEWAY__METRICS_PORT": "0",
         }
     )

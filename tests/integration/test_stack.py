@@ -50,6 +50,7 @@ def test_a_second_stack_comes_up_and_down_leaving_nothing(
             "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}",
             "FLEETWATCH_KAFKA__METRICS_PORT": str(free_port()),  # the session stack's is taken
             "FLEETWATCH_MQTT__PORT": str(mqtt_port),
+            "FLEETWATCH_MQTT__SERVICE_PORT": str(free_port()),
         }
     )
     up = fleetwatch("stack", "up", env=env)

@@ -76,7 +76,9 @@ def test_issuing_rotating_and_revoking_a_device(tmp_path: Path) -> None:
     assert issued.telemetry_topic == "devices/pump-7/telemetry"
     assert issued.commands_topic == "devices/pump-7/commands"
     lines = dict(line.split(":", 1) for line in creds.passwd.read_text().splitlines())
-    assert set(lines) == {GATEWAY, SIMULATOR, "pump-7"}
+    assert set(lines) == {"pump-7"}  # the devices' listener knows no service account
+    services = creds.services_passwd.read_text().splitlines()
+    assert {line.split(":", 1)[0] for line in services} == {GATEWAY, SIMULATOR}
     assert verify(lines["pump-7"], issued.password)
     assert issued.password not in creds.passwd.read_text()  # kept hashed only
     with pytest.raises(StackError, match="has credentials already"):
@@ -95,7 +97,7 @@ def test_issuing_rotating_and_revoking_a_device(tmp_path: Path) -> None:
             creds.revoke(bad)
     with pytest.raises(StackError, match="service account"):
         creds.add(GATEWAY)
-    for path in (creds.passwd, creds.acl, creds.accounts):
+    for path in (creds.passwd, creds.services_passwd, creds.acl, creds.accounts):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
@@ -113,10 +115,22 @@ def test_the_service_accounts_are_made_once_and_the_stages_log_in_with_them(
     assert (gateway.username, gateway.password) == (GATEWAY, SecretStr(first[GATEWAY]))
     assert (sim.username, sim.password) == (SIMULATOR, SecretStr(first[SIMULATOR]))
     own = Settings(_env_file=None, run_dir=tmp_path, mqtt=MqttSettings(username="me", password="x"))
+    assert (gateway.port, sim.port) == (1884, 1884)  # the stages' listener, port + 1
     assert login(own, "gateway").username == "me"
+    assert login(own, "gateway").port == 1883  # a login of your own: the port you set
     elsewhere = MqttSettings(credentials_dir=creds.dir)
     other_run = Settings(_env_file=None, run_dir=tmp_path / "other", mqtt=elsewhere)
     assert login(other_run, "sim").password == SecretStr(first[SIMULATOR])
+
+
+def test_a_run_dir_with_one_password_file_for_all_is_split(tmp_path: Path) -> None:
+    creds = Credentials(settings_in(tmp_path))
+    creds.dir.mkdir(parents=True)
+    creds.passwd.write_text(f"{GATEWAY}:$7$101$x$y\n{SIMULATOR}:$7$101$x$z\npump-7:$7$101$a$b\n")
+    creds.ensure()
+    assert creds.passwd.read_text() == "pump-7:$7$101$a$b\n"
+    services = creds.services_passwd.read_text()
+    assert {line.split(":", 1)[0] for line in services.splitlines()} == {GATEWAY, SIMULATOR}
 
 
 def test_a_password_file_of_your_own_is_left_alone(tmp_path: Path) -> None:

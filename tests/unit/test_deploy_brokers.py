@@ -77,7 +77,10 @@ def test_the_deployed_mosquitto_queues_and_keeps_sessions_as_the_local_stack_s(
 def mosquitto_listeners(text: str) -> dict[int, dict[str, str]]:
     """Each listener of a Mosquitto configuration (``per_listener_settings``): its port → its
     bind address (``bind``, "" for every interface) and the settings between it and the next."""
-    own = ("certfile", "keyfile", "cafile", "allow_anonymous", "password_file", "acl_file")
+    own = (
+        *("certfile", "keyfile", "cafile", "allow_anonymous", "password_file", "acl_file"),
+        "use_username_as_clientid",
+    )
     out: dict[int, dict[str, str]] = {}
     current: dict[str, str] | None = None
     for line in text.splitlines():
@@ -109,11 +112,17 @@ def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
 ) -> None:
     listeners = mosquitto_listeners((DEPLOY / "mosquitto" / "mosquitto.conf").read_text())
     reachable = {port: opts for port, opts in listeners.items() if opts["bind"] != "127.0.0.1"}
-    assert list(reachable) == [8883]  # besides it, only the loopback health-check listener
-    tls = reachable[8883]
-    assert tls["certfile"] == "/mosquitto/certs/tls.crt"
-    assert tls["keyfile"] == "/mosquitto/certs/tls.key"
-    assert tls["allow_anonymous"] == "false"
+    # the devices' and the gateway's (besides them, only the loopback health-check listener)
+    assert list(reachable) == [8883, 8884]
+    tls, services = reachable[8883], reachable[8884]
+    for opts in (tls, services):
+        assert opts["certfile"] == "/mosquitto/certs/tls.crt"
+        assert opts["keyfile"] == "/mosquitto/certs/tls.key"
+        assert opts["allow_anonymous"] == "false"
+    # a device's client id is its username; the gateway's listener knows no device account
+    assert tls["use_username_as_clientid"] == "true"
+    assert "use_username_as_clientid" not in services
+    assert tls["password_file"] != services["password_file"]
 
     # compose: only the TLS port is published; the gateway connects to it over TLS, verifying
     # the broker with the CA of the folder the broker's certificate comes from
@@ -123,7 +132,7 @@ def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
     assert broker_mounts["/mosquitto/certs"] == "./mosquitto/certs"
     env = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
     gateway = settings_from(env | compose_env("gateway"), monkeypatch, tmp_path).mqtt
-    assert (gateway.host, gateway.port, gateway.tls) == ("mosquitto", 8883, True)
+    assert (gateway.host, gateway.port, gateway.tls) == ("mosquitto", 8884, True)
     gateway_volumes = compose()["services"]["gateway"]["volumes"]
     gateway_mounts = {v["target"]: v["source"] for v in gateway_volumes if isinstance(v, dict)}
     assert gateway_mounts[str(gateway.ca_file)] == "./mosquitto/certs/ca.crt"
@@ -131,10 +140,12 @@ def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
     # Kubernetes: the Service's port is the TLS listener's; the broker's certificate and key
     # and the gateway's CA come from the one Secret
     service = k8s_workload("Service", "mosquitto")
-    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(8883, "mqtts")]
+    ports = [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]]
+    assert ports == [(8883, "mqtts"), (8884, "mqtts-services")]
     broker_pod = k8s_workload("Deployment", "mosquitto")["spec"]["template"]["spec"]
     (broker,) = broker_pod["containers"]
-    assert {p["name"]: p["containerPort"] for p in broker["ports"]} == {"mqtts": 8883}
+    listening = {p["name"]: p["containerPort"] for p in broker["ports"]}
+    assert listening == {"mqtts": 8883, "mqtts-services": 8884}
     files = mounted_secret_files(broker_pod, broker)
     assert files[tls["certfile"]] == ("mosquitto-tls", "tls.crt")
     assert files[tls["keyfile"]] == ("mosquitto-tls", "tls.key")
@@ -144,7 +155,7 @@ def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
     gateway_pod = k8s_workload("StatefulSet", "gateway")["spec"]["template"]["spec"]
     (container,) = gateway_pod["containers"]
     k8s = settings_from(container_env(container, k8s_config()), monkeypatch, tmp_path).mqtt
-    assert (k8s.host, k8s.port, k8s.tls) == (service["metadata"]["name"], 8883, True)
+    assert (k8s.host, k8s.port, k8s.tls) == (service["metadata"]["name"], 8884, True)
     ca = mounted_secret_files(gateway_pod, container)[str(k8s.ca_file)]
     assert ca == ("mosquitto-tls", "ca.crt")
 

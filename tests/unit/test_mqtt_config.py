@@ -139,12 +139,13 @@ def test_the_local_broker_s_listener_is_tls_with_its_certificate(
         server_key_file=server.key,
     )
     lines = MosquittoBroker(Settings(run_dir=tmp_path, mqtt=mqtt_settings)).render_config()
-    listener = lines.splitlines()[:3]
-    assert listener == [
-        "listener 8883 127.0.0.1",
-        f"certfile {server.cert.resolve()}",
-        f"keyfile {server.key.resolve()}",
-    ]
+    config = lines.splitlines()
+    for port in (8883, 8884):  # the devices' listener and the stages'
+        at = config.index(f"listener {port} 127.0.0.1")
+        assert config[at + 1 : at + 3] == [
+            f"certfile {server.cert.resolve()}",
+            f"keyfile {server.key.resolve()}",
+        ]
     plain = MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
     assert "certfile" not in plain
     assert "keyfile" not in plain
