@@ -74,7 +74,7 @@ from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.seasonal import check_profile_hyper, new_profile
-from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -300,11 +300,7 @@ class LevelShiftDetector(Detector):
         self._memo = None
 
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:
-        k = len(self.profile.metrics)
-        return [
-            (name, tail, self.own_threshold(tail, k))
-            for name, tail in zip(self.profile.metrics, self.tails, strict=True)
-        ]
+        return tails_in_force(self.profile.metrics, self.tails, self.own_threshold)
 
     def _hold(self) -> int:
         """How many readings an alert must have fallen for to end by its release: the

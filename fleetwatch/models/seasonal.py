@@ -81,7 +81,13 @@ from fleetwatch.models.neighbours import NeighbourScale, medians_before
 from fleetwatch.models.params import array, ints
 from fleetwatch.models.profile import HOUR_MS, SeasonalProfile, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.tail import MIN_HISTORY, PRIOR_WEIGHT, StreamTail, calibrated_surprise
+from fleetwatch.models.tail import (
+    MIN_HISTORY,
+    PRIOR_WEIGHT,
+    StreamTail,
+    calibrated_surprise,
+    tails_in_force,
+)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -442,11 +448,7 @@ class SeasonalBaseline(Detector):
         self._fleet = tails
 
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:
-        k = len(self.profile.metrics)
-        return [
-            (name, tail, self._bar(tail, k))
-            for name, tail in zip(self.profile.metrics, self.tails, strict=True)
-        ]
+        return tails_in_force(self.profile.metrics, self.tails, self._bar)
 
     def _bar(self, tail: StreamTail, streams: int) -> float:
         """The ``|z|`` at which the stream alerts (none without a budget or a history yet)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -505,3 +505,16 @@ def calibrated_surprise(
         at_bar = np.maximum(tail.summary.nats(bar), 1e-9)
     out: FloatArray = tail.summary.nats(z) * (s_alert / at_bar)
     return out
+
+
+def tails_in_force(
+    metrics: Sequence[str],
+    tails: Sequence[StreamTail],
+    threshold: Callable[[StreamTail, int], float],
+) -> list[tuple[str, StreamTail, float]]:
+    """Per metric, its own tail and the ``threshold`` that tail sets in force, the budget
+    shared by all ``metrics``: what a detector's ``own_tails`` gives the fleet's pool."""
+    streams = len(metrics)
+    return [
+        (name, tail, threshold(tail, streams)) for name, tail in zip(metrics, tails, strict=True)
+    ]
