@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
+from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX, after_prefix
 
 
 def fleet_key(scope: str) -> str:
@@ -23,9 +23,7 @@ def fleet_key(scope: str) -> str:
 
 def fleet_scope(key: str | None) -> str | None:
     """The scope of a fleet record's key, ``None`` for a device's key."""
-    if key is None or not key.startswith(FLEET_KEY_PREFIX):
-        return None
-    return key[len(FLEET_KEY_PREFIX) :]
+    return after_prefix(key, FLEET_KEY_PREFIX)
 
 
 def scope_of_metrics(metrics: Iterable[str]) -> str:

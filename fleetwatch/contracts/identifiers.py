@@ -35,3 +35,11 @@ def is_device_id(text: str) -> bool:
     """Whether the whole of ``text`` is a device id (a trailing newline is not allowed, as
     pydantic's checks of :data:`DeviceId` do not allow it)."""
     return _DEVICE_ID.fullmatch(text) is not None
+
+
+def after_prefix(key: str | None, prefix: str) -> str | None:
+    """What follows ``prefix`` in a ``model.params`` key; ``None`` for no key or another
+    prefix's (a device's own key has none)."""
+    if key is None or not key.startswith(prefix):
+        return None
+    return key[len(prefix) :]

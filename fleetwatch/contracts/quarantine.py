@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from fleetwatch.contracts import wire
-from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX
+from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX, after_prefix
 
 
 def lift_key(device_id: str) -> str:
@@ -20,9 +20,7 @@ def lift_key(device_id: str) -> str:
 
 def lifted_device(key: str | None) -> str | None:
     """The device of a lift record's key, ``None`` for any other key."""
-    if key is None or not key.startswith(QUARANTINE_KEY_PREFIX):
-        return None
-    return key[len(QUARANTINE_KEY_PREFIX) :]
+    return after_prefix(key, QUARANTINE_KEY_PREFIX)
 
 
 def lift_value(device_id: str, lifted_ms: int) -> str:

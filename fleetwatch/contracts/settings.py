@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetwatch.contracts.telemetry import DEVICE_METRICS
@@ -28,6 +36,32 @@ def _project_home() -> Path:
 
 class _Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _whole_match(pattern: str, message: str) -> AfterValidator:
+    """A text setting's check: the whole value matches ``pattern``, else ``message``."""
+
+    def check(value: str) -> str:
+        if not re.fullmatch(pattern, value):
+            raise ValueError(message)
+        return value
+
+    return AfterValidator(check)
+
+
+PlainName = Annotated[
+    str,
+    _whole_match(
+        r"[A-Za-z0-9][A-Za-z0-9_.-]*", "mlflow.model_prefix must be letters, digits, '_', '.', '-'"
+    ),
+]
+Duration = Annotated[
+    str,
+    _whole_match(
+        r"[1-9][0-9]*(ms|s|m|h|d|w|y)",
+        "prometheus.retention must be a duration such as 12h, 2d or 1w",
+    ),
+]
 
 
 class KafkaSettings(_Part):
@@ -430,6 +464,13 @@ class GatewaySettings(_Part):
     replicas (always with ``workers`` > 1). Off, one gateway holds a plain subscription, which
     Mosquitto keeps in its persistence across its own restart: it does not keep a shared one
     (2.0), so until the gateways subscribe again after a broker restart it drops readings."""
+    device_rate: float = Field(10.0, gt=0)
+    """Telemetry messages a second one device may send on average (a token bucket per device,
+    :mod:`fleetwatch.ingest.rate`): ten times a device that reports every second. A message
+    beyond it and ``device_burst`` is dead-lettered with the reason, before it is parsed."""
+    device_burst: int = Field(100, ge=1)
+    """Messages a device may send at once above its rate: a device back from an outage sends
+    what it buffered in batch payloads (up to 1,000 readings each)."""
     max_payload_bytes: int = Field(256 * 1024, ge=256)
     max_in_flight: int = Field(10_000, ge=1, le=65_535)
     """Unacknowledged MQTT messages at once (MQTT v5 receive-maximum): the backpressure bound."""
@@ -450,15 +491,8 @@ class MlflowSettings(_Part):
     ``{run_dir}/mlflow/artifacts``."""
     experiment: str = "fleetwatch-training"
     """The experiment every training run is logged in."""
-    model_prefix: str = "fleetwatch"
+    model_prefix: PlainName = "fleetwatch"
     """Registered fleet models are named ``{model_prefix}-{scope}``."""
-
-    @field_validator("model_prefix")
-    @classmethod
-    def _prefix_is_a_plain_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
-            raise ValueError("mlflow.model_prefix must be letters, digits, '_', '.', '-'")
-        return value
 
 
 class PrometheusSettings(_Part):
@@ -469,15 +503,8 @@ class PrometheusSettings(_Part):
     """Its HTTP port on loopback (queries, ``/-/ready``, the web UI)."""
     scrape_interval_s: int = Field(2, ge=1, le=300)
     """How often every target is scraped: short, so a fresh run shows data within seconds."""
-    retention: str = "2d"
+    retention: Duration = "2d"
     """How long samples are kept (``--storage.tsdb.retention.time``)."""
-
-    @field_validator("retention")
-    @classmethod
-    def _retention_is_a_duration(cls, value: str) -> str:
-        if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h|d|w|y)", value):
-            raise ValueError("prometheus.retention must be a duration such as 12h, 2d or 1w")
-        return value
 
 
 class Settings(BaseSettings):
