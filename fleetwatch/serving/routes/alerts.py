@@ -18,6 +18,7 @@ from fleetwatch.serving.routes.params import (
     Limit,
     Offset,
     ToMs,
+    found,
     json_response,
 )
 from fleetwatch.serving.schemas.alerts import (
@@ -82,12 +83,11 @@ def _alerts(
 def _detail(store: Store, alert_id: str) -> AlertDetail:
     with store.session() as session:
         view = repo.get_alert(session, alert_id)
-    if view is None:
-        raise HTTPException(404, detail=f"no alert {alert_id!r}")
+    shown = found(view, f"no alert {alert_id!r}")
     return AlertDetail(
-        **AlertPublic.model_validate(view.alert).model_dump(),
-        events=[AlertEventPublic.model_validate(e) for e in view.events],
-        commands=view.commands,
+        **AlertPublic.model_validate(shown.alert).model_dump(),
+        events=[AlertEventPublic.model_validate(e) for e in shown.events],
+        commands=shown.commands,
     )
 
 

@@ -17,6 +17,7 @@ from fleetwatch.serving.routes.params import (
     Limit,
     Offset,
     ToMs,
+    found,
     json_response,
 )
 from fleetwatch.serving.schemas.alerts import AlertPublic
@@ -203,6 +204,6 @@ def current_model(device_id: DevicePath, store: StoreDep, _: Reader) -> ModelPub
     """The device's current detector parameters and their version (from ``model.params``)."""
     with store.session() as session:
         row = repo.model(session, device_id)
-    if row is None:
-        raise HTTPException(404, detail=f"no model parameters published for {device_id!r}")
-    return ModelPublic.model_validate(row)
+    return ModelPublic.model_validate(
+        found(row, f"no model parameters published for {device_id!r}")
+    )

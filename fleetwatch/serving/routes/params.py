@@ -1,10 +1,10 @@
-"""Path and query parameters shared by the routers."""
+"""Path and query parameters, responses and the not-found check shared by the routers."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Path, Query, Response
+from fastapi import HTTPException, Path, Query, Response
 from pydantic import BaseModel
 
 from fleetwatch.serving.schemas.common import DEVICE_ID_PATTERN, ID_PATTERN
@@ -26,6 +26,16 @@ AUTH: dict[int | str, dict[str, Any]] = {
     401: {"description": "No API key, or not a valid one"},
     403: {"description": "The API key lacks the scope"},
 }
+
+
+T = TypeVar("T")
+
+
+def found(item: T | None, detail: str) -> T:
+    """``item``, or a 404 saying ``detail`` when there is none."""
+    if item is None:
+        raise HTTPException(404, detail=detail)
+    return item
 
 
 def json_response(body: BaseModel, status_code: int = 200) -> Response:

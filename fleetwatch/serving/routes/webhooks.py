@@ -6,10 +6,11 @@ import uuid
 
 from fastapi import APIRouter, HTTPException, Response
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.orm import Session
 
 from fleetwatch.serving.auth import Admin
 from fleetwatch.serving.deps import Services, ServicesDep, StoreDep
-from fleetwatch.serving.routes.params import AUTH, NOT_FOUND, IdPath, Limit, Offset
+from fleetwatch.serving.routes.params import AUTH, NOT_FOUND, IdPath, Limit, Offset, found
 from fleetwatch.serving.schemas.webhooks import (
     AttemptPublic,
     DeliveriesPublic,
@@ -48,9 +49,12 @@ def _check(services: Services, url: str) -> None:
 def _hook(services: Services, webhook_id: str) -> WebhookRow:
     with services.store.session() as session:
         row = session.get(WebhookRow, webhook_id)
-    if row is None:
-        raise HTTPException(404, detail=f"no webhook {webhook_id!r}")
-    return row
+    return found(row, f"no webhook {webhook_id!r}")
+
+
+def _row(session: Session, webhook_id: str) -> WebhookRow:
+    """The webhook, within ``session``'s transaction (404 when there is none)."""
+    return found(session.get(WebhookRow, webhook_id), f"no webhook {webhook_id!r}")
 
 
 @router.post("", response_model=WebhookWithSecret, status_code=201)
@@ -83,9 +87,7 @@ def update_webhook(
     if fields.get("url") is not None:
         _check(services, fields["url"])
     with services.store.session() as session, session.begin():
-        row = session.get(WebhookRow, webhook_id)
-        if row is None:
-            raise HTTPException(404, detail=f"no webhook {webhook_id!r}")
+        row = _row(session, webhook_id)
         for name, value in fields.items():
             if value is not None:
                 setattr(row, name, value)
@@ -97,10 +99,7 @@ def update_webhook(
 def delete_webhook(webhook_id: IdPath, services: ServicesDep, _: Admin) -> Response:
     """Unsubscribe; its deliveries and their log go too."""
     with services.store.session() as session, session.begin():
-        row = session.get(WebhookRow, webhook_id)
-        if row is None:
-            raise HTTPException(404, detail=f"no webhook {webhook_id!r}")
-        session.delete(row)
+        session.delete(_row(session, webhook_id))
     return Response(status_code=204)
 
 
@@ -110,9 +109,7 @@ def rotate_secret(
 ) -> WebhookWithSecret:
     """A new signing secret (given, or generated); shown in this response only."""
     with services.store.session() as session, session.begin():
-        row = session.get(WebhookRow, webhook_id)
-        if row is None:
-            raise HTTPException(404, detail=f"no webhook {webhook_id!r}")
+        row = _row(session, webhook_id)
         row.secret = (body.secret if body else None) or repo.new_secret()
         row.updated_ms = now_ms()
     return WebhookWithSecret.model_validate(row)
