@@ -3,9 +3,9 @@ changes nothing, and records arriving out of order never replace newer ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Table, and_, delete, or_, select, true, update
 from sqlalchemy.orm import Session
@@ -25,6 +25,8 @@ from fleetwatch.serving.tables import (
     ReadingRow,
     SessionRow,
 )
+
+T = TypeVar("T")
 
 STATE_OF_STATUS = {"open": "open", "update": "open", "resolve": "resolved", "withdraw": "withdrawn"}
 
@@ -235,29 +237,34 @@ def episode_row(a: Alert, now: int) -> dict[str, Any]:
     }
 
 
+def _newest(items: Iterable[T], key: Callable[[T], str], order: Callable[[T], int]) -> list[T]:
+    """Per ``key``, the item of the highest ``order`` (the later of equals), in the order the
+    keys first come."""
+    newest: dict[str, T] = {}
+    for item in items:
+        k = key(item)
+        if k not in newest or order(newest[k]) <= order(item):
+            newest[k] = item
+    return list(newest.values())
+
+
+def _write_per_device(
+    session: Session, table: Any, rows: list[dict[str, Any]], when: Callable[[Any, Any], Any]
+) -> None:
+    """Upsert one row per device: every column replaced where ``when`` holds."""
+    columns = [c.name for c in _t(table).columns if c.name != "device_id"]
+    upsert(session, _t(table), rows, key=["device_id"], update=columns, when=when)
+
+
 def _write_states(session: Session, states: list[DeviceState]) -> None:
-    newest: dict[str, DeviceState] = {}
-    for s in states:
-        if s.device_id not in newest or newest[s.device_id].updated_ms <= s.updated_ms:
-            newest[s.device_id] = s
-    rows = [s.model_dump() for s in newest.values()]
-    columns = [c.name for c in _t(DeviceStateRow).columns if c.name != "device_id"]
-    upsert(
-        session,
-        _t(DeviceStateRow),
-        rows,
-        key=["device_id"],
-        update=columns,
-        when=lambda t, x: t.updated_ms <= x.updated_ms,
-    )
+    newest = _newest(states, lambda s: s.device_id, lambda s: s.updated_ms)
+    rows = [s.model_dump() for s in newest]
+    _write_per_device(session, DeviceStateRow, rows, lambda t, x: t.updated_ms <= x.updated_ms)
 
 
 def _write_sessions(session: Session, sessions: list[DeviceSession]) -> None:
-    newest: dict[str, DeviceSession] = {}
-    for s in sessions:
-        if s.session_id not in newest or newest[s.session_id].readings <= s.readings:
-            newest[s.session_id] = s
-    rows = [s.model_dump() for s in newest.values()]
+    newest = _newest(sessions, lambda s: s.session_id, lambda s: s.readings)
+    rows = [s.model_dump() for s in newest]
     upsert(
         session,
         _t(SessionRow),
@@ -276,20 +283,9 @@ def _forget_models(session: Session, device_ids: list[str]) -> None:
 
 
 def _write_models(session: Session, models: list[ModelRecord]) -> None:
-    newest: dict[str, ModelRecord] = {}
-    for m in models:
-        if m.device_id not in newest or newest[m.device_id].version <= m.version:
-            newest[m.device_id] = m
-    rows = [vars(m) for m in newest.values()]
-    columns = [c.name for c in _t(ModelRow).columns if c.name != "device_id"]
-    upsert(
-        session,
-        _t(ModelRow),
-        rows,
-        key=["device_id"],
-        update=columns,
-        when=lambda t, x: t.version <= x.version,
-    )
+    newest = _newest(models, lambda m: m.device_id, lambda m: m.version)
+    rows = [vars(m) for m in newest]
+    _write_per_device(session, ModelRow, rows, lambda t, x: t.version <= x.version)
 
 
 def _write_readings(session: Session, readings: list[TelemetryRecord]) -> None:
