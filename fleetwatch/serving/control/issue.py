@@ -58,47 +58,65 @@ def wire(row: CommandRow) -> Command:
     )
 
 
-def issue(
-    store: Store,
-    publisher: CommandPublisher,
-    metrics: Metrics,
-    device_id: str,
-    body: CommandCreate,
-    idempotency_key: str,
-    issued_by: str,
-    default_ttl_s: float,
-) -> Issued:
-    digest = request_hash(body)
-    now = now_ms()
-    row: CommandRow | None = None
-    with store.session() as session, session.begin():
-        if not known(session, device_id):
-            raise UnknownDevice(f"no device {device_id!r} (register it, or wait for its records)")
-        existing = rows.find(session, device_id, idempotency_key)
-        if existing is None:
-            ttl_ms = int((body.ttl_s or default_ttl_s) * 1000)
-            row = rows.add(
-                session,
-                command_id=command_id(device_id, idempotency_key),
-                device_id=device_id,
-                name=body.name,
-                args=body.args,
-                idempotency_key=idempotency_key,
-                request_hash=digest,
-                alert_id=body.alert_id,
-                issued_by=issued_by,
-                issued_ms=now,
-                expires_ms=now + ttl_ms,
-            )
-    if existing is not None:
-        return _replay(existing, digest, idempotency_key)
-    if row is None:  # pragma: no cover - for the type checker
-        raise ServingError("command row missing")
-    metrics.commands.labels(outcome="issued").inc()
-    send(store, publisher, row)
-    with store.session() as session:
-        stored = session.get(CommandRow, row.command_id)
-    return Issued(stored or row, True)
+@dataclass(frozen=True)
+class Issuer:
+    """Issues commands: stores each row, publishes it, counts it in ``metrics``; a command
+    without its own TTL waits ``default_ttl_s`` for its acknowledgement."""
+
+    store: Store
+    publisher: CommandPublisher
+    metrics: Metrics
+    default_ttl_s: float
+
+    def issue(
+        self, device_id: str, body: CommandCreate, idempotency_key: str, issued_by: str
+    ) -> Issued:
+        digest = request_hash(body)
+        now = now_ms()
+        row: CommandRow | None = None
+        with self.store.session() as session, session.begin():
+            if not known(session, device_id):
+                raise UnknownDevice(
+                    f"no device {device_id!r} (register it, or wait for its records)"
+                )
+            existing = rows.find(session, device_id, idempotency_key)
+            if existing is None:
+                ttl_ms = int((body.ttl_s or self.default_ttl_s) * 1000)
+                row = rows.add(
+                    session,
+                    command_id=command_id(device_id, idempotency_key),
+                    device_id=device_id,
+                    name=body.name,
+                    args=body.args,
+                    idempotency_key=idempotency_key,
+                    request_hash=digest,
+                    alert_id=body.alert_id,
+                    issued_by=issued_by,
+                    issued_ms=now,
+                    expires_ms=now + ttl_ms,
+                )
+        if existing is not None:
+            return _replay(existing, digest, idempotency_key)
+        if row is None:  # pragma: no cover - for the type checker
+            raise ServingError("command row missing")
+        self.metrics.commands.labels(outcome="issued").inc()
+        send(self.store, self.publisher, row)
+        with self.store.session() as session:
+            stored = session.get(CommandRow, row.command_id)
+        return Issued(stored or row, True)
+
+    def issue_racing(
+        self, device_id: str, body: CommandCreate, idempotency_key: str, issued_by: str
+    ) -> Issued:
+        """:meth:`issue`, where two requests with the same key at once give one command."""
+        try:
+            return self.issue(device_id, body, idempotency_key, issued_by)
+        except IntegrityError:
+            with self.store.session() as session:
+                existing = rows.find(session, device_id, idempotency_key)
+            if existing is None:
+                raise
+            return _replay(existing, request_hash(body), idempotency_key)
 
 
 def _replay(existing: CommandRow, digest: str, key: str) -> Issued:
@@ -107,29 +125,6 @@ def _replay(existing: CommandRow, digest: str, key: str) -> Issued:
             f"Idempotency-Key {key!r} was used for a different command ({existing.command_id})"
         )
     return Issued(existing, False)
-
-
-def issue_racing(
-    store: Store,
-    publisher: CommandPublisher,
-    metrics: Metrics,
-    device_id: str,
-    body: CommandCreate,
-    idempotency_key: str,
-    issued_by: str,
-    default_ttl_s: float,
-) -> Issued:
-    """:func:`issue`, where two requests with the same key at once give one command."""
-    try:
-        return issue(
-            store, publisher, metrics, device_id, body, idempotency_key, issued_by, default_ttl_s
-        )
-    except IntegrityError:
-        with store.session() as session:
-            existing = rows.find(session, device_id, idempotency_key)
-        if existing is None:
-            raise
-        return _replay(existing, request_hash(body), idempotency_key)
 
 
 def send(store: Store, publisher: CommandPublisher, row: CommandRow) -> bool:

@@ -8,9 +8,17 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response
 from sqlalchemy import ColumnElement, func, select
 
 from fleetwatch.serving.auth import Operator, Reader
-from fleetwatch.serving.control.issue import IdempotencyConflict, UnknownDevice, issue_racing
+from fleetwatch.serving.control.issue import IdempotencyConflict, Issuer, UnknownDevice
 from fleetwatch.serving.deps import ServicesDep, StoreDep
-from fleetwatch.serving.routes.params import AUTH, NOT_FOUND, DevicePath, IdPath, Limit, Offset
+from fleetwatch.serving.routes.params import (
+    AUTH,
+    NOT_FOUND,
+    DevicePath,
+    IdPath,
+    Limit,
+    Offset,
+    found,
+)
 from fleetwatch.serving.schemas.commands import CommandCreate, CommandPublic, CommandStatus
 from fleetwatch.serving.schemas.common import DEVICE_ID_PATTERN, Page
 from fleetwatch.serving.tables import CommandRow
@@ -53,16 +61,13 @@ def send_command(
     ``failed`` by the device's answer, or ``timed_out`` after ``ttl_s`` without one (a device
     that is offline gets it when it is back, within the TTL)."""
     try:
-        issued = issue_racing(
+        issuer = Issuer(
             services.store,
             services.publisher,
             services.metrics,
-            device_id,
-            body,
-            idempotency_key,
-            who.key_id,
             services.settings.api.command_ttl_s,
         )
+        issued = issuer.issue_racing(device_id, body, idempotency_key, who.key_id)
     except UnknownDevice as exc:
         raise HTTPException(404, detail=str(exc)) from exc
     except IdempotencyConflict as exc:
@@ -76,9 +81,7 @@ def send_command(
 def get_command(command_id: IdPath, store: StoreDep, _: Reader) -> CommandPublic:
     with store.session() as session:
         row = session.get(CommandRow, command_id)
-    if row is None:
-        raise HTTPException(404, detail=f"no command {command_id!r}")
-    return CommandPublic.model_validate(row)
+    return CommandPublic.model_validate(found(row, f"no command {command_id!r}"))
 
 
 @router.get("/commands", response_model=CommandsPublic)
