@@ -25,6 +25,7 @@ from fleetwatch.models.registry import DEFAULT_TUNING, Tuning
 from fleetwatch.streaming.buckets import bucket_of
 from fleetwatch.streaming.trainer.bucket_state import (
     BUCKETS,
+    Bucket,
     WarmBuckets,
     decode,
     encode,
@@ -144,34 +145,39 @@ def _bucket_trainer(
                 self.handle.registerTimer(due)
             self.params.update((value, encode_seen(seen)))
 
+        def _take(self, key: tuple[int]) -> tuple[str | None, Seen, Bucket]:
+            """The bucket's state value, when each of its devices was last heard, and its
+            devices' parameters and detectors (warm when this worker wrote that value last)."""
+            stored, seen = self._stored()
+            return stored, seen, warm_buckets().take(key, stored)
+
+        def _put(self, key: tuple[int], value: str, seen: Seen, bucket: Bucket) -> None:
+            """Write the bucket's new state value, and keep its detectors warm for it."""
+            self._save(value, seen)
+            warm_buckets().keep(key, value, bucket)
+
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            stored, seen = self._stored()
-            warm = warm_buckets()
-            bucket = warm.take(key, stored)
+            stored, seen, bucket = self._take(key)
             batches = list(per_device(rows))
             note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
             updates = learn_bucket(bucket.texts, batches, bucket.detectors, max_metrics, tuning)
             value = stored if updates.empty and stored is not None else encode(bucket.texts)
-            self._save(value, seen)
-            warm.keep(key, value, bucket)
+            self._put(key, value, seen, bucket)
             if not updates.empty:
                 yield updates
 
         def handleExpiredTimer(
             self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
         ) -> Iterator[pd.DataFrame]:
-            stored, seen = self._stored()
-            warm = warm_buckets()
-            bucket = warm.take(key, stored)
+            stored, seen, bucket = self._take(key)
             watermark = timerValues.getCurrentWatermarkInMs()
             gone = forget_due(bucket.texts, seen, watermark, expire_after_ms)
             for device_id in gone:
                 bucket.detectors.pop(device_id, None)
             value = encode(bucket.texts) if gone or stored is None else stored
-            self._save(value, seen)
-            warm.keep(key, value, bucket)
+            self._put(key, value, seen, bucket)
             if gone:
                 logger.info(
                     "bucket %s: %d devices silent for expire_after forgotten", key, len(gone)
