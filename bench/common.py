@@ -1,6 +1,7 @@
-"""What several benchmarks share: the clock, percentiles and the load average their figures
-are made of, resident memory and CPU time of process trees, free ports, a private stack's
-settings, isolated topics, the stages run as processes, and the results file each bench writes.
+"""What several benchmarks share: percentiles and the load average their figures are made of,
+resident memory and CPU time of process trees, free ports, a private stack's settings, isolated
+topics, the stages run as processes, and the results file each bench writes. (The clock is the
+wire's: :func:`fleetwatch.contracts.clock.now_ms`.)
 
 A bench script is run as ``python bench/<group>/<name>.py`` from anywhere: Python then puts
 only the script's own folder on ``sys.path``, so a script that imports from ``bench`` first
@@ -39,11 +40,6 @@ renders the README's figures table from them."""
 _STARTED = (datetime.now(UTC), os.getloadavg())
 """When this module was first imported, and the load average then: every bench imports it at
 its top, so this is the start of the bench."""
-
-
-def now_ms() -> int:
-    """Wall-clock time in epoch milliseconds, the unit of event times on the wire."""
-    return time.time_ns() // 1_000_000
 
 
 def percentile(values: Sequence[float] | np.ndarray, q: float, digits: int = 1) -> float | None:

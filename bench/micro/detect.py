@@ -2,7 +2,7 @@
 
 A generated file of ``--rows`` rows from ``--devices`` devices (one reading a minute each,
 interleaved; columns timestamp, device_id, temperature, humidity, pressure) is scored by
-:func:`~fleetwatch.models.filecsv.detect_csv` with its defaults. The baseline in the same run
+:func:`~fleetwatch.filemode.csvfile.detect_csv` with its defaults. The baseline in the same run
 reads the same file as text and writes it back (``pd.read_csv`` + ``to_csv`` in the same
 pieces), the I/O floor any scoring pays.
 

@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import (
     free_port,
-    now_ms,
     private_stack_settings,
     rss_mb,
     tree_cpu_s,
     write_results,
 )
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets

@@ -46,13 +46,13 @@ from bench.common import (
     end_gateway_session,
     isolated_env,
     load_avg_1m,
-    now_ms,
     percentile,
     stage,
     wait,
     write_results,
 )
 from bench.pipeline.under_load import Probes, Watch, probe_prefix
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings, TopicSettings
 from fleetwatch.contracts.topics import TopicSpec
 from fleetwatch.kafka_config import client_config

@@ -50,11 +50,11 @@ from bench.common import (
     CpuShares,
     isolated_env,
     load_avg_1m,
-    now_ms,
     percentile,
     percentiles,
     write_results,
 )
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.stack.topics import delete_topics

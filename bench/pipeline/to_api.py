@@ -25,7 +25,8 @@ from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
-from bench.common import isolated_env, now_ms, percentiles, stage, wait, write_results
+from bench.common import isolated_env, percentiles, stage, wait, write_results
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import client_config
 from fleetwatch.simulator.runner import run as run_fleet

@@ -65,12 +65,12 @@ from bench.common import (
     cpu_s,
     isolated_env,
     load_avg_1m,
-    now_ms,
     percentile,
     tree,
     tree_rss_mb,
     write_results,
 )
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
 from fleetwatch.kafka_config import client_config

@@ -67,7 +67,6 @@ from bench.common import (
     end_gateway_session,
     isolated_env,
     load_avg_1m,
-    now_ms,
     percentile,
     stage,
     tree_rss_mb,
@@ -75,6 +74,7 @@ from bench.common import (
     write_results,
 )
 from bench.pipeline.latency_anatomy import Batch, batches, decompose, gc_pauses
+from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets

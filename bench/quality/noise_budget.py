@@ -2,7 +2,7 @@
 with no anomaly at all, through file mode's engine; every alert is a false one.
 
 Each shape is ``--devices`` devices (seeded) of one metric, one reading every 10 s for
-``--days`` simulated days, scored by :func:`~fleetwatch.models.filemode.detect_frame` (what
+``--days`` simulated days, scored by :func:`~fleetwatch.filemode.scoring.detect_frame` (what
 ``fleetwatch detect`` runs: per device, online and causal, chunks of ``--chunk-rows``):
 
 - ``student_t2``, ``student_t3``: heavy-tailed noise, Student-t with 2 and 3 degrees of freedom;

@@ -94,7 +94,7 @@ FLEET_S = 120.0
 """When the fleet models are pooled, as an operator registers them once devices have learned."""
 FLEET_EVERY_S = 60.0
 """How often they are pooled again after, as a scheduled ``register-fleet`` and ``promote``
-would: the pooled tails (:mod:`fleetwatch.models.fleet_tails`) hold the devices' young
+would: the pooled tails (:mod:`fleetwatch.fleet.tails`) hold the devices' young
 streams to what the older ones have seen."""
 
 _UNIT_MS = {

@@ -4,7 +4,7 @@ scored with SKAB's own protocols.
 SKAB (Skoltech Anomaly Benchmark, github.com/waico/SKAB, its ``data/`` folder; GPL-3, so it is
 read from where it lies, never copied here) is a water-pump testbed: 8 sensors about once a
 second, 34 experiments with a labelled fault each in ``valve1/``, ``valve2/`` and ``other/``.
-Each file goes, as one device, through :func:`~fleetwatch.models.filemode.detect_frame` — what
+Each file goes, as one device, through :func:`~fleetwatch.filemode.scoring.detect_frame` — what
 ``fleetwatch detect`` runs, online and causal: each chunk of rows is scored with what was
 learned from earlier chunks only — on the 8 sensor columns (the labels are kept out). A row is
 flagged when its ``alert`` is true.
