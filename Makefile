@@ -15,7 +15,7 @@ help:
 	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, Prometheus, PostgreSQL"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
-	@echo "make lint    - ruff + mypy"
+	@echo "make lint    - ruff, mypy and the import contracts (lint-imports)"
 	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures and writes bench/results/)"
 	@echo "make bench-report - render README.md's figures table from bench/results/*.json"
 
