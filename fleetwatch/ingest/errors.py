@@ -14,6 +14,7 @@ RejectKind = Literal[
     "clock_skew",
     "too_early",
     "ack_invalid",
+    "rate_limited",
 ]
 """Why a reading or command ack was rejected, in a word: the dead-letter counter's label (a
 bounded set; the reason itself, with the details, is in the dead letter's headers)."""

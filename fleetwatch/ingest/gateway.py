@@ -38,19 +38,29 @@ from paho.mqtt.properties import Properties
 
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.ingest.accept import Headers, Outcome, capped, handle
+from fleetwatch.ingest.accept import (
+    Headers,
+    Outcome,
+    capped,
+    dead_letter,
+    device_from_topic,
+    handle,
+)
 from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
-from fleetwatch.ingest.errors import IngestError
+from fleetwatch.ingest.errors import IngestError, PayloadRejected
 from fleetwatch.ingest.metrics import GatewayMetrics
 from fleetwatch.ingest.mqtt_client import BufferedClient
+from fleetwatch.ingest.rate import DeviceRates
 from fleetwatch.kafka_config import client_config
 from fleetwatch.mqtt_config import configure, connect_failure
 
 logger = logging.getLogger(__name__)
 
 SESSION_EXPIRY_S = 7 * 24 * 3600
+RATE_WARN_EVERY_S = 60.0
+"""How often a device over its rate is logged (each message over it is counted)."""
 RECONNECT_MIN_S, RECONNECT_MAX_S = 1, 2
 """paho's reconnect back-off (its default grows to 2 minutes)."""
 
@@ -202,6 +212,8 @@ class Gateway:
         self._unsubscribed = threading.Event()
         self._last_message = time.monotonic()
         self.relay = CommandRelay(settings, self.client, self.metrics)
+        self.rates = DeviceRates(settings.gateway.device_rate, settings.gateway.device_burst)
+        self._rate_warned: dict[str, float] = {}
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
     def _on_connect(
@@ -265,14 +277,18 @@ class Gateway:
         self.counters.add("messages")
         root = self.settings.mqtt.root
         if msg.topic.endswith(self._telemetry_suffix):
-            outcome = handle(
-                msg.topic,
-                msg.payload,
-                received,
-                root,
-                self.settings.gateway.max_payload_bytes,
-                self.clocks,
-            )
+            device_id = _device_of(msg.topic, root)
+            if device_id is not None and not self.rates.admit(device_id):
+                outcome = self._rate_limited(device_id, msg, received)
+            else:
+                outcome = handle(
+                    msg.topic,
+                    msg.payload,
+                    received,
+                    root,
+                    self.settings.gateway.max_payload_bytes,
+                    self.clocks,
+                )
             self.counters.add("accepted", len(outcome.accepted))
             clamped = sum(a.clamped for a in outcome.accepted)
             if clamped:
@@ -294,6 +310,21 @@ class Gateway:
             self.metrics,
         )
         self._produce_all(outcome, target, pending, received)
+
+    def _rate_limited(self, device_id: str, msg: mqtt.MQTTMessage, received: int) -> Outcome:
+        """A message over its device's rate: a dead letter, and a warning once a minute."""
+        g = self.settings.gateway
+        reason = (
+            f"device {device_id} exceeds its rate of {g.device_rate:g} messages/s "
+            f"(burst {g.device_burst})"
+        )
+        now = time.monotonic()
+        if now - self._rate_warned.get(device_id, -RATE_WARN_EVERY_S) >= RATE_WARN_EVERY_S:
+            self._rate_warned[device_id] = now
+            logger.warning("%s: its messages over the rate go to the dead letters", reason)
+        root = self.settings.mqtt.root
+        dead = dead_letter(msg.topic, msg.payload, received, reason, root, {"rate_limited": 1})
+        return Outcome(rejected=[dead])
 
     def _produce_all(
         self, outcome: Outcome, target: str, on_delivery: _PendingAck, received: int
@@ -441,6 +472,14 @@ class Gateway:
         self.client.disconnect()
         self.client.loop_stop()
         logger.info("gateway stopped: %s", self.counters)
+
+
+def _device_of(topic: str, root: str) -> str | None:
+    """The device id of a telemetry topic, or ``None`` (the accept step says why not)."""
+    try:
+        return device_from_topic(topic, root)
+    except PayloadRejected:
+        return None
 
 
 def _size(outcome: Outcome) -> int:
