@@ -60,7 +60,7 @@ from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.seasonal import check_profile_hyper, new_profile
+from fleetwatch.models.seasonal import ProfileHyper
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -117,7 +117,7 @@ def _cusum_steps(
     return np.array(sums, dtype=np.float64), np.array(alarms, dtype=bool), end
 
 
-class ChangeDetector(Detector):
+class ChangeDetector(ProfileHyper, Detector):
     kind: ClassVar[str] = "cusum"
 
     def __init__(
@@ -132,21 +132,16 @@ class ChangeDetector(Detector):
         min_std: float = 1e-3,
         local_halflife: float = 30.0,
     ) -> None:
-        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        self.profile = self._profile_hyper(
+            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
+        )
         if not drift > 0:
             raise HyperParameterError(f"drift must be > 0, got {drift}")
         if not local_halflife > 0:
             raise HyperParameterError(f"local_halflife must be > 0 readings, got {local_halflife}")
         self.drift = drift
         self.reset = reset
-        self.halflife_hours = halflife_hours
-        self.buckets = buckets
-        self.period_hours = period_hours
-        self.warmup = warmup
-        self.bucket_warmup = bucket_warmup
-        self.min_std = min_std
         self.local_halflife = local_halflife
-        self.profile = new_profile(halflife_hours, buckets, period_hours)
         self.upper = np.zeros(0)
         self.lower = np.zeros(0)
         self.local = np.zeros((0, 2))

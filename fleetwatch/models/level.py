@@ -73,7 +73,7 @@ from fleetwatch.models.grid import GRID_SD, Grid
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import SeasonalProfile
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.seasonal import check_profile_hyper, new_profile
+from fleetwatch.models.seasonal import ProfileHyper
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
 
 FloatArray = npt.NDArray[np.float64]
@@ -130,7 +130,7 @@ def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
     return out
 
 
-class LevelShiftDetector(Detector):
+class LevelShiftDetector(ProfileHyper, Detector):
     kind: ClassVar[str] = "level"
 
     def __init__(
@@ -149,7 +149,9 @@ class LevelShiftDetector(Detector):
         false_alerts_per_day: float = 1.0,
         tail_halflife: float = 2000.0,
     ) -> None:
-        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        self.profile: SeasonalProfile = self._profile_hyper(
+            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
+        )
         if not 0 < lam < 1:
             raise HyperParameterError(f"lam must be in (0, 1), got {lam}")
         if warmup < 2 or not tail_halflife > 0:
@@ -167,19 +169,12 @@ class LevelShiftDetector(Detector):
                 f"false_alerts_per_day must be > 0, got {false_alerts_per_day}"
             )
         self.lam = lam
-        self.halflife_hours = halflife_hours
-        self.buckets = buckets
-        self.period_hours = period_hours
-        self.warmup = warmup
-        self.bucket_warmup = bucket_warmup
-        self.min_std = min_std
         self.min_z = min_z
         self.stay = stay
         self.release = release
         self.adopt_s = adopt_s
         self.false_alerts_per_day = false_alerts_per_day
         self.tail_halflife = tail_halflife
-        self.profile: SeasonalProfile = new_profile(halflife_hours, buckets, period_hours)
         self.offset = np.zeros(0)
         """Per metric: the level adopted on top of the profile (see Adaptation)."""
         self.spread = np.zeros((0, 2))

@@ -111,6 +111,37 @@ def new_profile(halflife_hours: float | None, buckets: int, period_hours: float)
     return SeasonalProfile(buckets, period_hours * HOUR_MS, halflife_ms)
 
 
+class ProfileHyper:
+    """The hyperparameters of a detector's seasonal profile (:class:`SeasonalProfile`), which
+    the seasonal, level and change members share: checked and set together."""
+
+    halflife_hours: float | None
+    buckets: int
+    period_hours: float
+    warmup: int
+    bucket_warmup: int
+    min_std: float
+
+    def _profile_hyper(
+        self,
+        halflife_hours: float | None,
+        buckets: int,
+        period_hours: float,
+        warmup: int,
+        bucket_warmup: int,
+        min_std: float,
+    ) -> SeasonalProfile:
+        """Check and set the profile's hyperparameters; a new profile of them."""
+        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        self.halflife_hours = halflife_hours
+        self.buckets = buckets
+        self.period_hours = period_hours
+        self.warmup = warmup
+        self.bucket_warmup = bucket_warmup
+        self.min_std = min_std
+        return new_profile(halflife_hours, buckets, period_hours)
+
+
 EARLY_Z = 2.0 * ALERT_Z
 """The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
 SPLIT_Z = EARLY_Z
@@ -148,7 +179,7 @@ class Deviation(NamedTuple):
     row)."""
 
 
-class SeasonalBaseline(Detector):
+class SeasonalBaseline(ProfileHyper, Detector):
     kind: ClassVar[str] = "seasonal"
 
     def __init__(
@@ -164,7 +195,9 @@ class SeasonalBaseline(Detector):
         jump_ratio: float | None = None,
         jump_window: int = 5,
     ) -> None:
-        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
+        self.profile = self._profile_hyper(
+            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
+        )
         if false_alerts_per_day is not None and not false_alerts_per_day > 0:
             raise HyperParameterError(
                 f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
@@ -179,13 +212,6 @@ class SeasonalBaseline(Detector):
         self.jump_window = jump_window
         self.false_alerts_per_day = false_alerts_per_day
         self.tail_halflife = tail_halflife
-        self.halflife_hours = halflife_hours
-        self.buckets = buckets
-        self.period_hours = period_hours
-        self.warmup = warmup
-        self.bucket_warmup = bucket_warmup
-        self.min_std = min_std
-        self.profile = new_profile(halflife_hours, buckets, period_hours)
         self.alt = new_profile(halflife_hours, buckets, period_hours)
         """Per metric, its second regime (see the module's docstring); empty until one is seen."""
         self.tails: list[StreamTail] = []
