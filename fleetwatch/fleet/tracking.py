@@ -34,6 +34,7 @@ from mlflow.exceptions import MlflowException
 
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.fleet.store import client_for, experiment_id, mlflow_errors
 from fleetwatch.models.errors import TrackingError
 
@@ -79,14 +80,10 @@ class MlflowTrainingObserver:
             "training run %s in experiment %r", self.run_id, self.settings.mlflow.experiment
         )
 
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
+    def on_batch(self, batch: TrainedBatch) -> None:
         run_id = self._require_run()
+        batch_id, devices_updated = batch.batch_id, batch.devices_updated
+        trained_from_ms, trained_to_ms = batch.trained_from_ms, batch.trained_to_ms
         self.batches += 1
         self.devices_updated += devices_updated
         if trained_from_ms is not None:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.streaming.spark_session import build_session
 from fleetwatch.streaming.trainer.learning import learn_device
 from fleetwatch.streaming.trainer.observer import NoopObserver
@@ -57,8 +58,9 @@ class Recorder(NoopObserver):
     def __init__(self) -> None:
         self.batches: list[tuple[int, int, int | None, int | None]] = []
 
-    def on_batch(self, batch_id: int, devices_updated: int, lo: int | None, hi: int | None) -> None:
-        self.batches.append((batch_id, devices_updated, lo, hi))
+    def on_batch(self, batch: TrainedBatch) -> None:
+        b = batch
+        self.batches.append((b.batch_id, b.devices_updated, b.trained_from_ms, b.trained_to_ms))
 
 
 class Collecting(BatchPublisher):

@@ -9,6 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.fleet.tracking import MlflowTrainingObserver, evaluation_metrics
 from fleetwatch.models.errors import TrackingError
 from fleetwatch.streaming.trainer.observer import NoopObserver, TrainingObserver
@@ -41,9 +42,9 @@ def test_the_embedded_store_lives_in_the_run_directory(settings: Settings) -> No
 def test_a_run_logs_its_configuration_batches_and_data_range(settings: Settings) -> None:
     observer = MlflowTrainingObserver(settings, run_name="train-test")
     observer.on_start(CONFIG)
-    observer.on_batch(0, 12, 1_000, 5_000)
-    observer.on_batch(1, 0, None, None)
-    observer.on_batch(2, 7, 500, 4_000)
+    observer.on_batch(TrainedBatch(0, 12, 1_000, 5_000))
+    observer.on_batch(TrainedBatch(1, 0, None, None))
+    observer.on_batch(TrainedBatch(2, 7, 500, 4_000))
     observer.on_stop()
     assert observer.run_id is not None
     client = _client(settings)
@@ -98,7 +99,7 @@ def test_a_long_configuration_is_logged_in_chunks(settings: Settings) -> None:
 
 def test_batches_before_the_start_are_a_clear_error(settings: Settings) -> None:
     with pytest.raises(TrackingError, match="has not started"):
-        MlflowTrainingObserver(settings).on_batch(0, 1, None, None)
+        MlflowTrainingObserver(settings).on_batch(TrainedBatch(0, 1, None, None))
 
 
 def test_an_unreachable_store_fails_at_the_start(tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_the_noop_observer_and_the_mlflow_one_follow_the_trainers_protocol(
                 getattr(TrainingObserver, name)
             ), f"{type(observer).__name__}.{name}"
         observer.on_start({"a": 1})
-        observer.on_batch(0, 1, 0, 1)
+        observer.on_batch(TrainedBatch(0, 1, 0, 1))
         observer.on_stop()
     assert mlflow_observer.run_id is not None
     client = _client(settings)

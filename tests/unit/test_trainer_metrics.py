@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fleetwatch.contracts.settings import Settings, TrainSettings
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.streaming.trainer import job
 from fleetwatch.streaming.trainer.job import Backfill, Training
 from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
@@ -27,14 +28,11 @@ class Recorder:
     def on_start(self, config: Mapping[str, Any]) -> None:
         self.calls.append(("start", dict(config)))
 
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
-        self.calls.append(("batch", batch_id, devices_updated, trained_from_ms, trained_to_ms))
+    def on_batch(self, batch: TrainedBatch) -> None:
+        b = batch
+        self.calls.append(
+            ("batch", b.batch_id, b.devices_updated, b.trained_from_ms, b.trained_to_ms)
+        )
 
     def on_stop(self) -> None:
         self.calls.append(("stop",))
@@ -49,13 +47,15 @@ def test_published_parameters_and_their_freshness() -> None:
     assert math.isnan(value("fleetwatch_train_params_freshness_seconds") or 0.0)
     assert math.isnan(value("fleetwatch_train_learned_event_time_lag_seconds") or 0.0)
     observer.on_start({"mode": "live"})
-    observer.on_batch(3, 40, 900_000, 990_000)
+    observer.on_batch(TrainedBatch(3, 40, 900_000, 990_000))
     now[0] = 1012.5
     assert value("fleetwatch_train_params_published_total") == 40
     assert value("fleetwatch_train_publishing_batches_total") == 1
     assert value("fleetwatch_train_params_freshness_seconds") == 12.5
     assert value("fleetwatch_train_learned_event_time_lag_seconds") == 1012.5 - 990
-    observer.on_batch(4, 2, 980_000, 985_000)  # older readings learned: the newest stays
+    observer.on_batch(
+        TrainedBatch(4, 2, 980_000, 985_000)
+    )  # older readings learned: the newest stays
     assert value("fleetwatch_train_params_published_total") == 42
     assert value("fleetwatch_train_params_freshness_seconds") == 0
     assert value("fleetwatch_train_learned_event_time_lag_seconds") == 1012.5 - 990

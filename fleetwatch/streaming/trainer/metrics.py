@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.streaming.trainer.observer import TrainingObserver
 
 
@@ -70,15 +71,9 @@ class MeteredObserver:
     def on_start(self, config: Mapping[str, Any]) -> None:
         self.inner.on_start(config)
 
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
-        self.metrics.batch_published(devices_updated, trained_to_ms)
-        self.inner.on_batch(batch_id, devices_updated, trained_from_ms, trained_to_ms)
+    def on_batch(self, batch: TrainedBatch) -> None:
+        self.metrics.batch_published(batch.devices_updated, batch.trained_to_ms)
+        self.inner.on_batch(batch)
 
     def on_stop(self) -> None:
         self.inner.on_stop()

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.training import TrainedBatch
 
 logger = logging.getLogger(__name__)
 
@@ -24,16 +25,8 @@ class TrainingObserver(Protocol):
     def on_start(self, config: Mapping[str, Any]) -> None:
         """The run begins; ``config`` is JSON-able (mode, topics, range, detector, trigger…)."""
 
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
-        """Micro-batch ``batch_id`` published new parameters for ``devices_updated`` (≥ 1)
-        devices, learned from readings with event times in ``[trained_from_ms, trained_to_ms]``
-        (epoch milliseconds)."""
+    def on_batch(self, batch: TrainedBatch) -> None:
+        """``batch`` published new parameters for ``batch.devices_updated`` (≥ 1) devices."""
 
     def on_stop(self) -> None:
         """The run has ended; flush and close."""
@@ -45,13 +38,7 @@ class NoopObserver:
     def on_start(self, config: Mapping[str, Any]) -> None:
         return None
 
-    def on_batch(
-        self,
-        batch_id: int,
-        devices_updated: int,
-        trained_from_ms: int | None,
-        trained_to_ms: int | None,
-    ) -> None:
+    def on_batch(self, batch: TrainedBatch) -> None:
         return None
 
     def on_stop(self) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.streaming.trainer.errors import StopRequested
 from fleetwatch.streaming.trainer.observer import TrainingObserver
@@ -107,6 +108,6 @@ class BatchPublisher:
         lo, hi = int(summary["lo"]), int(summary["hi"])
         logger.info("batch %d: parameters of %d devices published to %s", batch_id, n, self.topic)
         try:
-            self.observer.on_batch(batch_id, n, lo, hi)
+            self.observer.on_batch(TrainedBatch(batch_id, n, lo, hi))
         except Exception:
             logger.exception("the training observer failed on batch %d; training goes on", batch_id)
