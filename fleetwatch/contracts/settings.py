@@ -446,6 +446,9 @@ class ApiSettings(_Part):
     """Default time a command may wait for its acknowledgement before it is ``timed_out``."""
     telemetry_per_device: int = Field(500, ge=0)
     """Recent readings kept per device for ``/devices/{id}/telemetry``; 0: not materialised."""
+    telemetry_retention_s: float = Field(7 * 86_400.0, gt=0)
+    """How long (event time) a reading stays in the API's store, however few a device has; a
+    device the trainer forgets (``score.expire_after_s`` of silence) loses its readings then."""
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     """The largest request body accepted (413 beyond it, before the body is parsed or the key
     checked)."""
@@ -505,6 +508,9 @@ class PrometheusSettings(_Part):
     """How often every target is scraped: short, so a fresh run shows data within seconds."""
     retention: Duration = "2d"
     """How long samples are kept (``--storage.tsdb.retention.time``)."""
+    rules_dir: Path | None = None
+    """The alerting rules it evaluates: every ``*.yml`` of this directory. Default:
+    ``{home}/deploy/prometheus/rules``, the rules compose and Kubernetes load too."""
 
 
 class Settings(BaseSettings):

@@ -129,6 +129,7 @@ class Materialiser(Worker):
         self.store = store
         self.metrics = metrics
         self.keep_readings = settings.api.telemetry_per_device
+        self.retention_s = settings.api.telemetry_retention_s
         t = settings.topics
         self.kinds = {
             t.alerts: "alerts",
@@ -223,7 +224,8 @@ class Materialiser(Worker):
             self._next_prune = now + PRUNE_EVERY_S
             devices, self._touched = sorted(self._touched), set()
             with self.store.session() as session, session.begin():
-                pruned = prune_readings(session, devices, self.keep_readings)
+                oldest = now_ms() - int(self.retention_s * 1000)
+                pruned = prune_readings(session, devices, self.keep_readings, oldest)
             if pruned:
                 logger.debug("pruned %d old readings of %d devices", pruned, len(devices))
 

@@ -216,6 +216,15 @@ def test_sessions_model_and_recent_telemetry(api: Api) -> None:
     with api.store.session() as session, session.begin():
         assert prune_readings(session, ["d1"], keep=4) == 6
     assert [r["seq"] for r in api.get("/devices/d1/telemetry").json()["data"]] == [6, 7, 8, 9]
+    with api.store.session() as session, session.begin():  # past its retention: however few
+        assert prune_readings(session, ["d1"], keep=4, older_than_ms=1_008) == 2
+    assert [r["seq"] for r in api.get("/devices/d1/telemetry").json()["data"]] == [8, 9]
+    forgotten = Batch()
+    forgotten.forget_model("d1")  # the trainer's tombstone: the device is forgotten
+    with api.store.session() as session, session.begin():
+        write(session, forgotten, 9)
+    assert api.get("/devices/d1/telemetry").json()["data"] == []
+    assert api.get("/devices/d1/model").status_code == 404
     assert api.get("/devices/zz/model").status_code == 404
 
 

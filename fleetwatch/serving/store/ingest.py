@@ -276,10 +276,12 @@ def _write_sessions(session: Session, sessions: list[DeviceSession]) -> None:
 
 
 def _forget_models(session: Session, device_ids: list[str]) -> None:
-    """The trainer forgot these devices: their model rows go (their versions start again)."""
+    """The trainer forgot these devices: their model rows go (their versions start again), and
+    so do their readings (a device silent that long has nothing recent to show)."""
     if device_ids:
-        rows = _t(ModelRow)
-        session.execute(delete(rows).where(rows.c.device_id.in_(sorted(set(device_ids)))))
+        forgotten = sorted(set(device_ids))
+        for table in (_t(ModelRow), _t(ReadingRow)):
+            session.execute(delete(table).where(table.c.device_id.in_(forgotten)))
 
 
 def _write_models(session: Session, models: list[ModelRecord]) -> None:
@@ -303,10 +305,20 @@ def _write_readings(session: Session, readings: list[TelemetryRecord]) -> None:
     insert_ignore(session, _t(ReadingRow), list(rows.values()))
 
 
-def prune_readings(session: Session, device_ids: Iterable[str], keep: int) -> int:
-    """Keep the ``keep`` latest readings (event time) of each device; returns rows deleted."""
+def prune_readings(
+    session: Session, device_ids: Iterable[str], keep: int, older_than_ms: int | None = None
+) -> int:
+    """Keep the ``keep`` latest readings (event time) of each device, and none with an event
+    time before ``older_than_ms``; returns rows deleted."""
     deleted = 0
     for did in device_ids:
+        if older_than_ms is not None:
+            result = session.execute(
+                delete(ReadingRow).where(
+                    ReadingRow.device_id == did, ReadingRow.event_ms < older_than_ms
+                )
+            )
+            deleted += result.rowcount  # type: ignore[attr-defined]
         cutoff = session.scalar(
             select(ReadingRow.event_ms)
             .where(ReadingRow.device_id == did)
