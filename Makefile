@@ -28,7 +28,8 @@ mosquitto-check:
 	@deploy/install-debian.sh mosquitto /usr/sbin/mosquitto mosquitto mosquitto-clients
 
 # Prometheus for `fleetwatch stack up --with-prometheus` (the demo, the dashboards' test): the
-# binary of Debian's package, run by fleetwatch with a config and data dir of its own.
+# binary of Debian's package, run by fleetwatch with a config and data dir of its own; its
+# promtool runs the alerting rules' unit tests (tests/unit/test_alert_rules.py).
 prometheus-check:
 	@deploy/install-debian.sh prometheus /usr/bin/prometheus prometheus
 

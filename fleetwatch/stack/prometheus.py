@@ -7,6 +7,10 @@ the settings when Prometheus starts and re-read by Prometheus whenever it change
 that runs elsewhere, or a test that starts its stages on ports of its own, rewrites those
 files (:meth:`PrometheusServer.write_targets`) and Prometheus scrapes the new addresses within
 seconds, without a restart.
+
+It evaluates the alerting rules of ``prometheus.rules_dir`` (``deploy/prometheus/rules/`` by
+default, the ones compose and Kubernetes load) every scrape interval; the alerts are on its
+``/alerts`` page and ``/api/v1/alerts``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ def prometheus_binary() -> str | None:
     if found:
         return found
     return "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
+
+
+def scrape_timeout_ms(interval_s: int) -> int:
+    """Three quarters of the scrape interval: a target that has not answered by then is given
+    up with a quarter of the interval to spare, so a slow scrape is one missed sample and the
+    next scrape starts on time (a timeout equal to the interval leaves no room)."""
+    return interval_s * 750
 
 
 def _loopback(host: str) -> str:
@@ -71,6 +82,11 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.settings.prometheus.port}"
 
+    @property
+    def rules_dir(self) -> Path:
+        chosen = self.settings.prometheus.rules_dir
+        return (chosen or self.settings.home / "deploy" / "prometheus" / "rules").resolve()
+
     def targets_file(self, job: str) -> Path:
         return self.targets_dir / f"{job}.json"
 
@@ -82,8 +98,10 @@ class PrometheusServer:
             "# The stages' addresses are in targets/{job}.json (file_sd): rewrite those, not this.",
             "global:",
             f"  scrape_interval: {interval}",
-            f"  scrape_timeout: {interval}",
+            f"  scrape_timeout: {scrape_timeout_ms(p.scrape_interval_s)}ms",
             f"  evaluation_interval: {interval}",
+            "rule_files:",
+            f"  - {json.dumps(str(self.rules_dir / '*.yml'))}",
             "scrape_configs:",
             "  - job_name: prometheus",
             "    static_configs:",
