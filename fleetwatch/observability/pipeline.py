@@ -1,6 +1,7 @@
-"""The Pipeline dashboard: each stage's throughput, rejects, lag and latency, from MQTT to the
-API — the gateway and Mosquitto, the Kafka broker, the scorer and the trainer (Spark), the API's
-materialiser, requests, webhooks and commands."""
+"""The Pipeline dashboard: the pipeline's health (each stage scraped or not, the alerts of
+deploy/prometheus/rules/ firing), then each stage's throughput, rejects, lag and latency, from
+MQTT to the API — the gateway and Mosquitto, the Kafka broker, the scorer and the trainer
+(Spark), the API's materialiser, requests, webhooks and commands."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from grafana_foundation_sdk.builders import dashboard
 from fleetwatch.observability.panels import RATE, prom, series
 
 UID = "fleetwatch-pipeline"
+STAGES = '{job=~"gateway|scorer|trainer|api|kafka"}'
+"""The scrape jobs of the stages and the broker, as every fleetwatch Prometheus names them."""
+FIRING = (
+    'sum by (alertname) (ALERTS{alertstate="firing"})'
+    ' or on() label_replace(vector(0), "alertname", "none", "", "")'
+)
+"""Alerts firing by name, or one series ``none`` at 0 when none is: a quiet pipeline shows a
+flat line, not an empty panel that could as well be a broken query."""
 
 
 def rate(metric: str, by: str = "", selector: str = "") -> str:
@@ -29,6 +38,36 @@ def build() -> dashboard.Dashboard:
         .tags(["fleetwatch"])
         .refresh("30s")
         .time("now-1h", "now")
+        .with_row(dashboard.Row("Pipeline health"))
+        .with_panel(
+            series(
+                "Stages up",
+                "1 while every target of the stage answers its scrapes, 0 while one does not "
+                "(stopped, crashed or hung): the FleetwatchStageDown alert after a minute.",
+                prom(f"min by (job) (up{STAGES})", "{{job}}"),
+                span=8,
+            )
+        )
+        .with_panel(
+            series(
+                "Alerts firing",
+                "fleetwatch's alerts firing, by name (deploy/prometheus/rules/; Prometheus' "
+                "/alerts page has their labels and descriptions).",
+                prom(FIRING, "{{alertname}}"),
+                span=8,
+            )
+        )
+        .with_panel(
+            series(
+                "Scrape duration",
+                "How long the slowest target of each stage took to answer a scrape. One "
+                "slower than the scrape timeout (3/4 of the interval locally, 10 s in compose "
+                "and Kubernetes) is given up: a missing sample, and up reads 0.",
+                prom(f"max by (job) (scrape_duration_seconds{STAGES})", "{{job}}"),
+                unit="s",
+                span=8,
+            )
+        )
         .with_row(dashboard.Row("Ingest: Mosquitto → gateway → Kafka"))
         .with_panel(
             series(
