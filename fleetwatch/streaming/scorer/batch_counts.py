@@ -33,7 +33,7 @@ from prometheus_client import Counter as PromCounter
 from fleetwatch.contracts.alerts import ALERT_KINDS, SEVERITIES
 from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer.bucket_step import BucketOutput, BucketState
-from fleetwatch.streaming.scorer.device_step import Role
+from fleetwatch.streaming.scorer.output import Role
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

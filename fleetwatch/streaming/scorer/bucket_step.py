@@ -15,7 +15,7 @@ Per batch (:func:`score_bucket`):
    readings are scored (:func:`~fleetwatch.streaming.scorer.device_step.process`) with its
    parameters — parsed once per version and worker
    (:data:`~fleetwatch.streaming.scorer.detectors.CACHE`), read back from the store on a miss —
-   and its event-time timer is armed (:func:`~fleetwatch.streaming.scorer.device_step.wants_timer`).
+   and its event-time timer is armed (:func:`~fleetwatch.streaming.scorer.expiry.wants_timer`).
    A tombstone (the trainer forgot the device, :mod:`fleetwatch.streaming.trainer.expiry`)
    drops its parameters first: it is scored by the baseline until the trainer publishes again,
    from version 1.
@@ -41,21 +41,16 @@ from fleetwatch.streaming.scorer import quarantine
 from fleetwatch.streaming.scorer.detectors import (
     CACHE,
     CHAMPIONS,
-    FleetModel,
     best_params,
+    bucket_champion,
     fleet_model,
     fleet_params,
 )
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state, state_record
-from fleetwatch.streaming.scorer.device_step import (
-    Output,
-    Policy,
-    Role,
-    expire,
-    forgotten,
-    process,
-    wants_timer,
-)
+from fleetwatch.streaming.scorer.device_step import process
+from fleetwatch.streaming.scorer.expiry import expire, forgotten, wants_timer
+from fleetwatch.streaming.scorer.output import Output, Role
+from fleetwatch.streaming.scorer.policy import Policy
 from fleetwatch.streaming.scorer.readings import Record, Refused, Rows
 
 logger = logging.getLogger(__name__)
@@ -207,7 +202,7 @@ def score_bucket(
     here when not given), its records go to the dead letters with the reason, and repeated
     failures quarantine it (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
     _new_champions(bucket, batch.champions, store)
-    fleet = partial(_champion, bucket, store) if bucket["fleet"] else None
+    fleet = partial(bucket_champion, bucket["fleet"], store) if bucket["fleet"] else None
     devices = bucket["devices"]
     out = BucketOutput()
     before = _Before(saved if saved is not None else pickle.dumps(bucket, pickle.HIGHEST_PROTOCOL))
@@ -362,7 +357,7 @@ def expire_bucket(
     bucket: BucketState, watermark_ms: int, now_ms: int, policy: Policy, store: ParamsStore
 ) -> BucketOutput:
     """The bucket's timer fired: the devices due by ``watermark_ms`` fall silent
-    (:func:`~fleetwatch.streaming.scorer.device_step.expire`), those silent for
+    (:func:`~fleetwatch.streaming.scorer.expiry.expire`), those silent for
     ``expire_after`` are forgotten (with their parameters), the others' timers re-arm."""
     bucket["timer_ms"] = None
     out = BucketOutput()
@@ -409,16 +404,3 @@ def _new_champions(
         store.save_champion(scope, params_json, version, label)
         bucket["fleet"][scope] = version
         CHAMPIONS[scope] = (version, fleet_model(label, params_json))
-
-
-def _champion(bucket: BucketState, store: ParamsStore, scope: str) -> FleetModel | None:
-    version = bucket["fleet"].get(scope)
-    if version is None:
-        return None
-    cached = CHAMPIONS.get(scope)
-    if cached is not None and cached[0] == int(version):
-        return cached[1]
-    stored = store.champion(scope)
-    found = None if stored is None else fleet_model(stored[1], stored[0])
-    CHAMPIONS[scope] = (int(version), found)
-    return found

@@ -5,7 +5,7 @@
 
 The two caches are the only state of this module, and only save work: the state store holds
 the parameters, and a miss parses them again. Used by
-:mod:`~fleetwatch.streaming.scorer.device_step` (per device) and
+:mod:`~fleetwatch.streaming.scorer.scoring` (per device: :func:`choose`) and
 :mod:`~fleetwatch.streaming.scorer.bucket_step` (the parameters and champions a bucket holds).
 """
 
@@ -15,7 +15,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import scope_of_metrics
@@ -111,12 +111,61 @@ def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
     return version, json.dumps(inner, separators=(",", ":")), label
 
 
+class ChampionStore(Protocol):
+    def champion(self, scope: str) -> tuple[str, str] | None:
+        """The scope's champion: its parameters (JSON) and label (``name/version``), if any."""
+        ...
+
+
+def bucket_champion(
+    versions: Mapping[str, int], store: ChampionStore, scope: str
+) -> FleetModel | None:
+    """The scope's champion of the version a bucket holds (``versions``: scope → version;
+    ``None``: none): parsed once per version and worker (:data:`CHAMPIONS`), read from
+    ``store`` on a miss. ``partial(bucket_champion, versions, store)`` is a :data:`FleetLookup`."""
+    version = versions.get(scope)
+    if version is None:
+        return None
+    cached = CHAMPIONS.get(scope)
+    if cached is not None and cached[0] == int(version):
+        return cached[1]
+    stored = store.champion(scope)
+    found = None if stored is None else fleet_model(stored[1], stored[0])
+    CHAMPIONS[scope] = (int(version), found)
+    return found
+
+
 def fleet_model(label: str, params_json: str) -> FleetModel | None:
     try:
         params = loads(params_json)
         return FleetModel(label, load_params(params), tails_of(params))
     except (ModelError, KeyError, TypeError, ValueError):
         return None
+
+
+class Chosen(NamedTuple):
+    members: list[Member] | None
+    """The detectors to run (:func:`members_for`; ``None``: the fixed baseline)."""
+    prior: Detector | None
+    """What the fleet knows of the device's states (:func:`fleet_prior`)."""
+
+
+def choose(
+    device_id: str,
+    st: DeviceScoringState,
+    params_json: str | None,
+    rows: Rows,
+    mode: str,
+    fleet: FleetLookup | None,
+) -> Chosen:
+    """The detectors that score the device's ``rows``: its own of its parameter version
+    (:func:`detector_for`), with the champion of its scope (:func:`champion_of`) where ``mode``
+    (``score.fleet_model``) says, each member holding the champion's tails of its kind."""
+    detector = detector_for(device_id, int(st["params_version"]), params_json)
+    found = champion_of(st, rows, mode, fleet)
+    members = members_for(detector, mode, found)
+    borrow_tails(members, found)
+    return Chosen(members, fleet_prior(found))
 
 
 def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:

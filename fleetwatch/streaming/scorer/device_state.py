@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from fleetwatch.streaming.scorer.output import Output, Role
+from fleetwatch.streaming.scorer.readings import Rows
+
 
 class SessionRecord(TypedDict):
     """A device's session as published on ``device.sessions``
@@ -160,3 +163,77 @@ def state_record(
         "quarantine_reason": st["quarantine_reason"],
         "updated_ms": now_ms,
     }
+
+
+def publish(
+    device_id: str,
+    st: DeviceScoringState,
+    in_order: Rows | None,
+    open_ids: list[str],
+    now_ms: int,
+    every_ms: int,
+    out: Output,
+) -> None:
+    """A batch with new readings in the device's state: its newest in-order reading (``None``:
+    none), its status from its open alerts (``open_ids``), and its state record (with the open
+    session) published when what it says changed — status, open alerts, parameter version, a
+    new session, a newer window — or ``every_ms`` of event time after the last time:
+    ``device.state`` follows every device closely without a record per reading."""
+    if in_order is not None and len(in_order):
+        _advance(st, in_order)
+    st["status"] = "alerting" if open_ids else "ok"
+    session = st["session"]
+    signature = [
+        st["status"],
+        open_ids,
+        st["params_version"],
+        None if session is None else session["session_id"],
+        max((w["end_ms"] for w in st["closed_windows"].values()), default=None),
+    ]
+    last_ms = int(st["last_seen_ms"] or 0)
+    due = st["published_at_ms"] is None or last_ms - int(st["published_at_ms"]) >= every_ms
+    if signature == st["published_signature"] and not due:
+        return
+    st["published_signature"] = signature
+    st["published_at_ms"] = last_ms
+    out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
+    if session is not None:
+        out.add(Role.SESSIONS, dict(session))
+
+
+def publish_counts(
+    device_id: str, st: DeviceScoringState, late_events: bool, now_ms: int, out: Output
+) -> None:
+    """A batch with nothing new in it (repeats and readings behind the watermark only): the
+    status from the open alerts when late readings changed them (``late_events``), and the
+    state record, whose counts of late and repeated readings moved on."""
+    if late_events:
+        opened = any(e["opened"] for e in st["episodes"])
+        st["status"] = "alerting" if opened else "ok"
+    if out.late or out.duplicates:
+        open_ids = sorted(e["alert_id"] for e in st["episodes"] if e["opened"])
+        out.add(Role.STATE, state_record(device_id, st, open_ids, now_ms))
+
+
+def _advance(st: DeviceScoringState, in_order: Rows) -> None:
+    """The newest of the in-order readings as the device's last seen one."""
+    event_ms = in_order["event_ms"].tolist()
+    seqs = in_order["seq"].tolist()
+    last = len(event_ms) - 1
+    st["last_seen_ms"] = newest = int(event_ms[last])
+    st["last_seq"] = int(seqs[last])
+    st["last_device_ms"] = int(in_order["device_event_ms"][last])
+    st["last_received_ms"] = int(in_order["received_ms"][last])
+    st["clock_offset_ms"] = int(in_order["clock_offset_ms"][last])
+    firmware = in_order["firmware"][last]
+    st["firmware"] = None if firmware is None or firmware != firmware else str(firmware)
+    vals = dict(st["last_values"])
+    metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
+    vals.update(
+        (str(m), float(v))
+        for m, v, e in zip(metrics, values, event_ms, strict=True)
+        if e == newest  # the metrics of the newest reading(s)
+    )
+    st["last_values"] = vals
+    top = int(max(seqs))
+    st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)

@@ -25,12 +25,14 @@ gives the same ids and revisions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from fleetwatch.contracts.alerts import Severity, alert_id, event_id
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT, score_from_surprise
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 
 CALM_SCORE = float(score_from_surprise(S_ALERT / 2))
 """Below this a reading is calm (p > 1e-3)."""
@@ -126,6 +128,25 @@ class Lifecycle:
         return sorted(e.alert_id for e in self.episodes.values() if e.opened)
 
     # -- observations ------------------------------------------------------------------------
+
+    def follow(self, observations: Iterable[Observation]) -> None:
+        """In-order observations, in event-time order."""
+        for obs in observations:
+            self.observe(obs)
+
+    def follow_late(self, observations: Iterable[Observation]) -> None:
+        """Out-of-order observations (:meth:`observe_late`), in event-time order."""
+        for obs in observations:
+            self.observe_late(obs)
+
+    def late_readings(
+        self, seqs: Iterable[Any], event_ms: Iterable[Any], received_ms: Iterable[Any]
+    ) -> None:
+        """Readings that arrived out of order (one row per metric), each once and in order:
+        :meth:`late_reading`."""
+        arrivals = zip(seqs, event_ms, received_ms, strict=True)
+        for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
+            self.late_reading(seq, ev, rx)
 
     def observe(self, obs: Observation) -> None:
         """An in-order observation."""
@@ -273,6 +294,21 @@ class Lifecycle:
                 "model": obs.model,
             }
         )
+
+
+def resume(
+    device_id: str, st: DeviceScoringState, now_ms: int, min_readings: int, clear_readings: int
+) -> Lifecycle:
+    """The device's alert episodes as its state holds them (``st["episodes"]``; written back
+    with :meth:`Lifecycle.dump`)."""
+    return Lifecycle(
+        device_id,
+        int(st["params_version"]),
+        now_ms,
+        min_readings,
+        clear_readings,
+        Lifecycle.load(st["episodes"]),
+    )
 
 
 def _finite(x: float) -> float | None:

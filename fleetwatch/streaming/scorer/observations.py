@@ -1,7 +1,7 @@
 """What a device's readings look like to its alert lifecycle: the scores of the detectors
 :mod:`~fleetwatch.streaming.scorer.detectors` chose for it, as
 :class:`~fleetwatch.streaming.scorer.episodes.Observation` s in event-time order. Pure; used by
-:mod:`fleetwatch.streaming.scorer.device_step`."""
+:mod:`fleetwatch.streaming.scorer.scoring`."""
 
 from __future__ import annotations
 

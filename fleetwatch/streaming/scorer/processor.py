@@ -55,7 +55,8 @@ from fleetwatch.streaming.scorer.bucket_step import (
     new_bucket,
     score_bucket,
 )
-from fleetwatch.streaming.scorer.device_step import Policy, Role
+from fleetwatch.streaming.scorer.output import Role
+from fleetwatch.streaming.scorer.policy import Policy
 from fleetwatch.streaming.scorer.quarantine import Rule
 from fleetwatch.streaming.scorer.readings import Refused, readings_by_device
 from fleetwatch.streaming.scorer.windows import WindowSpec

@@ -28,8 +28,8 @@ from fleetwatch.kafka_config import spark_options
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.kafka_io import kafka_stream
-from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
+from fleetwatch.streaming.scorer.output import Role
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

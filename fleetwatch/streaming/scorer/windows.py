@@ -18,6 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState
+from fleetwatch.streaming.scorer.readings import Rows
+
 
 @dataclass(frozen=True)
 class WindowSpec:
@@ -36,6 +39,23 @@ class WindowSpec:
         last = event_ms - event_ms % self.slide_ms
         first = last - (self.size_ms - 1) // self.slide_ms * self.slide_ms
         return range(first, last + 1, self.slide_ms)
+
+
+def update(st: DeviceScoringState, spec: WindowSpec, kept: Rows | None, watermark_ms: int) -> None:
+    """A device's batch in its windows: the ``kept`` readings (``None``: none) added, and the
+    windows the watermark has passed closed, the newest closed one per metric kept in
+    ``st["closed_windows"]``."""
+    if kept is not None:
+        add(
+            st["open_windows"],
+            spec,
+            kept["event_ms"].tolist(),
+            kept["metric"].tolist(),
+            kept["value"].tolist(),
+        )
+    closed = close(st["open_windows"], spec, watermark_ms)
+    if closed:
+        st["closed_windows"] = {**st["closed_windows"], **closed}
 
 
 def add(

@@ -1,0 +1,134 @@
+"""Which of a device's readings in a micro-batch are new: repeats are dropped, readings behind
+the watermark are set apart, and the new ones are split by whether they come after the newest
+reading already seen.
+
+The raw log is at-least-once, so a reading may come again: within the allowed lateness the
+device's state keeps the ``[lowest seq, highest seq, newest event_ms]`` ranges of the sequence
+numbers it has seen (``seen_seqs``), and a reading whose sequence number is in them, with a
+device clock no later than the newest reading's, is a repeat. The same sequence number with a
+later device clock is a reboot: a new epoch of numbers, and the ranges start again. A row per
+(reading, metric) means a reading repeated inside one batch comes as several copies of its rows;
+each copy beyond the first counts as one repeat.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetwatch.streaming.scorer.device_state import DeviceScoringState
+from fleetwatch.streaming.scorer.output import Output
+from fleetwatch.streaming.scorer.readings import Rows
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """A device's readings of one batch, in ``(event_ms, seq)`` order, sorted out."""
+
+    kept: Rows | None
+    """The new readings within the watermark: scored (``None``: none)."""
+    late: Rows | None
+    """The readings behind the watermark: not scored (``None``: none)."""
+    in_order: Rows | None
+    """Of :attr:`kept`, those no older than the newest reading seen before the batch."""
+    older: Rows | None
+    """Of :attr:`kept`, those older than it: out of order, within the allowed lateness."""
+
+
+def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output) -> Sorted:
+    """Sort out ``given`` (one row per reading and metric) against the sequence numbers the
+    device's state has seen, and record the new ones in it. Repeats are counted in ``out`` and
+    the state, and dropped; ``out.scored`` is the number of new readings within the watermark."""
+    seqs = given["seq"].tolist()
+    evs = given["event_ms"].tolist()
+    frame = given
+    if not _in_order(evs, seqs):
+        frame = given.take(np.lexsort((given["seq"], given["event_ms"])))
+        seqs = frame["seq"].tolist()
+        evs = frame["event_ms"].tolist()
+    devs = frame["device_event_ms"].tolist()
+    metrics = frame["metric"].tolist()
+    ranges: list[list[int]] = st["seen_seqs"]
+    last_dev = st["last_device_ms"]
+    keep_rows: list[int] = []
+    late_rows: list[int] = []
+    verdict: dict[tuple[int, int], str] = {}
+    taken: set[tuple[int, int, str]] = set()
+    for i, (seq, dev, ev, metric) in enumerate(zip(seqs, devs, evs, metrics, strict=True)):
+        key = (seq, dev)
+        if (seq, dev, metric) in taken:
+            continue  # a repeat inside this batch (counted with its reading below)
+        taken.add((seq, dev, metric))
+        kind = verdict.get(key)
+        if kind is None:
+            kind = _classify(ranges, seq, dev, ev, last_dev, watermark_ms)
+            verdict[key] = kind
+            if kind == "dup":
+                out.duplicates += 1
+            elif kind == "keep":
+                if _in_ranges(ranges, seq):  # the same seq after a reboot: a new epoch
+                    ranges = []
+                _add_seq(ranges, seq, ev)
+                last_dev = dev if last_dev is None else max(last_dev, dev)
+        if kind == "keep":
+            keep_rows.append(i)
+        elif kind == "late":
+            late_rows.append(i)
+    if len(taken) < len(seqs):  # repeats inside the batch: copies of a reading beyond the first
+        rows = Counter(zip(seqs, devs, strict=True))
+        distinct = Counter((s, d) for s, d, _ in taken)
+        out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
+    st["seen_seqs"] = [r for r in ranges if r[2] >= watermark_ms]
+    st["duplicate_readings"] = int(st["duplicate_readings"]) + out.duplicates
+    out.scored = sum(1 for kind in verdict.values() if kind == "keep")  # readings, not values
+    late = frame.take(late_rows) if late_rows else None
+    if not keep_rows:
+        return Sorted(None, late, None, None)
+    kept = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
+    last_ms = st["last_seen_ms"]
+    if last_ms is None or int(kept["event_ms"][0]) >= last_ms:
+        return Sorted(kept, late, kept, None)
+    in_order = kept.where(kept["event_ms"] >= last_ms)
+    return Sorted(kept, late, in_order, kept.where(kept["event_ms"] < last_ms))
+
+
+def _in_order(evs: list[int], seqs: list[int]) -> bool:
+    """Whether rows of these event times and sequence numbers are in (event_ms, seq) order
+    (a device's readings mostly come so: checked in Python, cheaper than sorting them)."""
+    return all(
+        (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
+    )
+
+
+def _classify(
+    ranges: list[list[int]], seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
+) -> str:
+    """``dup`` (seen within the lateness), ``late`` (behind the watermark) or ``keep``."""
+    if _in_ranges(ranges, seq) and (last_dev is None or dev <= last_dev):
+        return "dup"
+    return "late" if ev < watermark else "keep"
+
+
+def _in_ranges(ranges: list[list[int]], seq: int) -> bool:
+    return any(lo <= seq <= hi for lo, hi, _ in ranges)
+
+
+def _add_seq(ranges: list[list[int]], seq: int, ev: int) -> None:
+    """Record ``seq`` in the sorted, disjoint ``[lo, hi, newest event_ms]`` ranges."""
+    for r in ranges:
+        if r[0] - 1 <= seq <= r[1] + 1:
+            r[0], r[1], r[2] = min(r[0], seq), max(r[1], seq), max(r[2], ev)
+            break
+    else:
+        ranges.append([seq, seq, ev])
+    ranges.sort()
+    merged: list[list[int]] = []
+    for r in ranges:
+        if merged and r[0] <= merged[-1][1] + 1:
+            top = merged[-1]
+            top[1], top[2] = max(top[1], r[1]), max(top[2], r[2])
+        else:
+            merged.append(r)
+    ranges[:] = merged
