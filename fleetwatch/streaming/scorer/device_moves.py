@@ -342,21 +342,6 @@ def _moved_to(reading: Reading | None, metrics: Iterable[str]) -> dict[str, floa
     return {m: values.get(m, math.nan) for m in metrics}
 
 
-def readings_of(
-    event_ms: Iterable[int],
-    metrics: Iterable[str],
-    seq: Iterable[int],
-    received: Iterable[int],
-    values: Iterable[float],
-) -> dict[int, Reading]:
-    """:class:`Reading` s by event time, from the scored rows' columns."""
-    grouped: dict[int, tuple[dict[str, float], int, int]] = {}
-    for t, metric, n, rx, v in zip(event_ms, metrics, seq, received, values, strict=True):
-        entry = grouped.setdefault(int(t), ({}, int(n), int(rx)))
-        entry[0][str(metric)] = float(v)
-    return {t: Reading(frozenset(m), n, rx, m) for t, (m, n, rx) in grouped.items()}
-
-
 def _device_wide(at: list[Observation], present: frozenset[str]) -> Observation:
     bad = [o for o in at if o.score >= ALERT_SCORE and o.kind != DROPOUT]
     top = max(bad, key=lambda o: o.score)

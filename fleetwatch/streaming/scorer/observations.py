@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -20,12 +20,7 @@ from fleetwatch.models.calibration import ALERT_SCORE
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores, judges_value
 from fleetwatch.streaming.scorer.detectors import Member
-from fleetwatch.streaming.scorer.device_moves import (
-    DEVICE_WIDE_KEY,
-    Moves,
-    fold_moves,
-    readings_of,
-)
+from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KEY, Moves, Reading, fold_moves
 from fleetwatch.streaming.scorer.episodes import CALM_SCORE, DROPOUT, Observation
 from fleetwatch.streaming.scorer.readings import Rows
 
@@ -68,7 +63,7 @@ def observations(
     found: list[tuple[int, int, Observation]] = []
     frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
     # what the fleet knows of these readings: asked at most once, by whoever needs it first
-    familiar = None if prior is None else cache(lambda: prior.familiar_times(frame))
+    familiar = None if prior is None else cache(partial(prior.familiar_times, frame))
     dropout_active = f"*\x1f{DROPOUT}" in active
     unjudged = np.ones(len(frame), dtype=bool)
     # what the per-metric members find of each reading on its own, for the joint members'
@@ -116,9 +111,24 @@ def observations(
     scored = [obs for _, _, obs in found]
     if not scored and DEVICE_WIDE_KEY not in active and not (moves and moves.held):
         return scored
-    readings = readings_of(event_ms, rows["metric"], seq, received, rows["value"])
+    readings = _readings_of(event_ms, rows["metric"], seq, received, rows["value"])
     reverted = None if prior is None else _reverted(prior, frame)
     return fold_moves(scored, readings, active, familiar, moves, reverted)
+
+
+def _readings_of(
+    event_ms: Iterable[int],
+    metrics: Iterable[str],
+    seq: Iterable[int],
+    received: Iterable[int],
+    values: Iterable[float],
+) -> dict[int, Reading]:
+    """The scored rows' readings by event time, as the device-wide fold takes them."""
+    grouped: dict[int, tuple[dict[str, float], int, int]] = {}
+    for t, metric, n, rx, v in zip(event_ms, metrics, seq, received, values, strict=True):
+        entry = grouped.setdefault(int(t), ({}, int(n), int(rx)))
+        entry[0][str(metric)] = float(v)
+    return {t: Reading(frozenset(m), n, rx, m) for t, (m, n, rx) in grouped.items()}
 
 
 def _reverted(prior: Detector, frame: Batch) -> Callable[[int, dict[str, float]], bool]:
