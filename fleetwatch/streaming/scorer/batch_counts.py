@@ -131,8 +131,8 @@ def counted(scored: DataFrame) -> DataFrame:
     dropped: what goes on is only rows for a topic.
 
     One aggregate, the list of the batch's count rows (``name``, ``n``), which the driver
-    sums (:meth:`ScorerMetrics.record`): a ``sum`` per name (105 of them) made every output
-    row of every micro-batch evaluate 105 conditions in the JVM."""
+    sums (:meth:`ScorerMetrics.record`): a ``sum`` per name would have every output row of
+    every micro-batch evaluate a condition per name in the JVM."""
     # lazy: pyspark is imported only where Spark runs
     from pyspark.sql import functions as F
 

@@ -2,8 +2,8 @@
 readings by device, the ``model.params`` records it got and the watermark in; the new state,
 the output records and counts out. The Spark operator
 (:mod:`~fleetwatch.streaming.scorer.processor`) is glue around :func:`score_bucket`,
-:func:`expire_bucket` and :func:`arm_timer`; the offline quality bench
-(``bench/quality/offline.py``) runs the same functions without Spark.
+:func:`expire_bucket` and :func:`arm_timer`, which run the same without Spark (the tests, the
+offline quality bench).
 
 Per batch (:func:`score_bucket`):
 

@@ -1,72 +1,35 @@
 """When every metric of a device moves at once: one device-wide alert, not one per metric.
 
-A machine that starts or stops, a device moved to another room, a reading that is off on every
-sensor: at that event time each of the device's metrics is unusual on its own (a per-metric
-detector — seasonal, change, flat line — finds it outside the calm level, ``p < 1e-3``) and
-some metric alerts. Reported per metric and detector, that is up to half a dozen alerts about
-one event — or, where the device has learned both states and its bands are wide, one metric's
-alert with its partner just under the alert level. Here they become one observation of the
-device, metric ``*`` and kind :data:`DEVICE_WIDE_KIND` ("the device as a whole moved"), carrying the
-strongest score and naming every metric's value in its reason; it opens, updates and resolves
-like any episode. A reading with a single metric, or where some metric is calm on its own, is
-left as it is — so is a dropout (already device-wide). Pure: a step of
-:func:`~fleetwatch.streaming.scorer.observations.observations`.
+A machine that starts or stops, a device moved to another room, a reading off on every sensor:
+at that reading each metric is unusual on its own (a per-metric member scores it at least at the
+calm level, ``p < 1e-3``) and some metric alerts. :func:`fold_moves` turns the reading's
+per-metric observations into one observation of the device — metric ``*``, kind
+:data:`DEVICE_WIDE_KIND` — with the strongest score and every metric's value in its reason; it
+opens, updates and resolves like any episode. A reading of one metric, or with some metric calm
+on its own, is left as it is, and so is a dropout (device-wide already).
 
-A move into a state the device's fleet knows (a machine stopping for the first time, as others
-of its kind do) is no alert. Its metrics do not all settle together: a heavy-tailed vibration
-is soon within its wide band again while the speed's members still find 0 rpm far from what
-they learned, or see it flat — and the speed alone then alerted, on its own, a few readings
-after the move (39 of the 110 false alerts on the realistic eval-500's machines came within a
-minute of one starting or stopping). So the metrics that moved are *held* (:class:`Moves`, in
-the device's state across micro-batches): a held metric's own alert at a reading the fleet
-knows is kept under the alert level, until the metric is calm on its own or the hold is
-``hold_ms`` old (``score.new_normal_after_s``: by then a lasting state is the device's new
-normal) — but for a metric that rests: one that moved to a value and reads exactly it since (a
-stopped machine's 0 rpm) stays held while it does. Its device may never learn that rest: the
-combined detector learns a lasting change only of every metric together (``adapt_s``), and a
-machine's vibration, calm at rest inside its wide band, keeps the speed out of learning; its
-seasonal and flat-line members then alerted ``hold_ms`` into every long first stop. A rest left
-(a burst on the speed of a stopped machine) ends the hold as the time would have. A reading the
-fleet does not know alerts as before, held or not, and so does a metric that did not move —
-but for a metric at its rest: it stays held whatever the others read (a noise burst on a
-stopped machine's vibration is a reading no stopped machine of the fleet gives, and the speed's
-members, which never learned the stop, had alerted three times on the speed with it).
+A move into a state the device's fleet knows (the scope's champion's
+:meth:`~fleetwatch.models.base.Detector.familiar_times`) is no alert, and its metrics are *held*
+from then on (:class:`Moves`, kept in the device's state), because they do not settle together:
+a heavy-tailed vibration is soon inside its band while the speed's members still find 0 rpm far
+from what they learned. A held metric's own alert at a reading the fleet knows is kept under the
+alert level until the metric is calm on its own or the hold is ``hold_ms`` old
+(``score.new_normal_after_s``: by then a lasting state is the device's new normal). A metric
+resting at the value it moved to (a stopped machine's 0 rpm) stays held while it rests, whatever
+the others read, since the device's own detectors learn a lasting change only of every metric
+together and may never learn that rest. A held metric whose reading leaves the state it moved to
+(:meth:`Moves.departed`) alerts on its own, and is no move of the device while another held
+metric stays; when every held metric leaves at once, that is the device's next move.
 
-A held metric is held in the state it moved to, not whatever it reads: each keeps the count,
-mean and spread of its readings since the move, and a reading more than ``DEPART_Z`` of that
-spread from their mean (once there are ``STATE_READINGS`` of them) has left the state — a spike
-or a dip on a machine that has just started, a burst on the speed of a stopped one, a step of
-its speed. Its own alert stands, and it is no move of the device while another held metric
-stayed where it was (the vibration still a running machine's): the fleet knows a speed of
-1,890 rpm or 150 rpm, and a reading that every metric's own members found unusual had been
-taken for one more reading of the device settling into its move. When every held metric leaves
-its state at once (a machine that stops minutes after it started) it is the device's next move.
-Its readings join the state; a departure does not, so a step stays a departure.
+A lone alert is a familiar move too when the fleet knows the reading but would not with the
+alerting metrics put back where they were (``reverted``): the other metrics moved with them. A
+spike or a dip, which the fleet would know put back, still alerts. With no fleet model to ask, a
+move whose every alerting metric is judged provisionally (its stream still young,
+:data:`~fleetwatch.models.scores.Reason.EARLY`) is the device learning its states, which nothing
+can tell from a fault: neither the move nor those metrics' own alerts at that reading alert;
+what judges the device otherwise (the fixed baseline, the joint pattern) stands.
 
-A move that nothing knows yet is no device-wide alert either: with no fleet model to ask (no
-champion of the device's scope yet, or ``score.fleet_model = "off"``) and every alerting metric
-judged provisionally by one of its members (its stream's tail still short,
-:data:`~fleetwatch.models.scores.Reason.EARLY`), the device is learning its states: a machine
-first seen running that stops a minute later, its speed's flat-line member finding the new 0 rpm
-stuck at a rest it has not seen — that metric's other verdicts are no older than its stream.
-Nothing in the scorer or the device's young models can tell that move from a fault, and it is no
-evidence of one. The metrics' own alerts at that reading go too; an alert of what judges the
-device otherwise (the fixed baseline, the joint pattern) stands on its own. A metric alerting
-only on grown judgements still makes the move an alert, and so does a move a fleet model does
-not know. A device-wide episode under way goes on as at any reading. The device's learning is
-the trainer's and does not change.
-
-A move whose partners' bands hide it — only the speed alerts as a machine stops, its
-vibration's drop inside the wide band a heavy tail needs — is a familiar move too when the fleet
-knows the reading but would not with the alerting metrics put back at the device's expected
-values (``reverted``): the others moved with them (0 rpm with 0.15 vibration is a stopped
-machine; 1,480 rpm with 0.15 would be a running machine without its vibration). The alerting
-metrics are held from there. A dip or a spike (1,300 or 1,600 rpm, the vibration where a
-running machine's is) is a reading the fleet would know with the speed put back: it alerts.
-A held metric that leaves its rest is put back at that rest (a stopped machine starting
-again, only its speed's level member alerting, its window still full of the stop): a running
-machine's reading the fleet would not know with the speed at 0 is a restart, held again from
-its new value.
+Pure: a step of :func:`~fleetwatch.streaming.scorer.observations.observations`.
 """
 
 from __future__ import annotations
@@ -97,9 +60,7 @@ STATE_READINGS = 30
 DEPART_Z = 2.0 * EARLY_Z
 """How far from its state's readings (in their standard deviations) a held metric's reading
 leaves the state: twice the threshold a young stream is held to (the seasonal member's
-``EARLY_Z``), since a few dozen readings of a heavy tail understate its spread (with
-``EARLY_Z`` after 10 readings, the machines' cut had 9 more false alerts, at machine starts
-and on a stopped machine's vibration)."""
+``EARLY_Z``), since a few dozen readings of a heavy tail understate its spread."""
 STATE_FLOOR = 1e-3
 """The least standard deviation of a state, relative to its mean."""
 TINY = 1e-12
@@ -110,8 +71,8 @@ class Moves:
     """The metrics held since a move into a state the fleet knows: metric → ``[the move's event
     time, the value it moved to, and the count, mean and sum of squared deviations of its
     readings since that stayed in the state]`` (the device state's dict, updated in place; a
-    bare event time, as written before the value was kept, is a hold without a rest, and a pair
-    one without its readings), and how long a hold lasts at most unless its metric rests."""
+    bare event time is a hold without a rest, and a pair one without its readings: the shapes
+    of holds in older states), and how long a hold lasts at most unless its metric rests."""
 
     held: dict[str, Any]
     hold_ms: int

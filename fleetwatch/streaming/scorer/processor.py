@@ -6,17 +6,15 @@ The operator is keyed by a *bucket* of devices (a hash of the device id:
 :data:`~fleetwatch.streaming.buckets.BUCKETS`), not by device: every
 state call of ``transformWithStateInPandas`` is a round trip between the Python worker and the
 JVM, and per key the framework adds a few more, which at one key per device cost more than the
-scoring itself (measured: 1,000 devices in one micro-batch, one key each, 6.6 to 10 s of round
-trips on this 2-core machine). Per bucket:
+scoring itself. Per bucket:
 
 - ``live`` (``ValueState``): one document holding every device's state of the bucket
   (:class:`~fleetwatch.streaming.scorer.bucket_step.BucketState`, a
   :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState` each) — one read and one
   write per bucket per micro-batch — pickled: the state holds only JSON's types (dicts with
   string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
-  included, and a bucket's document pickles 10 times and unpickles 3 times faster than as
-  JSON text, at 60% of its size (62 devices: 2.6 / 1.4 ms as JSON, 0.26 / 0.45 ms pickled).
-  It is read back only from the query's own checkpoint;
+  included, faster and smaller than JSON text. It is read back only from the query's own
+  checkpoint;
 - ``params`` (``MapState`` by device): the newest parameters as JSON and their version, written
   when a new version arrives and read only when this worker has not parsed them yet;
 - ``fleet`` (``MapState`` by scope): the newest champion of each scope seen on ``model.params``
