@@ -20,12 +20,13 @@ from fleetwatch.streaming.scorer.bucket_step import (
     BucketOutput,
     BucketState,
     MemoryStore,
+    arm_timer,
     expire_bucket,
     new_bucket,
     score_bucket,
 )
 from fleetwatch.streaming.scorer.device_state import new_state
-from fleetwatch.streaming.scorer.device_step import Role
+from fleetwatch.streaming.scorer.device_step import Role, wants_timer
 from fleetwatch.streaming.scorer.processor import dead_letter_headers, output_frame
 from fleetwatch.streaming.scorer.quarantine import Rule, lift_key, lift_value
 from fleetwatch.streaming.scorer.readings import Record, Rows, readings_by_device
@@ -100,12 +101,12 @@ def test_a_failing_device_keeps_its_state_dead_letters_its_records_and_others_ar
     bad = bucket["devices"]["bad"]
     assert bad["failures"] == 1
     assert bad["last_values"] == {"temperature": 21.0}  # the half-done change is undone
-    restored = {
-        **pickle.loads(before),
-        "failures": 1,
-        "quarantine_reason": bad["quarantine_reason"],
-    }
-    assert bad == restored
+    was = pickle.loads(before)
+    restored = {**was, "failures": 1, "quarantine_reason": bad["quarantine_reason"]}
+    # ... and, never seen a reading of, its expiry timer armed: expire_after past the watermark
+    assert bad == {**restored, "timer_ms": bad["timer_ms"]}
+    assert bad["timer_ms"] == wants_timer(was, STRICT, T0 - 60_000)
+    assert bad["timer_ms"] == T0 - 60_000 + STRICT.expire_after_ms
 
 
 @pytest.mark.usefixtures("bad_device")
@@ -195,6 +196,24 @@ def test_a_device_silent_for_expire_after_leaves_the_state_with_its_parameters()
     assert out.forgotten == 1
     assert "quiet" not in bucket["devices"]
     assert store.params("quiet") is None
+
+
+def test_a_device_whose_every_reading_is_late_still_leaves_the_state() -> None:
+    bucket, store = new_bucket(), MemoryStore()
+    rows, texts = records("late", 1, 3, 0)  # event times T0 + 1 s to T0 + 3 s
+    watermark = T0 + 60_000  # all behind it: none is scored, the device has never been seen
+    batch_of_late = BucketBatch.of({"late": rows}, (), {"late": texts})
+    out = score_bucket(bucket, batch_of_late, watermark, T0, STRICT, store)
+    assert out.scored == 0
+    held = bucket["devices"]["late"]
+    assert held["last_seen_ms"] is None
+    assert held["timer_ms"] == watermark + STRICT.expire_after_ms
+    assert arm_timer(bucket) == watermark + STRICT.expire_after_ms
+    out = expire_bucket(bucket, watermark + STRICT.expire_after_ms - 1, T0, STRICT, store)
+    assert "late" in bucket["devices"]
+    out = expire_bucket(bucket, watermark + STRICT.expire_after_ms, T0, STRICT, store)
+    assert out.forgotten == 1
+    assert "late" not in bucket["devices"]
 
 
 def test_a_reading_after_silence_arms_the_session_timer_before_the_expiry_one() -> None:

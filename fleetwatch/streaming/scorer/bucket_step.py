@@ -251,9 +251,9 @@ def score_bucket(
             else:
                 state = scored
                 quarantine.succeeded(state)
-                wants_timer(state, policy)
                 out.add(device_id, device_out)
         if state is not None:
+            wants_timer(state, policy, watermark_ms)  # every device held, whatever its batch
             devices[device_id] = state
     return out
 

@@ -1,7 +1,9 @@
 """A device's event-time timer: at ``last seen + session gap`` a device that sent nothing since
 falls silent — its session ends, its open alerts resolve and its status becomes ``silent`` — and
 at ``last seen + expire_after`` a silent device is forgotten: it leaves the scorer's state, and
-a reading after that starts it afresh."""
+a reading after that starts it afresh. A device the scorer holds state for but has never seen
+a reading of (every reading late, its batches failed, or parameters alone) is forgotten at
+``expire_after`` past the watermark at which that state came: no state stays for ever."""
 
 from __future__ import annotations
 
@@ -52,18 +54,24 @@ def forgotten(state: DeviceScoringState, watermark_ms: int, policy: Policy) -> b
     """Whether a device has been silent for ``expire_after`` of event time: it leaves the
     scorer's state, and a reading after that starts it afresh."""
     last_ms = state["last_seen_ms"]
-    return (
-        state["status"] == "silent"
-        and last_ms is not None
-        and int(last_ms) + policy.expire_after_ms <= watermark_ms
-    )
+    if last_ms is None:
+        return True  # never seen a reading of: its one timer, expire_after on, has fired
+    return state["status"] == "silent" and int(last_ms) + policy.expire_after_ms <= watermark_ms
 
 
-def wants_timer(state: DeviceScoringState, policy: Policy) -> int | None:
-    """A timer to register after a batch of the device's readings (none while an earlier one
-    is pending: it re-arms; a silent device's expiry timer gives way to the session gap's)."""
+def wants_timer(
+    state: DeviceScoringState, policy: Policy, watermark_ms: int | None = None
+) -> int | None:
+    """A timer to register after a batch of the device's records (none while an earlier one
+    is pending: it re-arms; a silent device's expiry timer gives way to the session gap's).
+    A device never seen a reading of gets ``expire_after`` past ``watermark_ms`` (none before
+    the query has a watermark)."""
     if state["last_seen_ms"] is None:
-        return None
+        if not watermark_ms or state["timer_ms"] is not None:
+            return None
+        gone = watermark_ms + policy.expire_after_ms
+        state["timer_ms"] = gone
+        return gone
     due = int(state["last_seen_ms"]) + policy.session_gap_ms
     pending = state["timer_ms"]
     if pending is not None and int(pending) <= due:
