@@ -7,19 +7,25 @@ plus ``PROBES`` probe devices whose spikes give the end-to-end latency: a spike'
 hostile devices send every case of :mod:`fleetwatch.simulator.hostile` (oversized, non-UTF-8,
 deeply nested, NaN, huge and overflowing numbers, a 2^70 ``seq``, far-future and far-past
 clocks, NUL bytes, bad metric names, metric floods, duplicate storms) round after round, and
-records past the gateway go straight to ``telemetry.raw``.
+records past the gateway go straight to ``telemetry.raw``; one device floods at 50 times its
+rate (``gateway.device_rate``), and a device logged in as itself presents the gateway's client
+id again and again.
 
 Figures of the hostile run: every hostile input accounted for (a gateway dead letter, or a
 ``telemetry.raw`` record the scorer then scored or dead-lettered — it commits past every one of
 them), normal readings lost (published, not in ``telemetry.raw``), stage restarts (a stage
 process that exited during the run), and whether the normal fleet's alerts are identical, by
 event id, to a replay of its own readings alone. The normal fleet's p99 is given beside the
-alone run's.
+alone run's, and their ratio; the flood's messages taken and dead-lettered; the gateway's MQTT
+reconnections. The bench exits non-zero, after its last line, when a figure breaks what the
+run must show (:func:`checks`).
 
     python bench/pipeline/hostile.py [--seconds 60] [--devices 200] [--rate 1]
 
 Last line: {"hostile_inputs": N, "accounted": N, "normal_alerts_identical": true,
-"stage_restarts": 0, "lost": 0, "normal_p99_ms": …, "alone_p99_ms": …, "load_avg_1m": …}
+"stage_restarts": 0, "lost": 0, "normal_p99_ms": …, "alone_p99_ms": …,
+"flood_normal_p99_ratio": …, "flood_sent": …, "flood_taken": …, "flood_rate_limited": …,
+"takeover_attempts": …, "gateway_reconnects": 0, "load_avg_1m": …}
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -54,6 +61,7 @@ from bench.common import (
 from bench.pipeline.under_load import Probes, Watch, probe_prefix
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings, TopicSettings
+from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import TopicSpec
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
@@ -61,12 +69,16 @@ from fleetwatch.mqtt_config import configure
 from fleetwatch.simulator import hostile
 from fleetwatch.simulator.runner import run as run_fleet
 from fleetwatch.simulator.scenario import Scenario
-from fleetwatch.stack.credentials import login
+from fleetwatch.stack.credentials import Credentials, login
 from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.mosquitto import MosquittoBroker
 from fleetwatch.stack.topics import delete_topics, ensure_topics
 from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.scorer.job import PLAN_VERSION
 from fleetwatch.streaming.scorer.replay import IGNORED
+
+FLOOD_TIMES = 50
+"""How many times its rate the flooding device publishes."""
 
 
 class Hostile(threading.Thread):
@@ -109,6 +121,88 @@ class Hostile(threading.Thread):
         self.client.disconnect()
 
 
+class Flooder(threading.Thread):
+    """One device publishing at ``FLOOD_TIMES`` its rate (``gateway.device_rate``) for the whole
+    run, QoS 1: what the gateway takes of it is bounded by the device's token bucket, and the
+    rest is dead-lettered with the reason. Counts what it sent."""
+
+    def __init__(self, settings: Settings, root: str, tag: str) -> None:
+        super().__init__(daemon=True)
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"flood-{tag}", protocol=mqtt.MQTTv5
+        )
+        configure(self.client, login(settings, "sim"))
+        self.client.connect(settings.mqtt.host, settings.mqtt.services_port)
+        self.client.loop_start()
+        self.device = f"f{tag}-flood"
+        self.topic = f"{root}/{self.device}/telemetry"
+        self.rate = FLOOD_TIMES * settings.gateway.device_rate
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        while not self.stop.is_set():
+            due = int((time.monotonic() - start) * self.rate)
+            while self.sent < due:
+                now = now_ms()
+                payload = reading_payload(self.sent, now, now, {"t": 21.0})
+                self.client.publish(self.topic, payload, qos=1)
+                self.sent += 1
+            self.stop.wait(0.01)
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+class Thief(threading.Thread):
+    """A device logged in with its own credentials that presents the gateway's client id again
+    and again on the devices' listener, as a device trying to take the gateway's session would."""
+
+    def __init__(self, settings: Settings, gateway_id: str, tag: str) -> None:
+        super().__init__(daemon=True)
+        self.settings = settings
+        self.gateway_id = gateway_id
+        self.issued = Credentials(settings).add(f"t{tag}-thief")
+        MosquittoBroker(settings).reload()  # the running broker takes the new device
+        self.attempts = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        m = self.settings.mqtt.as_account(self.issued.device_id, self.issued.password)
+        while not self.stop.is_set():
+            for client_id in (self.gateway_id, f"{self.gateway_id}-0"):
+                client = mqtt.Client(
+                    CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
+                )
+                configure(client, m)
+                try:
+                    client.connect(m.host, m.port, keepalive=5)
+                    client.loop_start()
+                    self.stop.wait(1.0)
+                    client.disconnect()
+                    client.loop_stop()
+                except OSError:
+                    pass
+                self.attempts += 1
+        Credentials(self.settings).revoke(self.issued.device_id)
+        MosquittoBroker(self.settings).reload()
+
+
+def gateway_reconnects(port: str) -> float:
+    """The gateway's MQTT reconnections, from its metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("fleetwatch_gateway_mqtt_reconnects_total "):
+                return float(line.split()[1])
+    return float("nan")
+
+
 def read_topic(kafka: KafkaSettings, topic: str) -> list[Any]:
     """Every record of ``topic`` up to its current end."""
     ends = end_offsets(kafka, topic)
@@ -147,8 +241,11 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         probes = Probes(settings, root, tag)
         probes.start()
         attacker = Hostile(settings, root, topics, tag) if with_hostile else None
-        if attacker is not None:
-            attacker.start()
+        flooder = Flooder(settings, root, tag) if with_hostile else None
+        thief = Thief(settings, env["FLEETWATCH_GATEWAY__CLIENT_ID"], tag) if with_hostile else None
+        for thread in (attacker, flooder, thief):
+            if thread is not None:
+                thread.start()
         scenario = Scenario(
             devices=args.devices,
             rate=args.rate,
@@ -161,9 +258,10 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         mqtt = login(settings, "sim").model_copy(update={"root": root})
         totals = run_fleet(scenario, mqtt, threading.Event(), run_dir / "truth.jsonl")
         probes.stop.set()
-        if attacker is not None:
-            attacker.stop.set()
-            attacker.join(30)
+        for thread in (attacker, flooder, thief):
+            if thread is not None:
+                thread.stop.set()
+                thread.join(30)
         probes.join(30)
         time.sleep(2)
         ends = end_offsets(kafka, topics.telemetry_raw)
@@ -182,6 +280,7 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         out["p50_ms"] = percentile(lat, 50)
         out["spikes_without_alert"] = len(sent_spikes) - len(lat)
         out["stage_restarts"] = sum(1 for p in stages.values() if p.poll() is not None)
+        out["gateway_reconnects"] = gateway_reconnects(env["FLEETWATCH_GATEWAY__METRICS_PORT"])
         raw = read_topic(kafka, topics.telemetry_raw)
         normal_keys = (f"n{tag}".encode(), probe_prefix(tag).encode())
         normal = [m for m in raw if (m.key() or b"").startswith(normal_keys)]
@@ -189,8 +288,11 @@ def one_run(settings: Settings, args: argparse.Namespace, with_hostile: bool) ->
         published = totals.sent + len(probes.published)
         out["lost"] = published - len(seen)
         out["normal_readings"] = published
-        if attacker is not None:
-            out |= account(attacker, raw, read_topic(kafka, topics.telemetry_deadletter))
+        if attacker is not None and flooder is not None and thief is not None:
+            dead = read_topic(kafka, topics.telemetry_deadletter)
+            out |= account(attacker, raw, dead)
+            out |= flood_account(flooder, raw, dead)
+            out["takeover_attempts"] = thief.attempts
             out["normal_alerts_identical"] = replayed_alike(
                 settings, env, topics, normal, (f"n{tag}", probe_prefix(tag)), started
             )
@@ -223,6 +325,19 @@ def account(attacker: Hostile, raw: list[Any], dead: list[Any]) -> dict[str, Any
         "accounted": mqtt_accounted + min(by_scorer, attacker.raw_sent),
         "hostile_dead_letters": sum(at_gateway.values()) + by_scorer,
     }
+
+
+def flood_account(flooder: Flooder, raw: list[Any], dead: list[Any]) -> dict[str, Any]:
+    """The flooding device's messages: taken into ``telemetry.raw``, dead-lettered over its
+    rate, and in all (each one is either)."""
+    key = flooder.device.encode()
+    taken = sum(1 for m in raw if m.key() == key)
+    limited = sum(
+        1
+        for m in dead
+        if m.key() == key and b"exceeds its rate" in dict(m.headers() or []).get("fw.reason", b"")
+    )
+    return {"flood_sent": flooder.sent, "flood_taken": taken, "flood_rate_limited": limited}
 
 
 def replayed_alike(
@@ -304,6 +419,12 @@ def main() -> None:
         "alone_p50_ms": alone["p50_ms"],
         "spikes_without_alert": alone["spikes_without_alert"] + attacked["spikes_without_alert"],
         "normal_readings": attacked["normal_readings"],
+        "flood_sent": attacked["flood_sent"],
+        "flood_taken": attacked["flood_taken"],
+        "flood_rate_limited": attacked["flood_rate_limited"],
+        "flood_normal_p99_ratio": round(attacked["p99_ms"] / alone["p99_ms"], 2),
+        "takeover_attempts": attacked["takeover_attempts"],
+        "gateway_reconnects": attacked["gateway_reconnects"],
         "devices": args.devices,
         "rate": args.rate,
         "seconds": args.seconds,
@@ -311,6 +432,26 @@ def main() -> None:
     }
     print(json.dumps(figures))
     write_results(__file__, figures)
+    failed = [name for name, held in checks(figures).items() if not held]
+    if failed:
+        sys.exit(f"hostile: not held: {', '.join(failed)}")
+
+
+def checks(figures: dict[str, Any]) -> dict[str, bool]:
+    """What the run must show: every input accounted for, nothing normal lost or bent, no
+    stage restarted, the flood bounded and accounted for, the gateway's session untouched."""
+    return {
+        "every hostile input accounted for": figures["accounted"] == figures["hostile_inputs"],
+        "no normal reading lost": figures["lost"] == 0,
+        "normal alerts identical": figures["normal_alerts_identical"] is True,
+        "no stage restarted": figures["stage_restarts"] == 0,
+        "every normal spike alerted": figures["spikes_without_alert"] == 0,
+        "every flood message accounted for": figures["flood_taken"] + figures["flood_rate_limited"]
+        == figures["flood_sent"],
+        "the flood was limited": figures["flood_rate_limited"] > 0,
+        "normal p99 within 2x under the flood": figures["flood_normal_p99_ratio"] <= 2.0,
+        "the gateway kept its session": figures["gateway_reconnects"] == 0,
+    }
 
 
 if __name__ == "__main__":
