@@ -21,8 +21,8 @@ def secure_broker(
     tmp_path: Path, accounts: Mapping[str, str], acl: Path | None = None, **mqtt_fields: Any
 ) -> Iterator[int]:
     """Yields the port of a broker that knows only ``accounts`` (user -> password);
-    ``mqtt_fields``: further settings of it (its TLS listener's: ``tls``, ``ca_file``,
-    ``server_cert_file``, ``server_key_file``)."""
+    ``mqtt_fields``: further settings of it (its TLS listeners': ``tls``, ``ca_file``,
+    ``server_cert_file``, ``server_key_file``; the stages' listener: ``service_port``)."""
     passwd = shutil.which("mosquitto_passwd")
     assert passwd is not None, "mosquitto_passwd comes with the mosquitto package (make setup)"
     password_file = tmp_path / "passwd"
@@ -30,7 +30,7 @@ def secure_broker(
     subprocess.run([passwd, "-U", str(password_file)], check=True)
     mqtt = MqttSettings(
         port=free_port(),
-        service_port=free_port(),
+        service_port=mqtt_fields.pop("service_port", None) or free_port(),
         password_file=password_file,
         acl_file=acl,
         **mqtt_fields,

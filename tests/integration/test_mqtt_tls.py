@@ -23,7 +23,7 @@ from fleetwatch.contracts.settings import MqttSettings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.mqtt_config import configure, connect_failure
 from fleetwatch.stack.credentials import GATEWAY, render_acl
-from tests.integration.conftest import Isolated, fleetwatch
+from tests.integration.conftest import Isolated, fleetwatch, free_port
 from tests.integration.secure_broker import secure_broker
 from tests.polling import wait_until
 from tests.tls_files import TestCA
@@ -39,6 +39,9 @@ GATEWAY_PASSWORD = "gateway-secret"
 class TlsBroker:
     port: int
     ca: TestCA
+    services_port: int
+    """The stages' listener, where the gateway logs in (on the devices' listener a login's
+    client id is its username, which the gateway's workers and its broker-stats client share)."""
 
     def device(self, root: str, device_id: str = DEVICE) -> MqttSettings:
         """A device's settings: TLS with the test CA, its own login."""
@@ -48,7 +51,7 @@ class TlsBroker:
     def env(self, isolated: Isolated, **changes: str) -> dict[str, str]:
         """The isolated test's environment, for a gateway of this broker (TLS, the CA)."""
         env = isolated.env | {
-            "FLEETWATCH_MQTT__PORT": str(self.port),
+            "FLEETWATCH_MQTT__PORT": str(self.services_port),
             "FLEETWATCH_MQTT__TLS": "true",
             "FLEETWATCH_MQTT__CA_FILE": str(self.ca.cert),
             "FLEETWATCH_MQTT__USERNAME": GATEWAY,
@@ -65,16 +68,18 @@ def tls_broker(tmp_path: Path) -> Iterator[TlsBroker]:
     acl.write_text(render_acl("devices"))  # and every root of two levels: the tests' own
     accounts = {DEVICE: DEVICE_PASSWORD, PROBE: DEVICE_PASSWORD, GATEWAY: GATEWAY_PASSWORD}
     (tmp_path / "broker").mkdir()
+    services = free_port()
     with secure_broker(
         tmp_path / "broker",
         accounts,
         acl,
+        service_port=services,
         tls=True,
         ca_file=ca.cert,
         server_cert_file=server.cert,
         server_key_file=server.key,
     ) as port:
-        yield TlsBroker(port, ca)
+        yield TlsBroker(port, ca, services)
 
 
 def now_ms() -> int:
@@ -125,7 +130,7 @@ def test_devices_publish_over_tls_and_the_gateway_delivers_to_kafka(
         "run",
         *("--devices", "1", "--count", "5", "--rate", "20", "--prefix", "tls", "--quiet"),
         *("--credentials", str(credentials)),
-        env=tls_broker.env(isolated),
+        env=tls_broker.env(isolated, FLEETWATCH_MQTT__PORT=str(tls_broker.port)),  # a device's
         timeout=60,
     )
     assert sim.returncode == 0, sim.stderr
@@ -158,7 +163,8 @@ def test_a_client_without_the_ca_is_refused_with_a_clear_error(
     no_ca = {"FLEETWATCH_MQTT__CA_FILE": "none", "FLEETWATCH_GATEWAY__METRICS_PORT": "0"}
     gateway = fleetwatch("gateway", env=tls_broker.env(isolated, **no_ca), timeout=60)
     assert gateway.returncode == 1, gateway.stderr
-    assert f"the MQTT broker at {where} is not trusted" in gateway.stderr
+    stages = f"127.0.0.1:{tls_broker.services_port}"  # the gateway's listener
+    assert f"the MQTT broker at {stages} is not trusted" in gateway.stderr
     assert "unable to get local issuer certificate" in gateway.stderr
     credentials = tmp_path / "devices.txt"
     credentials.write_text(f"{DEVICE}:{DEVICE_PASSWORD}\n")
@@ -169,7 +175,7 @@ def test_a_client_without_the_ca_is_refused_with_a_clear_error(
         *args,
         "--credentials",
         str(credentials),
-        env=tls_broker.env(isolated, **no_ca),
+        env=tls_broker.env(isolated, FLEETWATCH_MQTT__PORT=str(tls_broker.port), **no_ca),
         timeout=60,
     )
     assert device.returncode == 1, device.stderr
