@@ -81,21 +81,26 @@ FLOOD_TIMES = 50
 """How many times its rate the flooding device publishes."""
 
 
+def sim_client(settings: Settings, client_id: str) -> Any:
+    """A connected MQTT client, looping, logged in with the stack's simulator account."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    account = login(settings, "sim")
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    configure(client, account)
+    client.connect(account.host, account.port)
+    client.loop_start()
+    return client
+
+
 class Hostile(threading.Thread):
     """Every hostile case, round after round, each round's devices new (``h{tag}-{case}-{n}``);
     and the past-the-gateway records, keyed ``h{tag}-raw``. Counts what it sent per device."""
 
     def __init__(self, settings: Settings, root: str, topics: TopicSettings, tag: str) -> None:
         super().__init__(daemon=True)
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=f"hostile-{tag}", protocol=mqtt.MQTTv5
-        )
-        configure(self.client, login(settings, "sim"))
-        self.client.connect(settings.mqtt.host, settings.mqtt.services_port)
-        self.client.loop_start()
+        self.client = sim_client(settings, f"hostile-{tag}")
         self.producer = Producer(client_config(settings.kafka))
         self.root, self.topics, self.prefix = root, topics, f"h{tag}-"
         self.sent: Counter[str] = Counter()
@@ -128,15 +133,7 @@ class Flooder(threading.Thread):
 
     def __init__(self, settings: Settings, root: str, tag: str) -> None:
         super().__init__(daemon=True)
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=f"flood-{tag}", protocol=mqtt.MQTTv5
-        )
-        configure(self.client, login(settings, "sim"))
-        self.client.connect(settings.mqtt.host, settings.mqtt.services_port)
-        self.client.loop_start()
+        self.client = sim_client(settings, f"flood-{tag}")
         self.device = f"f{tag}-flood"
         self.topic = f"{root}/{self.device}/telemetry"
         self.rate = FLOOD_TIMES * settings.gateway.device_rate
