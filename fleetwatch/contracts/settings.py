@@ -468,12 +468,17 @@ class GatewaySettings(_Part):
     Mosquitto keeps in its persistence across its own restart: it does not keep a shared one
     (2.0), so until the gateways subscribe again after a broker restart it drops readings."""
     device_rate: float = Field(10.0, gt=0)
-    """Telemetry messages a second one device may send on average (a token bucket per device,
-    :mod:`fleetwatch.ingest.rate`): ten times a device that reports every second. A message
-    beyond it and ``device_burst`` is dead-lettered with the reason, before it is parsed."""
+    """Telemetry messages a second one device may send on average, on its own clock (a token
+    bucket per device, :mod:`fleetwatch.ingest.rate`): ten times a device that reports every
+    second. A message beyond it and ``device_burst`` is dead-lettered with the reason."""
     device_burst: int = Field(100, ge=1)
     """Messages a device may send at once above its rate: a device back from an outage sends
     what it buffered in batch payloads (up to 1,000 readings each)."""
+    device_backlog_s: float = Field(3600.0, ge=0)
+    """The longest backlog (a gateway, Kafka or network outage the broker queued through)
+    counted at the pace its devices published it rather than the pace it arrives at; it is also
+    the most a device lying about its clock can gain: ``device_backlog_s * device_rate``
+    messages, once."""
     max_payload_bytes: int = Field(256 * 1024, ge=256)
     max_in_flight: int = Field(10_000, ge=1, le=65_535)
     """Unacknowledged MQTT messages at once (MQTT v5 receive-maximum): the backpressure bound."""

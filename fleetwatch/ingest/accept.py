@@ -63,6 +63,8 @@ class Accepted:
     """Whether the corrected event time was clamped to the arrival time (:data:`MAX_AHEAD_MS`)."""
     clock_offset_ms: int = 0
     """The clock offset applied to the device's time (``event_ms - ts``)."""
+    sent_ms: int | None = None
+    """When the device says it sent the reading (its own clock)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,9 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         firmware=reading.firmware,
         status=reading.status,
     )
-    return Accepted(device_id.encode(), encode(record), event_ms, reading.seq, clamped, offset)
+    return Accepted(
+        device_id.encode(), encode(record), event_ms, reading.seq, clamped, offset, reading.sent
+    )
 
 
 def dead_letter(

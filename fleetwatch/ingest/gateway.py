@@ -212,7 +212,8 @@ class Gateway:
         self._unsubscribed = threading.Event()
         self._last_message = time.monotonic()
         self.relay = CommandRelay(settings, self.client, self.metrics)
-        self.rates = DeviceRates(settings.gateway.device_rate, settings.gateway.device_burst)
+        g = settings.gateway
+        self.rates = DeviceRates(g.device_rate, g.device_burst, g.device_backlog_s)
         self._rate_warned: dict[str, float] = {}
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
@@ -277,18 +278,18 @@ class Gateway:
         self.counters.add("messages")
         root = self.settings.mqtt.root
         if msg.topic.endswith(self._telemetry_suffix):
+            outcome = handle(
+                msg.topic,
+                msg.payload,
+                received,
+                root,
+                self.settings.gateway.max_payload_bytes,
+                self.clocks,
+            )
             device_id = _device_of(msg.topic, root)
-            if device_id is not None and not self.rates.admit(device_id):
+            sent = max((a.sent_ms for a in outcome.accepted if a.sent_ms is not None), default=None)
+            if device_id is not None and not self.rates.admit(device_id, sent):
                 outcome = self._rate_limited(device_id, msg, received)
-            else:
-                outcome = handle(
-                    msg.topic,
-                    msg.payload,
-                    received,
-                    root,
-                    self.settings.gateway.max_payload_bytes,
-                    self.clocks,
-                )
             self.counters.add("accepted", len(outcome.accepted))
             clamped = sum(a.clamped for a in outcome.accepted)
             if clamped:
