@@ -70,11 +70,27 @@ class DeviceSummary(BaseModel):
     updated_ms: int
 
 
+class RateLimitedPublic(BaseModel):
+    """The gateway's dead letters of the device's messages over its rate
+    (``gateway.device_rate``): their latest run, which ends after a minute without one."""
+
+    recently: bool
+    """The latest of them is at most a minute old: the device is being rate-limited."""
+    dead_letters: int
+    """Messages of the run dead-lettered."""
+    since_ms: int
+    """When the gateway dead-lettered the run's first (wall clock)."""
+    last_ms: int
+    """… and its latest."""
+
+
 class DevicePublic(DeviceSummary):
     state: DeviceStatePublic | None
     alert_count: int
     open_alert_count: int
     last_alert: AlertPublic | None
+    rate_limited: RateLimitedPublic | None = None
+    """``None``: the gateway has not dead-lettered a message of the device for its rate."""
 
 
 class DevicesPublic(Page):
