@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.telemetry import DEVICE_METRICS
 
 
@@ -64,6 +65,19 @@ Duration = Annotated[
 ]
 
 
+KafkaStage = Literal["gateway", "scorer", "trainer", "api"]
+"""The stages that are Kafka clients, each of which may have an account of its own."""
+
+
+class KafkaLogin(_Part):
+    """A SASL account of one stage (``kafka.logins``)."""
+
+    username: str = Field(min_length=1)
+    password: SecretStr | None = None
+    """Required of the stage that logs in with it; granting its rights
+    (``fleetwatch topics acls``) needs the username alone."""
+
+
 class KafkaSettings(_Part):
     bootstrap_servers: str = "127.0.0.1:9092"
     """Where clients connect. Point it at an existing cluster to skip the local broker."""
@@ -85,13 +99,20 @@ class KafkaSettings(_Part):
     ``SSL`` (TLS), ``SASL_SSL`` (TLS and a SASL login), ``SASL_PLAINTEXT`` (a SASL login on a
     plain connection: the data travels unencrypted). The stages' clients and Spark's are all
     configured from these settings (:mod:`fleetwatch.kafka_config`). The local broker speaks
-    ``PLAINTEXT``, or ``SASL_PLAINTEXT`` with ``PLAIN`` (its one account the one set here)."""
+    ``PLAINTEXT``, or ``SASL_PLAINTEXT`` with this mechanism, its accounts those set here and
+    each with only its rights (:mod:`fleetwatch.stack.acls`)."""
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
     """The SASL login (with a ``SASL_*`` protocol): ``PLAIN`` sends the password itself, so
     use it over ``SASL_SSL`` only; ``SCRAM-*`` proves it without sending it."""
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
-    """The SASL account; both required by a ``SASL_*`` protocol and refused by the others."""
+    """The SASL account; both required by a ``SASL_*`` protocol and refused by the others. The
+    stages without an account in ``logins`` log in with it, and so do the tools."""
+    logins: dict[KafkaStage, KafkaLogin] = {}
+    """Each stage's own SASL account, by stage (``gateway``, ``scorer``, ``trainer``, ``api``;
+    e.g. ``FLEETWATCH_KAFKA__LOGINS__GATEWAY__USERNAME`` / ``…__PASSWORD``): the stage logs in
+    with it (:meth:`for_stage`), and the ACLs give it only that stage's rights
+    (:mod:`fleetwatch.stack.acls`). With none, every stage shares ``sasl_username``."""
     ssl_ca_file: Path | None = None
     """With ``SSL`` / ``SASL_SSL``: PEM CA certificate(s) that verify the brokers (default: the
     system's trust store; the JVM's for Spark). The brokers' names are verified too."""
@@ -129,7 +150,32 @@ class KafkaSettings(_Part):
                 f"kafka.{files[0]} is set but kafka.security_protocol {protocol} does not use "
                 "TLS: use SSL or SASL_SSL"
             )
+        if not self.sasl and self.logins:
+            raise ValueError(
+                f"kafka.logins is set but kafka.security_protocol {protocol} sends no login: "
+                "use SASL_SSL (or SASL_PLAINTEXT)"
+            )
         return self
+
+    def for_stage(self, stage: KafkaStage) -> KafkaSettings:
+        """These settings as ``stage`` logs in: with its own account from ``logins`` when it
+        has one, else as they are."""
+        login = self.logins.get(stage)
+        if login is None:
+            return self
+        if login.password is None:
+            raise ConfigurationError(
+                f"kafka.logins.{stage} has no password: set "
+                f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__PASSWORD"
+            )
+        return self.model_copy(
+            update={"sasl_username": login.username, "sasl_password": login.password}
+        )
+
+    def principal(self, stage: KafkaStage) -> str | None:
+        """The account ``stage`` logs in with (None without SASL)."""
+        login = self.logins.get(stage)
+        return login.username if login is not None else self.sasl_username
 
     @property
     def sasl(self) -> bool:
