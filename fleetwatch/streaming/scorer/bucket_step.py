@@ -166,6 +166,8 @@ class BucketBatch:
 class BucketOutput:
     records: list[tuple[str, Role, str]] = field(default_factory=list)
     """(device id, role, JSON value), in device order."""
+    tombstones: list[tuple[str, Role]] = field(default_factory=list)
+    """(device id, role): the device leaves that compacted topic."""
     dead: list[Refused] = field(default_factory=list)
     """Records that go to ``telemetry.deadletter``, each with the device and the reason."""
     late: int = 0
@@ -181,6 +183,7 @@ class BucketOutput:
 
     def add(self, device_id: str, out: Output) -> None:
         self.records.extend((device_id, role, value) for role, value in out.records)
+        self.tombstones.extend((device_id, role) for role in out.tombstones)
         self.late += out.late
         self.duplicates += out.duplicates
         self.scored += out.scored

@@ -1,7 +1,8 @@
 """A device's event-time timer: at ``last seen + session gap`` a device that sent nothing since
 falls silent — its session ends, its open alerts resolve and its status becomes ``silent`` — and
-at ``last seen + expire_after`` a silent device is forgotten: it leaves the scorer's state, and
-a reading after that starts it afresh. A device the scorer holds state for but has never seen
+at ``last seen + expire_after`` a silent device is forgotten: it leaves the scorer's state and,
+with a tombstone each, ``device.state`` and ``device.sessions``, and a reading after that
+starts it afresh. A device the scorer holds state for but has never seen
 a reading of (every reading late, its batches failed, or parameters alone) is forgotten at
 ``expire_after`` past the watermark at which that state came: no state stays for ever."""
 
@@ -20,7 +21,7 @@ def expire(
     """The device's timer fired (the watermark passed ``last seen + session gap``, or, once it
     is silent, ``last seen + expire_after``). Returns the new state, the output and the next
     timer to register (``None``: none; for a silent device, it is due to be forgotten:
-    :func:`forgotten`)."""
+    :func:`forgotten`, and the output has its tombstones)."""
     out = Output()
     st = state
     st["timer_ms"] = None
@@ -32,6 +33,10 @@ def expire(
         if gone > watermark_ms:
             st["timer_ms"] = gone
             return st, out, gone
+        # what the device's compacted topics hold of it goes with it: its state under its id;
+        # on device.sessions (keyed by session) the tombstone under its id tells every reader
+        # that the device's sessions went
+        out.forget(Role.STATE, Role.SESSIONS)
         return st, out, None
     due = int(last_ms) + policy.session_gap_ms
     if due > watermark_ms:

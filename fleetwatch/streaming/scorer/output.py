@@ -1,5 +1,5 @@
-"""What the scorer's per-device step writes: records by role (the output topic each is for) and
-the counts of what it did with the readings."""
+"""What the scorer's per-device step writes: records by role (the output topic each is for),
+tombstones, and the counts of what it did with the readings."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class Role(StrEnum):
 class Output:
     records: list[tuple[Role, str]] = field(default_factory=list)
     """(role, JSON value); key = device id."""
+    tombstones: list[Role] = field(default_factory=list)
+    """The compacted topics (by role) that get a tombstone for the device: its id as the key,
+    no value (:meth:`forget`)."""
     late: int = 0
     duplicates: int = 0
     scored: int = 0
@@ -35,3 +38,7 @@ class Output:
     def add_all(self, role: Role, values: Iterable[dict[str, Any]]) -> None:
         for value in values:
             self.add(role, value)
+
+    def forget(self, *roles: Role) -> None:
+        """The device leaves the topics of ``roles``: a tombstone each."""
+        self.tombstones.extend(roles)

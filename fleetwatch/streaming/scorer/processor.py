@@ -22,8 +22,9 @@ scoring itself. Per bucket:
   it yet; ``live`` lists the scopes and their versions;
 - one event-time timer at the earliest ``last seen + session gap`` among its devices; when it
   fires, the devices that are due fall silent
-  (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`) and the next earliest is
-  armed.
+  (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`; those silent for
+  ``expire_after`` are forgotten, with tombstones on ``device.state`` and ``device.sessions``)
+  and the next earliest is armed.
 """
 
 from __future__ import annotations
@@ -98,11 +99,14 @@ def output_frame(
     dead: Sequence[Refused] = (),
     source_topic: str = "",
     counts: Mapping[str, int] | None = None,
+    tombstones: Sequence[tuple[str, Role]] = (),
 ) -> pd.DataFrame:
-    """(device id, role, value) records and dead letters → the operator's output rows, followed
-    by the micro-batch's count rows (:mod:`~fleetwatch.streaming.scorer.batch_counts`). A dead
-    letter's value is the record as it was on ``source_topic``; its headers (JSON here, made
-    Kafka headers by the job) say the stage, the reason and where the record was."""
+    """(device id, role, value) records, tombstones and dead letters → the operator's output
+    rows, followed by the micro-batch's count rows
+    (:mod:`~fleetwatch.streaming.scorer.batch_counts`). A tombstone is the device id as the key
+    and a null value (the Kafka sink writes it as a tombstone). A dead letter's value is the
+    record as it was on ``source_topic``; its headers (JSON here, made Kafka headers by the job)
+    say the stage, the reason and where the record was."""
     rows: dict[str, list[Any]] = {
         "topic": [topics[role] for _, role, _ in records],
         "key": [_key(device, role, value) for device, role, value in records],
@@ -110,6 +114,12 @@ def output_frame(
         "role": [role.value for _, role, _ in records],
         "headers": [None] * len(records),
     }
+    for device, role in tombstones:
+        rows["topic"].append(topics[role])
+        rows["key"].append(device)
+        rows["value"].append(None)
+        rows["role"].append(role.value)
+        rows["headers"].append(None)
     for refused in dead:
         rows["topic"].append(topics[Role.DEADLETTER])
         rows["key"].append(refused.device_id)
@@ -185,7 +195,9 @@ def score_rows(
     dead = [*found.refused, *out.dead]
     counts = bucket_counts(out, len(found.refused))
     counts.update(quarantined(bucket_id, bucket, now_ms))
-    return output_frame(out.records, context.topics, dead, context.raw_topic, counts)
+    return output_frame(
+        out.records, context.topics, dead, context.raw_topic, counts, out.tombstones
+    )
 
 
 def device_scorer(settings: Settings) -> Any:
@@ -286,7 +298,7 @@ def device_scorer(settings: Settings) -> Any:
             self._save(bucket)
             counts = bucket_counts(out)
             counts.update(quarantined(key[0], bucket, now_ms))
-            yield output_frame(out.records, topics, counts=counts)
+            yield output_frame(out.records, topics, counts=counts, tombstones=out.tombstones)
 
         def close(self) -> None:
             return None
