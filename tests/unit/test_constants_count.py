@@ -1,0 +1,116 @@
+"""The count of the detection code's constants (``bench/quality/constants.py``): which names it
+finds, and how it classifies them, on a module written for the test."""
+
+from pathlib import Path
+
+from bench.quality.constants import ALERTING, HYPER, PLUMBING_CLASS, Constant, census, summary
+
+BASE = """
+BASE_Z = 4.0
+LABEL = "x"
+"""
+
+DETECTOR = '''"""A detector module."""
+
+import math
+from enum import IntEnum
+from typing import Final
+
+from pkg.base import BASE_Z, LABEL
+
+THRESHOLD = 4.5
+"""Alerts above this.
+
+More about it."""
+WINDOW = 10  # readings summed
+# the memo's size
+CACHE_SIZE = 256
+PAIR = (1, 2.5)
+BAND = [0.1, -0.2]
+SCALED = 2.0 * BASE_Z
+LOG2 = math.log(2.0)
+INF = float("inf")
+limit: Final = 3
+lower_case = 7
+NAME = "level"
+LABELS = ("a", "b")
+ENABLED = True
+FROM_STRING = LABEL
+MIXED = (1, "a")
+NOTHING = ()
+
+
+def HELPER() -> int:
+    INSIDE = 5
+    return INSIDE
+
+
+class Reason(IntEnum):
+    NONE = 0
+    DEVIATION = 2
+
+
+class Holder:
+    STEP = 0.05
+    name = 3
+    TAG = "t"
+
+
+class Toy:
+    kind = "toy"
+
+    def __init__(
+        self, lam: float = 0.1, on: bool = True, label: str = "x", *, floor: float = BASE_Z,
+        off: float | None = None,
+    ) -> None:
+        self.lam = lam
+'''
+
+
+def _census(tmp_path: Path) -> list[Constant]:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "base.py").write_text(BASE)
+    module = tmp_path / "pkg" / "detector.py"
+    module.write_text(DETECTOR)
+    return census([module], tmp_path, plumbing={"pkg.detector:CACHE_SIZE": "cache"})
+
+
+def test_finds_the_numeric_constants_and_classifies_them(tmp_path: Path) -> None:
+    found = _census(tmp_path)
+    by_kind = {kind: [c.name for c in found if c.kind == kind] for kind in (ALERTING, HYPER)}
+    assert by_kind[ALERTING] == [
+        "THRESHOLD",
+        "WINDOW",
+        "PAIR",
+        "BAND",
+        "SCALED",
+        "LOG2",
+        "INF",
+        "limit",
+        "Holder.STEP",
+    ]
+    assert [(c.name, c.why) for c in found if c.kind == PLUMBING_CLASS] == [("CACHE_SIZE", "cache")]
+    assert by_kind[HYPER] == ["Toy(lam)", "Toy(floor)"]
+    assert {c.module for c in found} == {"pkg.detector"}
+
+
+def test_reports_value_as_written_and_first_line_of_doc(tmp_path: Path) -> None:
+    found = {c.name: c for c in _census(tmp_path)}
+    assert found["THRESHOLD"].doc == "Alerts above this."
+    assert found["WINDOW"].doc == "readings summed"
+    assert found["CACHE_SIZE"].doc == "the memo's size"
+    assert found["SCALED"].value == "2.0 * BASE_Z"
+    assert found["Toy(floor)"].value == "BASE_Z"
+
+
+def test_summary_counts_against_the_budget(tmp_path: Path) -> None:
+    found = _census(tmp_path)
+    assert summary(found, budget=9) == {
+        "alerting": 9,
+        "plumbing": 1,
+        "hyperparameter_defaults": 2,
+        "budget": 9,
+        "within_budget": True,
+        "by_module": {"pkg.detector": 9},
+    }
+    assert summary(found, budget=8)["within_budget"] is False
