@@ -23,6 +23,14 @@ def _object(value: bytes | None) -> dict[str, Any]:
     return body
 
 
+def tombstone_key(key: bytes | None, value: bytes | None) -> str | None:
+    """The key of a tombstone (a record with a key and no value: the key's record is gone
+    from a compacted topic), or ``None`` for any other record."""
+    if value is not None or not key:
+        return None
+    return key.decode(errors="replace")
+
+
 def decode_alert(value: bytes | None) -> Alert:
     return Alert.model_validate(_object(value))
 

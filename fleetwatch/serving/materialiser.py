@@ -3,7 +3,10 @@
 
 Each poll is written in one database transaction, and the Kafka offsets are committed only
 after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
-restart neither loses nor doubles anything. A record that breaks its contract is logged,
+restart neither loses nor doubles anything. A tombstone (a key, no value) removes what its key
+held: on ``model.params`` the device's model and readings (the trainer forgot it), on
+``device.state`` its state, on ``device.sessions`` a device's sessions (the scorer forgot it; a
+session id's key: that session). A record that breaks its contract is logged,
 counted (``skipped``, its topic as the label) and left out. A record that decodes but the
 database refuses (a value out of its range, a character it cannot store) fails the poll's
 transaction; the poll is then written record by record, each in its own transaction, and a
@@ -64,10 +67,15 @@ def batch_of(
         kind = kinds.get(topic)
         record: object = None  # the record decoded, if any (a tombstone or a champion: none)
         try:
+            gone = decode.tombstone_key(msg.key(), msg.value())
             if kind == "alerts":
                 batch.alerts.append(record := decode.decode_alert(msg.value()))
+            elif kind == "state" and gone is not None:
+                batch.forget_state(gone)  # a tombstone: the scorer forgot the device
             elif kind == "state":
                 batch.states.append(record := decode.decode_state(msg.value()))
+            elif kind == "sessions" and gone is not None:
+                batch.forget_sessions(gone)  # the scorer forgot the device (or the session)
             elif kind == "sessions":
                 batch.sessions.append(record := decode.decode_session(msg.value()))
             elif kind == "acks":

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Table, and_, delete, or_, select, true, update
 from sqlalchemy.orm import Session
 
@@ -35,9 +36,10 @@ def _t(table: Any) -> Table:
     return table.__table__  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class ModelRecord:
+class ModelRecord(BaseModel):
     """A ``model.params`` record (see ``fleetwatch/models/params.py`` and docs/DESIGN.md)."""
+
+    model_config = ConfigDict(frozen=True)
 
     device_id: str
     kind: str
@@ -70,11 +72,28 @@ class Batch:
     forgotten: list[str] = field(default_factory=list)
     """Devices whose parameters the trainer withdrew (a tombstone on ``model.params``: it
     forgot them); :attr:`models` holds only their records after it."""
+    gone_states: list[str] = field(default_factory=list)
+    """Devices the scorer forgot (a tombstone on ``device.state``); :attr:`states` holds only
+    their records after it."""
+    gone_sessions: list[str] = field(default_factory=list)
+    """Keys of tombstones on ``device.sessions``: a device the scorer forgot (its sessions go)
+    or a session; :attr:`sessions` holds only their records after it."""
 
     def forget_model(self, device_id: str) -> None:
         """A tombstone: the device's model row goes, and its records before it in the poll."""
         self.models = [m for m in self.models if m.device_id != device_id]
         self.forgotten.append(device_id)
+
+    def forget_state(self, device_id: str) -> None:
+        """A tombstone: the device's state row goes, and its records before it in the poll."""
+        self.states = [s for s in self.states if s.device_id != device_id]
+        self.gone_states.append(device_id)
+
+    def forget_sessions(self, key: str) -> None:
+        """A tombstone under a device id (the scorer forgot the device: all its sessions go)
+        or a session id (that session goes); their records before it in the poll go too."""
+        self.sessions = [s for s in self.sessions if key not in (s.device_id, s.session_id)]
+        self.gone_sessions.append(key)
 
     def __len__(self) -> int:
         return sum(
@@ -85,6 +104,8 @@ class Batch:
                 self.sessions,
                 self.acks,
                 self.forgotten,
+                self.gone_states,
+                self.gone_sessions,
                 self.models,
                 self.readings,
             )
@@ -93,7 +114,17 @@ class Batch:
     def each(self) -> Iterator[tuple[str, Batch]]:
         """Every record on its own, as ``(kind, one-record batch)``, in :func:`write`'s
         order of kinds (``kind`` is the field's name: ``alerts``, ``states``, …)."""
-        kinds = ("alerts", "states", "sessions", "forgotten", "models", "readings", "acks")
+        kinds = (
+            "alerts",
+            "gone_states",
+            "states",
+            "gone_sessions",
+            "sessions",
+            "forgotten",
+            "models",
+            "readings",
+            "acks",
+        )
         for kind in kinds:
             for record in getattr(self, kind):
                 yield kind, Batch(**{kind: [record]})
@@ -110,7 +141,9 @@ def write(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
     """Write a batch; returns what the acknowledgements did to their commands."""
     _discover(session, batch, now)
     write_alerts(session, batch.alerts, now)
+    _forget_states(session, batch.gone_states)
     _write_states(session, batch.states)
+    _forget_sessions(session, batch.gone_sessions)
     _write_sessions(session, batch.sessions)
     _forget_models(session, batch.forgotten)
     _write_models(session, batch.models)
@@ -275,6 +308,24 @@ def _write_sessions(session: Session, sessions: list[DeviceSession]) -> None:
     )
 
 
+def _forget_states(session: Session, device_ids: list[str]) -> None:
+    """The scorer forgot these devices: their state rows go (a device heard again starts
+    afresh)."""
+    if device_ids:
+        table = _t(DeviceStateRow)
+        session.execute(delete(table).where(table.c.device_id.in_(sorted(set(device_ids)))))
+
+
+def _forget_sessions(session: Session, keys: list[str]) -> None:
+    """Tombstones on ``device.sessions``: the sessions of a device the scorer forgot (the key
+    is its id), or the one session of the key."""
+    if keys:
+        table, gone = _t(SessionRow), sorted(set(keys))
+        session.execute(
+            delete(table).where(or_(table.c.device_id.in_(gone), table.c.session_id.in_(gone)))
+        )
+
+
 def _forget_models(session: Session, device_ids: list[str]) -> None:
     """The trainer forgot these devices: their model rows go (their versions start again), and
     so do their readings (a device silent that long has nothing recent to show)."""
@@ -286,7 +337,7 @@ def _forget_models(session: Session, device_ids: list[str]) -> None:
 
 def _write_models(session: Session, models: list[ModelRecord]) -> None:
     newest = _newest(models, lambda m: m.device_id, lambda m: m.version)
-    rows = [vars(m) for m in newest]
+    rows = [m.model_dump() for m in newest]
     _write_per_device(session, ModelRow, rows, lambda t, x: t.version <= x.version)
 
 
