@@ -4,13 +4,20 @@ and where it came from.
 
 ``fw.reason`` the refusal, specific; ``fw.stage`` the stage (``gateway``, ``score``, ``api``);
 ``fw.source_topic``, ``fw.source_partition``, ``fw.source_offset`` the record's place (the
-gateway, which reads MQTT, names the MQTT topic instead, with headers of its own).
+gateway, which reads MQTT, names the MQTT topic instead, with headers of its own); ``fw.kind``,
+where a reader acts on the kind of refusal: the gateway's :data:`RATE_LIMITED`.
 """
 
 from __future__ import annotations
 
 REASON = "fw.reason"
 STAGE = "fw.stage"
+KIND = "fw.kind"
+RATE_LIMITED = "rate_limited"
+"""The kind of a message the gateway dead-lettered because its device is over its rate."""
+RATE_LIMITED_RUN_S = 60
+"""A device's rate-limited dead letters less than this apart are one run of them, and a device
+whose latest is younger than this is being rate-limited (the gateway's gauge, the API)."""
 
 
 def source_headers(

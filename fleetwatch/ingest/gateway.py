@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -36,6 +36,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from fleetwatch.contracts import deadletter
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import (
@@ -50,7 +51,7 @@ from fleetwatch.ingest.acks import handle_ack
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.commands import CommandRelay
 from fleetwatch.ingest.errors import IngestError, PayloadRejected
-from fleetwatch.ingest.metrics import GatewayMetrics
+from fleetwatch.ingest.metrics import GatewayMetrics, OverRate
 from fleetwatch.ingest.mqtt_client import BufferedClient
 from fleetwatch.ingest.rate import DeviceRates
 from fleetwatch.kafka_config import client_config
@@ -59,8 +60,6 @@ from fleetwatch.mqtt_config import configure, connect_failure
 logger = logging.getLogger(__name__)
 
 SESSION_EXPIRY_S = 7 * 24 * 3600
-RATE_WARN_EVERY_S = 60.0
-"""How often a device over its rate is logged (each message over it is counted)."""
 RECONNECT_MIN_S, RECONNECT_MAX_S = 1, 2
 """paho's reconnect back-off (its default grows to 2 minutes)."""
 
@@ -214,7 +213,7 @@ class Gateway:
         self.relay = CommandRelay(settings, self.client, self.metrics)
         g = settings.gateway
         self.rates = DeviceRates(g.device_rate, g.device_burst, g.device_backlog_s)
-        self._rate_warned: dict[str, float] = {}
+        self.over_rate = OverRate(self.metrics.rate_limited_devices)
 
     # -- MQTT side (paho's network thread) ---------------------------------------------------
     def _on_connect(
@@ -313,19 +312,20 @@ class Gateway:
         self._produce_all(outcome, target, pending, received)
 
     def _rate_limited(self, device_id: str, msg: mqtt.MQTTMessage, received: int) -> Outcome:
-        """A message over its device's rate: a dead letter, and a warning once a minute."""
+        """A message over its device's rate: a dead letter whose ``fw.kind`` says so (the API
+        shows the device rate-limited from it), the device counted among those over their rate
+        (:class:`~fleetwatch.ingest.metrics.OverRate`), and a warning once a minute."""
         g = self.settings.gateway
         reason = (
             f"device {device_id} exceeds its rate of {g.device_rate:g} messages/s "
             f"(burst {g.device_burst})"
         )
-        now = time.monotonic()
-        if now - self._rate_warned.get(device_id, -RATE_WARN_EVERY_S) >= RATE_WARN_EVERY_S:
-            self._rate_warned[device_id] = now
+        if self.over_rate.hit(device_id):
             logger.warning("%s: its messages over the rate go to the dead letters", reason)
         root = self.settings.mqtt.root
         dead = dead_letter(msg.topic, msg.payload, received, reason, root, {"rate_limited": 1})
-        return Outcome(rejected=[dead])
+        kind = (deadletter.KIND, deadletter.RATE_LIMITED.encode())
+        return Outcome(rejected=[replace(dead, headers=[*dead.headers, kind])])
 
     def _produce_all(
         self, outcome: Outcome, target: str, on_delivery: _PendingAck, received: int
@@ -404,13 +404,16 @@ class Gateway:
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:
         self._connect()
-        last_report = time.monotonic()
+        last_report = last_sweep = time.monotonic()
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
                 self._redirect_refused()
                 self.relay.pump()
                 self.metrics.producer_queue.set(len(self.producer))
+                if time.monotonic() - last_sweep >= 1.0:
+                    last_sweep = time.monotonic()
+                    self.over_rate.sweep()  # a device no longer over its rate leaves the gauge
                 if time.monotonic() - last_report >= report_every_s:
                     last_report = time.monotonic()
                     logger.info("%s", self.counters)

@@ -1,7 +1,9 @@
 """Prometheus metrics of the gateway, served on ``gateway.metrics_port``.
 
 Every label has a bounded set of values: the kind of a rejection (:data:`DEAD_LETTER_REASONS`),
-librdkafka's error names; never a device id, a topic of a device or a reason's free text.
+librdkafka's error names; never a device id, a topic of a device or a reason's free text. Which
+devices are over their rate is in the dead letters (and the API's device); here, how many
+(:class:`OverRate`).
 
 With ``--workers N`` every worker process counts into files of its own
 (prometheus-client's multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR`` set by the supervisor)
@@ -12,7 +14,9 @@ workers' values. With one worker the process serves its own registry.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from fleetwatch.contracts.deadletter import RATE_LIMITED_RUN_S
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import Outcome
 from fleetwatch.ingest.broker_stats import SysBridge
@@ -126,6 +131,14 @@ class GatewayMetrics:
             "Records of the commands topic that are not a valid command (skipped)",
             registry=r,
         )
+        self.rate_limited_devices = Gauge(
+            "fleetwatch_gateway_rate_limited_devices",
+            f"Devices with a message dead-lettered for their rate in the last "
+            f"{RATE_LIMITED_RUN_S} s (summed over workers: a device whose messages a shared "
+            f"subscription spreads over two counts in each)",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self._dead = {reason: self.dead_lettered.labels(reason) for reason in DEAD_LETTER_REASONS}
 
     def handled(self, outcome: Outcome, telemetry: bool) -> None:
@@ -158,6 +171,50 @@ class GatewayMetrics:
     def refused(self) -> None:
         """A record Kafka refused for good goes to the dead-letter topic instead."""
         self._dead[KAFKA_REFUSED].inc()
+
+
+class OverRate:
+    """The devices over their rate: those with a message dead-lettered for it in the last
+    ``window_s`` (``clock``: the gateway's, in seconds). Their number is the gauge ``gauge``,
+    whatever the fleet's size; a device leaves ``window_s`` after its last such message, so
+    memory follows the devices over their rate. Thread-safe: MQTT's thread counts, the main
+    loop sweeps."""
+
+    def __init__(
+        self,
+        gauge: Gauge,
+        window_s: float = RATE_LIMITED_RUN_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.gauge = gauge
+        self.window_s = window_s
+        self.clock = clock
+        self._devices: dict[str, tuple[float, float]] = {}
+        """Device → (when it was last warned of, its last message over its rate)."""
+        self._lock = threading.Lock()
+
+    def hit(self, device_id: str) -> bool:
+        """A message of ``device_id`` over its rate; ``True`` when it is to be logged: its
+        first in ``window_s``, then once every ``window_s`` while it lasts."""
+        now = self.clock()
+        with self._lock:
+            seen = self._devices.get(device_id)
+            warn = seen is None or now - seen[0] >= self.window_s
+            self._devices[device_id] = (now if seen is None or warn else seen[0], now)
+            self.gauge.set(len(self._devices))
+        return warn
+
+    def sweep(self) -> None:
+        """Devices with no message over their rate for ``window_s`` leave the count."""
+        now = self.clock()
+        with self._lock:
+            self._devices = {
+                d: seen for d, seen in self._devices.items() if now - seen[1] < self.window_s
+            }
+            self.gauge.set(len(self._devices))
+
+    def __len__(self) -> int:
+        return len(self._devices)
 
 
 @contextmanager
