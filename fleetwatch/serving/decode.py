@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetwatch.contracts import model_params, wire
+from fleetwatch.contracts import deadletter, model_params, wire
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.commands import CommandAck
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.telemetry import TelemetryRecord
-from fleetwatch.serving.store.ingest import AckRecord, ModelRecord
+from fleetwatch.serving.store.ingest import AckRecord, ModelRecord, RateLimited
 
 
 def _object(value: bytes | None) -> dict[str, Any]:
@@ -29,6 +29,19 @@ def tombstone_key(key: bytes | None, value: bytes | None) -> str | None:
     if value is not None or not key:
         return None
     return key.decode(errors="replace")
+
+
+def rate_limited(
+    key: bytes | None, headers: Any, timestamp_ms: int, partition: int, offset: int
+) -> RateLimited | None:
+    """A dead letter of a message the gateway refused for its device's rate (``fw.kind``
+    ``rate_limited``; the device is the key, the time the record's), or ``None`` for any other
+    dead letter. Never raises: whatever a dead letter holds, it is not dead-lettered again."""
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    kinds = [v for k, v in pairs if k == deadletter.KIND]
+    if kinds != [deadletter.RATE_LIMITED.encode()] or not key or timestamp_ms <= 0:
+        return None
+    return RateLimited(key.decode(errors="replace")[:128], timestamp_ms, partition, offset)
 
 
 def decode_alert(value: bytes | None) -> Alert:

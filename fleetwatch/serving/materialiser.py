@@ -1,5 +1,6 @@
 """Kafka → the API's store: ``alerts``, ``device.state``, ``device.sessions``,
-``device.command-acks``, ``model.params`` and (bounded per device) ``telemetry.raw``.
+``device.command-acks``, ``model.params``, (bounded per device) ``telemetry.raw`` and, from
+``telemetry.deadletter``, each device's latest run of messages the gateway refused for its rate.
 
 Each poll is written in one database transaction, and the Kafka offsets are committed only
 after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
@@ -90,6 +91,12 @@ def batch_of(
                     batch.models.append(record := decode.decode_model(msg.key(), msg.value()))
             elif kind == "telemetry":
                 batch.readings.append(record := decode.decode_reading(msg.value()))
+            elif kind == "deadletters":
+                _, ts = msg.timestamp()
+                where_ = (msg.partition() or 0, msg.offset() or 0)
+                hit = decode.rate_limited(msg.key(), msg.headers(), ts, *where_)
+                if hit is not None:
+                    batch.rate_limited.append(record := hit)
         except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
             logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
             refuse(msg, f"not a valid {kind} record: {first_line(exc)}")
@@ -148,6 +155,7 @@ class Materialiser(Worker):
         }
         if self.keep_readings > 0:
             self.kinds[t.telemetry_raw] = "telemetry"
+        self.kinds[t.telemetry_deadletter] = "deadletters"
         self.consumer = Consumer(
             consumer_config(
                 settings.kafka,
@@ -193,9 +201,10 @@ class Materialiser(Worker):
     def _refused(self, msg: Message, reason: str) -> None:
         topic = msg.topic() or ""
         self.metrics.skipped.labels(topic=topic).inc()
-        if self.kinds.get(topic) != "telemetry":
+        if self.kinds.get(topic) not in ("telemetry", "deadletters"):
             # a telemetry.raw record that is not a reading is the scorer's to dead-letter:
-            # it reads the same record, and one dead letter per bad record is the contract
+            # it reads the same record, and one dead letter per bad record is the contract;
+            # a dead letter is never dead-lettered again
             self.dead(msg, reason)
 
     def _write(self, batch: Batch, sources: dict[int, Message] | None = None) -> list[AckOutcome]:

@@ -95,6 +95,22 @@ class ReadingRow(Base):
     metrics: Mapped[dict[str, float]] = mapped_column(JSON)
 
 
+class RateLimitRow(Base):
+    """A device's latest run of messages the gateway dead-lettered for its rate: dead letters
+    less than ``RATE_LIMITED_RUN_S`` apart (:mod:`fleetwatch.contracts.deadletter`)."""
+
+    __tablename__ = "device_rate_limits"
+
+    device_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    since_ms: Mapped[int] = mapped_column(BigInteger)
+    """The gateway's time of the run's first dead letter (wall clock)."""
+    last_ms: Mapped[int] = mapped_column(BigInteger)
+    dead_letters: Mapped[int] = mapped_column(BigInteger)
+    source_partition: Mapped[int] = mapped_column(Integer)
+    source_offset: Mapped[int] = mapped_column(BigInteger)
+    """The place of the newest dead letter counted: one read again is not counted twice."""
+
+
 class ModelRow(Base):
     """The latest ``model.params`` record of a device."""
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 
+from fleetwatch.contracts.deadletter import RATE_LIMITED_RUN_S
 from fleetwatch.serving.auth import Admin, Reader
 from fleetwatch.serving.control.publisher import PublishFailed
 from fleetwatch.serving.deps import ServicesDep, StoreDep
@@ -31,6 +32,7 @@ from fleetwatch.serving.schemas.devices import (
     DeviceUpdate,
     ModelPublic,
     QuarantineLift,
+    RateLimitedPublic,
     ReadingPublic,
     ReadingsPublic,
     SessionPublic,
@@ -38,6 +40,7 @@ from fleetwatch.serving.schemas.devices import (
 )
 from fleetwatch.serving.store import Store, now_ms
 from fleetwatch.serving.store import devices as repo
+from fleetwatch.serving.tables import RateLimitRow
 
 router = APIRouter(prefix="/devices", tags=["devices"], responses=AUTH)
 
@@ -69,6 +72,7 @@ def load_device(store: Store, device_id: str) -> DevicePublic:
         if view is None:
             raise _not_found(device_id)
         counts = repo.alert_counts(session, device_id)
+        limited = repo.rate_limited(session, device_id)
     state = DeviceStatePublic.model_validate(view.state) if view.state is not None else None
     return DevicePublic(
         **_summary(view).model_dump(),
@@ -76,6 +80,17 @@ def load_device(store: Store, device_id: str) -> DevicePublic:
         alert_count=counts.total,
         open_alert_count=counts.open,
         last_alert=AlertPublic.model_validate(counts.last) if counts.last else None,
+        rate_limited=None if limited is None else _rate_limited(limited, now_ms()),
+    )
+
+
+def _rate_limited(row: RateLimitRow, now: int) -> RateLimitedPublic:
+    """Being rate-limited: the latest dead letter for the rate within ``RATE_LIMITED_RUN_S``."""
+    return RateLimitedPublic(
+        recently=now - row.last_ms < RATE_LIMITED_RUN_S * 1000,
+        dead_letters=row.dead_letters,
+        since_ms=row.since_ms,
+        last_ms=row.last_ms,
     )
 
 

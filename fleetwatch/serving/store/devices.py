@@ -15,6 +15,7 @@ from fleetwatch.serving.tables import (
     DeviceStateRow,
     DeviceTagRow,
     ModelRow,
+    RateLimitRow,
     ReadingRow,
     SessionRow,
 )
@@ -170,7 +171,7 @@ def delete_device(session: Session, device_id: str) -> bool:
     """Forget a device and everything materialised about it (its alerts and commands stay)."""
     if session.get(DeviceRow, device_id) is None:
         return False
-    for table in (DeviceTagRow, DeviceStateRow, SessionRow, ReadingRow, ModelRow):
+    for table in (DeviceTagRow, DeviceStateRow, SessionRow, ReadingRow, ModelRow, RateLimitRow):
         session.execute(delete(table).where(table.device_id == device_id))
     session.execute(delete(DeviceRow).where(DeviceRow.device_id == device_id))
     return True
@@ -210,3 +211,8 @@ def readings(
 
 def model(session: Session, device_id: str) -> ModelRow | None:
     return session.get(ModelRow, device_id)
+
+
+def rate_limited(session: Session, device_id: str) -> RateLimitRow | None:
+    """The device's latest run of messages the gateway dead-lettered for its rate, if any."""
+    return session.get(RateLimitRow, device_id)

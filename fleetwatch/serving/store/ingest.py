@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.alerts import Alert, event_id
 from fleetwatch.contracts.commands import CommandAck
+from fleetwatch.contracts.deadletter import RATE_LIMITED_RUN_S
 from fleetwatch.contracts.devices import DeviceSession, DeviceState
 from fleetwatch.contracts.telemetry import TelemetryRecord
 from fleetwatch.serving.store.upsert import insert_ignore, upsert
@@ -23,6 +24,7 @@ from fleetwatch.serving.tables import (
     DeviceRow,
     DeviceStateRow,
     ModelRow,
+    RateLimitRow,
     ReadingRow,
     SessionRow,
 )
@@ -59,6 +61,17 @@ class AckRecord:
     device_id: str | None = None
 
 
+@dataclass(frozen=True)
+class RateLimited:
+    """A message of ``device_id`` the gateway dead-lettered for its rate at ``at_ms`` (its
+    clock), read from ``telemetry.deadletter`` at ``partition`` and ``offset``."""
+
+    device_id: str
+    at_ms: int
+    partition: int
+    offset: int
+
+
 @dataclass
 class Batch:
     """One poll's worth of decoded records, by kind."""
@@ -69,6 +82,7 @@ class Batch:
     acks: list[AckRecord] = field(default_factory=list)
     models: list[ModelRecord] = field(default_factory=list)
     readings: list[TelemetryRecord] = field(default_factory=list)
+    rate_limited: list[RateLimited] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     """Devices whose parameters the trainer withdrew (a tombstone on ``model.params``: it
     forgot them); :attr:`models` holds only their records after it."""
@@ -108,6 +122,7 @@ class Batch:
                 self.gone_sessions,
                 self.models,
                 self.readings,
+                self.rate_limited,
             )
         )
 
@@ -123,6 +138,7 @@ class Batch:
             "forgotten",
             "models",
             "readings",
+            "rate_limited",
             "acks",
         )
         for kind in kinds:
@@ -148,6 +164,7 @@ def write(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
     _forget_models(session, batch.forgotten)
     _write_models(session, batch.models)
     _write_readings(session, batch.readings)
+    _write_rate_limits(session, batch.rate_limited)
     return _write_acks(session, batch.acks, now)
 
 
@@ -354,6 +371,45 @@ def _write_readings(session: Session, readings: list[TelemetryRecord]) -> None:
         for r in readings
     }
     insert_ignore(session, _t(ReadingRow), list(rows.values()))
+
+
+def _write_rate_limits(session: Session, hits: list[RateLimited]) -> None:
+    """Each device's run of rate-limited dead letters goes on, or a new one starts after
+    ``RATE_LIMITED_RUN_S`` without one. A dead letter at or before the place of the newest one
+    counted (a poll read again after a crash) is not counted twice: a device's dead letters
+    are in one partition (keyed by the device), in order."""
+    if not hits:
+        return
+    devices = sorted({h.device_id for h in hits})
+    runs: dict[str, dict[str, Any]] = {
+        row.device_id: {c.name: getattr(row, c.name) for c in _t(RateLimitRow).columns}
+        for row in session.scalars(select(RateLimitRow).where(RateLimitRow.device_id.in_(devices)))
+    }
+    changed: set[str] = set()
+    for hit in sorted(hits, key=lambda h: (h.partition, h.offset)):
+        run = runs.get(hit.device_id)
+        if run is not None and _counted(run, hit):
+            continue
+        if run is None or hit.at_ms - run["last_ms"] >= RATE_LIMITED_RUN_S * 1000:
+            run = runs[hit.device_id] = {
+                "device_id": hit.device_id,
+                "since_ms": hit.at_ms,
+                "last_ms": hit.at_ms,
+                "dead_letters": 0,
+            }
+        run["dead_letters"] += 1
+        run["last_ms"] = max(run["last_ms"], hit.at_ms)
+        run["source_partition"], run["source_offset"] = hit.partition, hit.offset
+        changed.add(hit.device_id)
+    rows = [runs[d] for d in sorted(changed)]
+    columns = [c.name for c in _t(RateLimitRow).columns if c.name != "device_id"]
+    upsert(session, _t(RateLimitRow), rows, key=["device_id"], update=columns)
+
+
+def _counted(run: dict[str, Any], hit: RateLimited) -> bool:
+    """Whether the run has counted ``hit`` already: it is at or before the newest one counted
+    in the same partition."""
+    return bool(run["source_partition"] == hit.partition and hit.offset <= run["source_offset"])
 
 
 def prune_readings(
