@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
-from fleetwatch.cli.stages import serve_api
+from fleetwatch.cli.stages import serve_api, stage_settings
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import FleetwatchError
 
@@ -49,7 +49,7 @@ def api(
     """The HTTP API (and its Kafka materialiser, command tracker and webhook delivery)."""
     if ctx.invoked_subcommand is not None:
         return
-    settings = load_settings()
+    settings = stage_settings("api")
     if anonymous_read:
         settings = settings.model_copy(
             update={"api": settings.api.model_copy(update={"anonymous_read": True})}

@@ -16,7 +16,7 @@ from uvicorn import server as uvicorn_server
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaStage, Settings
 from fleetwatch.fleet.publish import register_fleet_models
 from fleetwatch.ingest.gateway import Gateway
 from fleetwatch.ingest.metrics import GatewayMetrics, exported
@@ -37,7 +37,7 @@ def gateway(
     worker_index: int | None = typer.Option(None, hidden=True),
 ) -> None:
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
-    loaded = load_settings()
+    loaded = stage_settings("gateway")
     settings = loaded.model_copy(update={"mqtt": login(loaded, "gateway")})
     stop = stop_event()
     count = workers or settings.gateway.workers
@@ -59,7 +59,7 @@ def gateway(
 
 def score() -> None:
     """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
-    settings = load_settings()
+    settings = stage_settings("scorer")
     stop = stop_event()
     try:
         scoring.run(settings, stop)
@@ -86,7 +86,7 @@ def train(
 
     Live until SIGTERM; with --from/--to or --files, learns that range with the same plan, exits.
     """
-    settings = load_settings()
+    settings = stage_settings("trainer")
     backfill = None
     if from_ or to or files:
         backfill = training.Backfill(epoch_ms(from_), epoch_ms(to), files)
@@ -107,6 +107,15 @@ def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
     """After a backfill: the fleet models of what it learned, as challengers in the registry."""
     for scope, version in register_fleet_models(settings, run_id=run_id).items():
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)
+
+
+def stage_settings(stage: KafkaStage) -> Settings:
+    """The settings, with Kafka as ``stage`` logs in (its own account in kafka.logins)."""
+    settings = load_settings()
+    try:
+        return settings.model_copy(update={"kafka": settings.kafka.for_stage(stage)})
+    except FleetwatchError as exc:
+        fail(str(exc))
 
 
 def epoch_ms(iso: str | None) -> int | None:

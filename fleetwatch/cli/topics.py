@@ -1,5 +1,6 @@
 """`fleetwatch topics create`: every topic, with its config, on a cluster of one's own (the
-compose file's and the Kubernetes manifests' one-shot job runs it)."""
+compose file's and the Kubernetes manifests' one-shot job runs it); `fleetwatch topics acls`:
+each stage's account its rights there."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
+from fleetwatch.stack.acls import apply_acls, bindings, grants
 from fleetwatch.stack.topics import TopicsReport, create_on_cluster
 
 app = typer.Typer(help="Kafka topics on an existing cluster.", no_args_is_help=True)
@@ -73,3 +75,32 @@ def _print(report: TopicsReport, specs: list[TopicSpec], partitions: int, replic
             "; ".join(topic.differences),
         )
     console.print(table)
+
+
+@app.command()
+def acls(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the ACLs, create nothing")
+    ] = False,
+) -> None:
+    """Give each stage's account (kafka.logins, and kafka.sasl_username for the stages without
+    one) exactly its stage's rights on the topics and consumer groups, as ACLs (kept when there
+    already). Logs in with kafka.sasl_username, which needs ALTER on the cluster (or to be a
+    super user, as the deployments' broker account is)."""
+    settings = load_settings()
+    if not settings.kafka.sasl:
+        fail("ACLs name SASL accounts: set kafka.security_protocol to SASL_SSL or SASL_PLAINTEXT")
+    table = Table("principal", "resource", "name", "operation")
+    for principal, granted in sorted(grants(settings).items()):
+        for g in sorted(granted):
+            name = g.name + ("*" if g.prefixed else "")
+            table.add_row(principal, g.resource, name, g.operation)
+    console.print(table)
+    wanted = bindings(settings)
+    if dry_run:
+        return
+    try:
+        apply_acls(settings.kafka, wanted)
+    except FleetwatchError as exc:
+        fail(f"{exc} (bootstrap {settings.kafka.bootstrap_servers})")
+    console.print(f"{len(wanted)} ACLs in place on {settings.kafka.bootstrap_servers}")

@@ -43,8 +43,8 @@ class Stack:
 
     def up(self, with_prometheus: bool = False) -> float:
         """Start what is not running, wait until both brokers (and Prometheus, when asked for)
-        answer, create missing topics. Returns the seconds it took. Harmless when everything
-        is up already."""
+        answer, create missing topics (and, with SASL, the Kafka accounts and their ACLs).
+        Returns the seconds it took. Harmless when everything is up already."""
         started = time.monotonic()
         try:
             self.mosquitto.start()
@@ -60,11 +60,12 @@ class Stack:
             raise
         k = self.settings.kafka
         ensure_topics(
-            k,
+            self.kafka.admin_settings(),  # with SASL, as the broker's own account
             topic_specs(self.settings.topics),
             k.partitions,
             k.replication_factor,
         )
+        self.kafka.provision()  # with SASL: the accounts and their ACLs
         return time.monotonic() - started
 
     def down(self) -> list[str]:

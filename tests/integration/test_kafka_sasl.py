@@ -1,32 +1,56 @@
-"""Kafka with a SASL login, on a broker of the stack's own configuration with a
-``SASL_PLAINTEXT`` listener (PLAIN): the stages' clients (confluent-kafka) and Spark's Kafka
-sink and source (the Java client, ``kafka.sasl.jaas.config``) get in with the settings' account;
-a wrong password, and a client without SASL, do not."""
+"""Kafka with a SASL login and an account per stage, on a broker of the stack's own
+configuration (``fleetwatch stack up`` with ``SASL_PLAINTEXT``, PLAIN and SCRAM-SHA-512): the
+broker authorizes every request, and each stage's account may do exactly what its stage does
+(:mod:`fleetwatch.stack.acls`) — the API's writing ``telemetry.raw`` is refused, its command
+accepted. The stages' clients (confluent-kafka) and Spark's Kafka sink and source (the Java
+client, ``kafka.sasl.jaas.config``) get in with their accounts; a wrong password, and a client
+without SASL, do not."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
-from fleetwatch.contracts.settings import KafkaSettings, Settings
-from fleetwatch.contracts.topics import TopicSpec
+from fleetwatch.contracts.settings import (
+    KafkaSettings,
+    KafkaStage,
+    MqttSettings,
+    Settings,
+    TopicSettings,
+)
+from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.kafka_topic import read_to_end
-from fleetwatch.stack.kafka import KafkaBroker
-from fleetwatch.stack.topics import ensure_topics
+from fleetwatch.stack.acls import STAGES, Grant, stage_grants
+from fleetwatch.stack.manager import Stack
 from fleetwatch.streaming.kafka_io import kafka_table
 from fleetwatch.streaming.spark_session import build_session
 from tests.integration.conftest import free_port
 
+PASSWORD = 's3cret "quoted" \\ too'
+"""A password with quotes and a backslash (JAAS quoting, and a properties file's escaping)."""
 
-@pytest.fixture
-def sasl_kafka(tmp_path: Path) -> Iterator[Settings]:
+PARTITIONS = 1
+
+
+@pytest.fixture(scope="module", params=["PLAIN", "SCRAM-SHA-512"])
+def sasl_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """The stack's broker with SASL, the shared account and one per stage, topics of this
+    test's own names."""
     port = free_port()
     kafka = KafkaSettings.model_validate(
         {
@@ -34,20 +58,98 @@ def sasl_kafka(tmp_path: Path) -> Iterator[Settings]:
             "controller_port": free_port(),
             "bootstrap_servers": f"127.0.0.1:{port}",
             "metrics_port": 0,
+            "partitions": PARTITIONS,
             "security_protocol": "SASL_PLAINTEXT",
-            "sasl_mechanism": "PLAIN",
+            "sasl_mechanism": request.param,
             "sasl_username": "fleetwatch",
-            "sasl_password": 's3cret "quoted" \\ too',
+            "sasl_password": PASSWORD,
+            "logins": {
+                stage: {"username": f"fw-{stage}", "password": f"{PASSWORD} {stage}"}
+                for stage in STAGES
+            },
         }
     )
-    settings = Settings(_env_file=None, run_dir=tmp_path / "run", kafka=kafka)
-    broker = KafkaBroker(settings)
-    broker.start()  # ready once a client logged in with the account (client_config)
+    prefix = f"sasl-{uuid.uuid4().hex[:6]}"
+    topics = TopicSettings.model_validate(
+        {name: f"{prefix}.{field.default}" for name, field in TopicSettings.model_fields.items()}
+    )
+    settings = Settings(
+        _env_file=None,
+        run_dir=tmp_path_factory.mktemp("sasl") / "run",
+        kafka=kafka,
+        mqtt=MqttSettings(port=free_port(), service_port=free_port()),
+        topics=topics,
+    )
+    stack = Stack(settings)
+    stack.up()  # ready once the broker's own account logged in; then accounts and ACLs
     try:
-        broker.wait_ready()
+        for spec in topic_specs(settings.topics):  # the shared account writes every topic
+            assert produce_one(settings.kafka, spec.name) is None, spec.name
         yield settings
     finally:
-        broker.proc.stop()
+        stack.down()
+
+
+def produce_one(kafka: KafkaSettings, topic: str) -> KafkaError | None:
+    """Write one record as ``kafka``'s account: None when the broker took it, else why not."""
+    producer = Producer(
+        client_config(kafka, {"enable.idempotence": True, "message.timeout.ms": 10000})
+    )
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, key=b"d1", value=b"v", on_delivery=lambda e, _m: outcome.append(e))
+    producer.flush(15)
+    assert outcome, f"no delivery report for {topic}"
+    return outcome[0]
+
+
+def consume_and_commit(kafka: KafkaSettings, topic: str, group: str) -> None:
+    """Read ``topic`` in ``group`` until a record comes, and commit it: the group's rights."""
+    consumer = Consumer(
+        client_config(kafka, {"group.id": group, "auto.offset.reset": "earliest", "log_level": 0})
+    )
+    try:
+        consumer.subscribe([topic])
+        for _ in range(60):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            consumer.commit(message=msg, asynchronous=False)
+            return
+        raise AssertionError(f"nothing read from {topic} in {group}")
+    finally:
+        consumer.close()
+
+
+def own_group(granted: set[Grant]) -> str:
+    """A consumer group among ``granted`` (even a consumer that commits nothing finds its
+    group's coordinator, which takes a right on the group)."""
+    group = min(g for g in granted if g.resource == "group")
+    return f"{group.name}-sasl-test" if group.prefixed else group.name
+
+
+def readable(kafka: KafkaSettings, topic: str, group: str) -> bool:
+    """Whether ``kafka``'s account gets the record :func:`sasl_stack` left in ``topic``."""
+    consumer = Consumer(client_config(kafka, {"group.id": group, "log_level": 0}))
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        if meta.error is not None:  # not even DESCRIBE
+            assert meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, meta.error
+            return False
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        for _ in range(40):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is None:
+                return True
+            assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+            return False
+        raise AssertionError(f"neither a record nor a refusal from {topic}")
+    finally:
+        consumer.close()
 
 
 def refused(kafka: KafkaSettings) -> bool:
@@ -59,25 +161,70 @@ def refused(kafka: KafkaSettings) -> bool:
     return False
 
 
-def test_every_kind_of_client_logs_in_with_the_settings_account(
-    sasl_kafka: Settings, tmp_path: Path
+def test_the_api_may_not_write_telemetry_but_may_send_a_command(sasl_stack: Settings) -> None:
+    api = sasl_stack.kafka.for_stage("api")
+    assert api.sasl_username == "fw-api"
+    denied = produce_one(api, sasl_stack.topics.telemetry_raw)
+    assert denied is not None
+    assert denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_one(api, sasl_stack.topics.device_commands) is None
+    # the gateway's account writes telemetry, and reads the command in its group
+    gateway = sasl_stack.kafka.for_stage("gateway")
+    assert produce_one(gateway, sasl_stack.topics.telemetry_raw) is None
+    consume_and_commit(
+        gateway, sasl_stack.topics.device_commands, f"{sasl_stack.gateway.share_group}-commands"
+    )
+    with pytest.raises(KafkaException):  # …but not in a group of another's
+        consume_and_commit(gateway, sasl_stack.topics.device_commands, "fleetwatch-api")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_s_account_writes_and_reads_exactly_its_stage_s_topics(
+    sasl_stack: Settings, stage: KafkaStage
 ) -> None:
-    kafka = sasl_kafka.kafka
-    topic = f"sasl-{uuid.uuid4().hex[:8]}"
-    assert ensure_topics(kafka, [TopicSpec(topic, "device_id")], 1) == [topic]
-    spark: Any = build_session(sasl_kafka, "fleetwatch-sasl-test")
+    own = sasl_stack.kafka.for_stage(stage)
+    granted = stage_grants(sasl_stack, stage)
+    for spec in topic_specs(sasl_stack.topics):
+        may_write = any(g.name == spec.name and g.operation == "WRITE" for g in granted)
+        may_read = any(g.name == spec.name and g.operation == "READ" for g in granted)
+        wrote = produce_one(own, spec.name)
+        assert (wrote is None) == may_write, (stage, spec.name, wrote)
+        assert readable(own, spec.name, own_group(granted)) == may_read, (stage, spec.name)
+
+
+def test_spark_logs_in_as_the_scorer_and_reads_and_writes_its_topics(
+    sasl_stack: Settings,
+) -> None:
+    if sasl_stack.kafka.sasl_mechanism == "PLAIN":
+        pytest.skip("Spark's login is the same code for every mechanism: once, with SCRAM")
+    scorer = sasl_stack.model_copy(update={"kafka": sasl_stack.kafka.for_stage("scorer")})
+    raw, alerts = sasl_stack.topics.telemetry_raw, sasl_stack.topics.alerts
+    rows = [(f"d{i}", f"v{i}") for i in range(3)]
+    gateway = sasl_stack.kafka.for_stage("gateway")
+    producer = Producer(client_config(gateway, {"acks": "all"}))
+    for key, value in rows:
+        producer.produce(raw, key=key.encode(), value=value.encode())
+    assert producer.flush(15) == 0
+    spark: Any = build_session(scorer, "fleetwatch-sasl-test")
     try:
-        rows = [(f"d{i}", f"v{i}") for i in range(3)]
+        back = kafka_table(spark, scorer, raw).selectExpr("CAST(value AS STRING) AS v")
+        assert {r.v for r in back.collect()} >= {"v0", "v1", "v2"}  # and the other tests'
         frame = spark.createDataFrame(rows, "key string, value string")
-        frame.write.format("kafka").options(**spark_options(kafka)).option("topic", topic).save()
-        read = read_to_end(kafka, topic, "sasl-test")
-        assert sorted((k or b"", v or b"") for k, v in read) == [
-            (k.encode(), v.encode()) for k, v in rows
-        ]
-        back = kafka_table(spark, sasl_kafka, topic).selectExpr("CAST(value AS STRING) AS v")
-        assert sorted(r.v for r in back.collect()) == ["v0", "v1", "v2"]
+        options = spark_options(scorer.kafka)
+        frame.write.format("kafka").options(**options).option("topic", alerts).save()
+        with pytest.raises(Exception, match=r"(?i)authoriz"):  # not a topic the scorer writes
+            frame.write.format("kafka").options(**options).option("topic", raw).save()
     finally:
         spark.stop()
+    api = sasl_stack.kafka.for_stage("api")
+    read = read_to_end(api, alerts, "fleetwatch-api-sasl-test")
+    assert set(read) >= {(k.encode(), v.encode()) for k, v in rows}
 
+
+def test_a_wrong_password_and_a_client_without_sasl_are_refused(sasl_stack: Settings) -> None:
+    kafka = sasl_stack.kafka
+    assert not refused(kafka)
+    for stage in STAGES:
+        assert not refused(kafka.for_stage(stage)), stage
     assert refused(KafkaSettings.model_validate(kafka.model_dump() | {"sasl_password": "nope"}))
     assert refused(KafkaSettings(bootstrap_servers=kafka.bootstrap_servers))  # no SASL

@@ -225,14 +225,13 @@ def test_every_kafka_client_of_the_package_is_configured_from_the_settings() -> 
     [
         {"security_protocol": "SSL"},
         {"security_protocol": "SASL_SSL", "sasl_username": "u", "sasl_password": "p"},
-        {"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p"},
     ],
 )
 def test_the_local_broker_refuses_what_it_does_not_serve(
     fields: dict[str, object], tmp_path: Path
 ) -> None:
-    """It listens in PLAINTEXT, or SASL_PLAINTEXT with PLAIN (its one account the settings'):
-    TLS and SCRAM are for a cluster of your own."""
+    """It listens in PLAINTEXT or SASL_PLAINTEXT (PLAIN or SCRAM): TLS is for a cluster of
+    your own."""
     settings = Settings(run_dir=tmp_path, kafka=KafkaSettings.model_validate(fields))
     with pytest.raises(StackError, match="is for a cluster of your own"):
         KafkaBroker(settings).start()
@@ -251,12 +250,62 @@ def test_the_local_broker_s_sasl_listener(tmp_path: Path) -> None:
             "sasl_password": "pw",
         }
     )
-    config = KafkaBroker(Settings(run_dir=tmp_path, kafka=kafka)).render_config().splitlines()
+    broker = KafkaBroker(Settings(run_dir=tmp_path, kafka=kafka))
+    config = broker.render_config().splitlines()
+    own = broker.broker_password()
+    assert (broker.broker_secret_file.stat().st_mode & 0o777) == 0o600
     assert "listeners=SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in config
     assert "inter.broker.listener.name=SASL_PLAINTEXT" in config
     assert "sasl.mechanism.inter.broker.protocol=PLAIN" in config
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    broker_login = f'username="broker" password="{own}" user_broker="{own}"'
     assert (
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
-        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="fleetwatch" password="pw" user_fleetwatch="pw";'
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={plain}{broker_login}"
+        ' user_fleetwatch="pw";'
     ) in config
+    # the controller's listener: the broker alone; the authorizer, the broker its super user
+    assert (
+        "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        in config
+    )
+    assert f"listener.name.controller.plain.sasl.jaas.config={plain}{broker_login};" in config
+    assert "sasl.mechanism.controller.protocol=PLAIN" in config
+    assert "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" in config
+    assert "super.users=User:broker" in config
+
+
+def test_the_local_broker_s_scram_listener_keeps_no_account_in_its_file(tmp_path: Path) -> None:
+    kafka = KafkaSettings.model_validate(
+        {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_username": "fleetwatch",
+            "sasl_password": "pw",
+            "logins": {"api": {"username": "fw-api", "password": "api-pw"}},
+        }
+    )
+    broker = KafkaBroker(Settings(run_dir=tmp_path, kafka=kafka))
+    config = broker.render_config()
+    assert kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert "sasl.enabled.mechanisms=SCRAM-SHA-512\n" in config
+    assert "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n" in config
+    assert (
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="broker" password="{broker.broker_password()}";\n'
+    ) in config
+    assert '"pw"' not in config and "api-pw" not in config  # in the metadata only
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"sasl_username": "broker", "sasl_password": "p"},
+        {"sasl_username": "u", "sasl_password": "p", "logins": {"api": {"username": "broker"}}},
+    ],
+)
+def test_the_local_broker_keeps_its_own_account_to_itself(
+    fields: dict[str, object], tmp_path: Path
+) -> None:
+    kafka = KafkaSettings.model_validate({"security_protocol": "SASL_PLAINTEXT", **fields})
+    with pytest.raises(StackError, match="the local broker's own account"):
+        KafkaBroker(Settings(run_dir=tmp_path, kafka=kafka)).start()
