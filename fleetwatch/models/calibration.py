@@ -18,26 +18,15 @@ import math
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import log_ndtr, ndtri
 
 FloatArray = npt.NDArray[np.float64]
 
 ALERT_P = 1e-6
 """Per-row tail probability at which a row alerts."""
 S_ALERT = -math.log(ALERT_P)
+_LN2 = math.log(2.0)
 ALERT_SCORE = 0.5
-
-_ERFC_POLY = (
-    0.17087277,
-    -0.82215223,
-    1.48851587,
-    -1.13520398,
-    0.27886807,
-    -0.18628806,
-    0.09678418,
-    0.37409196,
-    1.00002368,
-    -1.26551223,
-)
 
 
 def score_from_surprise(surprise: npt.ArrayLike) -> FloatArray:
@@ -46,44 +35,18 @@ def score_from_surprise(surprise: npt.ArrayLike) -> FloatArray:
     return out
 
 
-def log_erfc(x: npt.ArrayLike) -> FloatArray:
-    """``ln erfc(x)`` for ``x >= 0`` without underflow (Chebyshev fit, relative error < 1.2e-7
-    in ``erfc``; Numerical Recipes ``erfcc`` taken in log form)."""
-    x = np.abs(np.asarray(x, dtype=np.float64))
-    t = 1.0 / (1.0 + 0.5 * x)
-    poly = np.zeros_like(t)
-    for c in _ERFC_POLY[:-1]:
-        poly = (poly + c) * t
-    out: FloatArray = np.log(t) - x * x + poly + _ERFC_POLY[-1]
-    return out
-
-
 def normal_two_sided_surprise(z: npt.ArrayLike) -> FloatArray:
-    """``-ln P(|Z| >= |z|)`` for a standard normal ``Z``."""
-    out: FloatArray = np.maximum(-log_erfc(np.abs(np.asarray(z)) / math.sqrt(2.0)), 0.0)
+    """``-ln P(|Z| >= |z|)`` for a standard normal ``Z``: ``-ln 2 - ln Φ(-|z|)``."""
+    tail = _LN2 + log_ndtr(-np.abs(np.asarray(z, dtype=np.float64)))
+    out: FloatArray = np.maximum(-tail, 0.0)
     return out
 
 
 def normal_upper_surprise(z: npt.ArrayLike) -> FloatArray:
-    """``-ln P(Z >= z)`` for a standard normal ``Z``."""
-    z = np.asarray(z, dtype=np.float64)
-    tail = log_erfc(np.abs(z) / math.sqrt(2.0))
-    half_tail = 0.5 * np.exp(tail)
-    upper = math.log(2.0) - tail
-    out: FloatArray = np.where(z >= 0, upper, -np.log1p(-half_tail))
-    return np.maximum(out, 0.0)
+    """``-ln P(Z >= z)`` for a standard normal ``Z``: ``-ln Φ(-z)``."""
+    out: FloatArray = np.maximum(-log_ndtr(-np.asarray(z, dtype=np.float64)), 0.0)
+    return out
 
 
-def _solve_two_sided_z(surprise: float) -> float:
-    lo, hi = 0.0, 40.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if float(normal_two_sided_surprise(mid)) < surprise:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-ALERT_Z = _solve_two_sided_z(S_ALERT)
-"""The |z| at which a normal deviation alerts (about 4.89)."""
+ALERT_Z = float(-ndtri(ALERT_P / 2))
+"""The |z| at which a normal deviation alerts (about 4.89): ``P(|Z| >= ALERT_Z) = ALERT_P``."""

@@ -18,8 +18,8 @@ from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import (
     ALERT_Z,
     S_ALERT,
-    log_erfc,
     normal_two_sided_surprise,
+    normal_upper_surprise,
     score_from_surprise,
 )
 from fleetwatch.models.change import ChangeDetector, cusum
@@ -45,11 +45,15 @@ def series(values: np.ndarray, interval_ms: int = 60_000, metric: str = "m") -> 
     )
 
 
-def test_log_erfc_matches_the_library_erfc() -> None:
-    x = np.linspace(0.0, 6.0, 61)
-    exact = np.log([math.erfc(v) for v in x])
-    np.testing.assert_allclose(log_erfc(x), exact, atol=2e-7)
-    assert np.isfinite(log_erfc(np.array([50.0, 1e6]))).all()
+def test_normal_surprises_are_the_tails_of_the_standard_normal() -> None:
+    z = np.linspace(-6.0, 6.0, 121)
+    two_sided = -np.log([math.erfc(abs(v) / math.sqrt(2.0)) for v in z])
+    upper = -np.log([0.5 * math.erfc(v / math.sqrt(2.0)) for v in z])
+    np.testing.assert_allclose(normal_two_sided_surprise(z), two_sided, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(normal_upper_surprise(z), upper, rtol=1e-12, atol=1e-15)
+    far = normal_two_sided_surprise(np.array([50.0, 1e6]))
+    assert np.isfinite(far).all()
+    assert far[0] == pytest.approx(50.0**2 / 2 + math.log(50.0 * math.sqrt(math.pi / 2)), rel=1e-6)
 
 
 def test_the_alert_level_is_a_normal_deviation_of_about_4_9() -> None:
