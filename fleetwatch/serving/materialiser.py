@@ -93,9 +93,9 @@ def batch_of(
                 batch.readings.append(record := decode.decode_reading(msg.value()))
             elif kind == "deadletters":
                 _, ts = msg.timestamp()
-                where_ = (msg.partition() or 0, msg.offset() or 0)
-                hit = decode.rate_limited(msg.key(), msg.headers(), ts, *where_)
-                if hit is not None:
+                place = (msg.partition() or 0, msg.offset() or 0)
+                hit = decode.rate_limited(msg.key(), msg.headers(), ts, *place)
+                if hit is not None:  # only the gateway's rate-limited ones are kept
                     batch.rate_limited.append(record := hit)
         except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
             logger.warning("skipping a %s record at %s: %s", kind, where(msg), exc)
