@@ -32,10 +32,13 @@ class WindowFeatures(BaseModel):
     max: float
 
 
-class DeviceState(BaseModel):
+class DeviceCondition(BaseModel):
+    """What a device's state record says of the device: its status, its newest reading, its open
+    alerts, parameters and session, and its quarantine. The API keeps and shows this part of
+    each record (``serving/schemas/devices.py``)."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    device_id: str
     status: DeviceStatus
     last_seen_ms: int
     """Event time of the latest reading (clock-corrected by the gateway)."""
@@ -46,8 +49,21 @@ class DeviceState(BaseModel):
     """``alert_id`` of every open episode."""
     params_version: int
     clock_offset_ms: int
-    firmware: str | None = None
     session_id: str | None = None
+    quarantined_until_ms: int | None = None
+    """While ``status`` is ``quarantined``: when the quarantine ends (wall clock), unless lifted
+    (``POST /devices/{id}/quarantine/lift`` ends it sooner)."""
+    quarantine_reason: str | None = None
+    """Why the device's last scoring batch failed."""
+    updated_ms: int
+
+
+class DeviceState(DeviceCondition):
+    """A ``device.state`` record: the device's condition, and what the scorer counted and
+    windowed of its readings."""
+
+    device_id: str
+    firmware: str | None = None
     late_readings: int = 0
     """Readings of this device that arrived behind the watermark so far (on
     ``telemetry.late``)."""
@@ -55,11 +71,6 @@ class DeviceState(BaseModel):
     """Repeated readings dropped so far."""
     windows: dict[str, WindowFeatures] = {}
     """Per metric, its newest window final under the watermark (``score.window_size_s``)."""
-    quarantined_until_ms: int | None = None
-    """While ``status`` is ``quarantined``: when the quarantine ends (wall clock), unless lifted."""
-    quarantine_reason: str | None = None
-    """Why the device's last scoring batch failed."""
-    updated_ms: int
 
 
 class DeviceSession(BaseModel):

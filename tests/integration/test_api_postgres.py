@@ -100,7 +100,17 @@ def test_sessions_models_and_readings_upsert_and_prune(store: Store) -> None:
                 session,
                 Batch(
                     sessions=[session_record, session_record.model_copy(update={"readings": 3})],
-                    models=[ModelRecord("d1", "seasonal", 4, 1, 2, 3, {"x": [1.5]})],
+                    models=[
+                        ModelRecord(
+                            device_id="d1",
+                            kind="seasonal",
+                            version=4,
+                            trained_from_ms=1,
+                            trained_to_ms=2,
+                            published_ms=3,
+                            params={"x": [1.5]},
+                        )
+                    ],
                     readings=readings,
                 ),
                 7,

@@ -192,8 +192,17 @@ def test_sessions_model_and_recent_telemetry(api: Api) -> None:
     ended = growing.model_copy(update={"end_ms": 3_000, "readings": 9, "end_reason": "gap"})
     feed(api.store, sessions=[ended])
     feed(api.store, sessions=[growing])  # an older record of the same session
-    model = ModelRecord("d1", "seasonal", 7, 1_000, 3_000, 3_500, {"kind": "seasonal"})
-    feed(api.store, models=[model, ModelRecord("d1", "seasonal", 6, 1, 2, 3, {})])
+    model = ModelRecord(
+        device_id="d1",
+        kind="seasonal",
+        version=7,
+        trained_from_ms=1_000,
+        trained_to_ms=3_000,
+        published_ms=3_500,
+        params={"kind": "seasonal"},
+    )
+    older = model.model_copy(update={"version": 6, "params": {}})
+    feed(api.store, models=[model, older])
     readings = [
         TelemetryRecord(
             device_id="d1",
@@ -244,3 +253,68 @@ def test_health_and_readiness(api: Api) -> None:
     not_ready = api.client.get("/readyz")
     assert not_ready.status_code == 503
     assert not_ready.json()["kafka"] == "unreachable"
+
+
+def test_state_session_and_model_read_back_in_the_api_s_shapes(api: Api) -> None:
+    """The public schemas are the contracts' (and the model record's): the API answers with the
+    fields the store keeps of each record, in this order."""
+    sid = session_id("d1", 1)
+    record = state("d1", 1_000, "quarantined").model_copy(
+        update={
+            "firmware": "1.2",
+            "session_id": sid,
+            "late_readings": 4,
+            "quarantined_until_ms": 5_000,
+            "quarantine_reason": "boom",
+        }
+    )
+    session = DeviceSession(
+        session_id=sid, device_id="d1", start_ms=1, end_ms=900, readings=9, first_seq=1, last_seq=9
+    )
+    model = ModelRecord(
+        device_id="d1",
+        kind="seasonal",
+        version=7,
+        trained_from_ms=1,
+        trained_to_ms=None,
+        published_ms=3,
+        params={"x": [1.5]},
+    )
+    feed(api.store, states=[record], sessions=[session], models=[model])
+
+    got = api.get("/devices/d1").json()["state"]
+    assert list(got.items()) == [
+        ("status", "quarantined"),
+        ("last_seen_ms", 995),
+        ("last_received_ms", 997),
+        ("last_seq", 100),
+        ("last_values", {"temperature": 21.5}),
+        ("open_alerts", []),
+        ("params_version", 3),
+        ("clock_offset_ms", 12),
+        ("session_id", sid),
+        ("quarantined_until_ms", 5_000),
+        ("quarantine_reason", "boom"),
+        ("updated_ms", 1_000),
+    ]
+    [got] = api.get("/devices/d1/sessions").json()["data"]
+    assert list(got.items()) == [
+        ("session_id", sid),
+        ("device_id", "d1"),
+        ("start_ms", 1),
+        ("end_ms", 900),
+        ("readings", 9),
+        ("first_seq", 1),
+        ("last_seq", 9),
+        ("end_reason", None),
+    ]
+    got = api.get("/devices/d1/model").json()
+    assert list(got.items()) == [
+        ("device_id", "d1"),
+        ("kind", "seasonal"),
+        ("version", 7),
+        ("trained_from_ms", 1),
+        ("trained_to_ms", None),
+        ("published_ms", 3),
+        ("params", {"x": [1.5]}),
+    ]

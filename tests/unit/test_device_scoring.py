@@ -431,10 +431,16 @@ def test_the_state_holds_only_json_types_through_a_devices_life() -> None:
     assert json_types_only(state) == []
 
 
-def test_the_state_s_session_has_the_fields_of_the_sessions_contract() -> None:
-    """The scorer's typed session (a plain dict in its state) is the record it publishes on
-    ``device.sessions``: the same fields as the contract, in its order."""
-    from fleetwatch.contracts.devices import DeviceSession
-    from fleetwatch.streaming.scorer.device_state import SessionRecord
-
-    assert list(SessionRecord.__annotations__) == list(DeviceSession.model_fields)
+def test_the_state_s_session_is_a_record_of_the_sessions_contract() -> None:
+    """The session the scorer keeps (a plain dict in its state) and the records it publishes on
+    ``device.sessions`` are :class:`DeviceSession` dumped: its fields, in its order, nothing
+    else."""
+    gap = POLICY.session_gap_ms + 1
+    state, outs = run([frame([(1, T0, 21.0)]), frame([(2, T0 + gap, 21.0)])])
+    published = [s for o in outs for s in of(o, Role.SESSIONS)]
+    assert [s["end_reason"] for s in published] == [None, "gap", None]
+    for record in [*published, state["session"]]:
+        assert record is not None
+        as_contract = DeviceSession.model_validate(record).model_dump()
+        assert list(record) == list(as_contract)
+        assert record == as_contract

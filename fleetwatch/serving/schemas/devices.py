@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from fleetwatch.contracts.devices import DeviceCondition, DeviceSession
 from fleetwatch.serving.schemas.alerts import AlertPublic
 from fleetwatch.serving.schemas.common import DeviceId, Label, Page, Tag, text
+from fleetwatch.serving.store.ingest import ModelRecord
 
 DeviceStatus = Literal["ok", "alerting", "silent", "quarantined", "unknown"]
 Attributes = Annotated[
@@ -39,23 +41,10 @@ class DeviceUpdate(BaseModel):
     tags: Tags | None = None
 
 
-class DeviceStatePublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class DeviceStatePublic(DeviceCondition):
+    """A device's latest ``device.state`` record, as the API keeps it."""
 
-    status: str
-    last_seen_ms: int
-    last_received_ms: int
-    last_seq: int
-    last_values: dict[str, float]
-    open_alerts: list[str]
-    params_version: int
-    clock_offset_ms: int
-    session_id: str | None
-    quarantined_until_ms: int | None = None
-    """While ``status`` is ``quarantined``: when it ends (``POST .../quarantine/lift`` ends it
-    sooner)."""
-    quarantine_reason: str | None = None
-    updated_ms: int
+    model_config = ConfigDict(from_attributes=True)
 
 
 class DeviceSummary(BaseModel):
@@ -97,17 +86,10 @@ class DevicesPublic(Page):
     data: list[DeviceSummary]
 
 
-class SessionPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class SessionPublic(DeviceSession):
+    """A device's session, as its latest ``device.sessions`` record said."""
 
-    session_id: str
-    device_id: str
-    start_ms: int
-    end_ms: int
-    readings: int
-    first_seq: int
-    last_seq: int
-    end_reason: str | None
+    model_config = ConfigDict(from_attributes=True)
 
 
 class SessionsPublic(Page):
@@ -130,16 +112,10 @@ class ReadingsPublic(BaseModel):
     count: int
 
 
-class ModelPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class ModelPublic(ModelRecord):
+    """A device's current parameters, as its latest ``model.params`` record said."""
 
-    device_id: str
-    kind: str
-    version: int
-    trained_from_ms: int | None
-    trained_to_ms: int | None
-    published_ms: int | None
-    params: dict[str, Any]
+    model_config = ConfigDict(from_attributes=True)
 
 
 class QuarantineLift(BaseModel):

@@ -10,24 +10,14 @@ back exactly, NaN included. Renaming or adding a field changes that value's layo
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, TypeAlias, TypedDict
 
 from fleetwatch.streaming.scorer.output import Output, Role
 from fleetwatch.streaming.scorer.readings import Rows
 
-
-class SessionRecord(TypedDict):
-    """A device's session as published on ``device.sessions``
-    (:class:`~fleetwatch.contracts.devices.DeviceSession`)."""
-
-    session_id: str
-    device_id: str
-    start_ms: int
-    end_ms: int
-    readings: int
-    first_seq: int
-    last_seq: int
-    end_reason: str | None
+SessionRecord: TypeAlias = dict[str, Any]
+"""A device's session as published on ``device.sessions``: the fields of
+:class:`~fleetwatch.contracts.devices.DeviceSession`, in a plain dict (its ``model_dump()``)."""
 
 
 class DeviceScoringState(TypedDict):
