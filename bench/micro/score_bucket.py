@@ -42,7 +42,8 @@ from fleetwatch.simulator.recording import record, recorded
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer.bucket_step import MemoryStore, new_bucket
-from fleetwatch.streaming.scorer.processor import Context, policy_of, score_rows, topic_names
+from fleetwatch.streaming.scorer.policy import policy_of
+from fleetwatch.streaming.scorer.processor import Context, score_rows, topic_names
 
 START_MS = 1_736_931_600_000  # 2025-01-15T09:00:00Z
 

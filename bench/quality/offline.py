@@ -81,7 +81,7 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.device_step import Role
-from fleetwatch.streaming.scorer.processor import policy_of
+from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
 from fleetwatch.streaming.trainer.learning import learn_device
 

@@ -91,10 +91,11 @@ def detect(
         ),
     ] = None,
 ) -> None:
-    """Score a recorded CSV online and causally: per device, in timestamp order, each row is
-    scored before the model learns from it, with the streaming path's default detector (held
-    to score.false_alerts_per_device_day false alerts a device-day).
-    Writes every input row with anomaly_score (0-1), alert, alert_metric and reason."""
+    """Score a recorded CSV online and causally with the scorer's own per-device step: per
+    device, in timestamp order, each chunk of rows is scored (alert episodes, device-wide
+    moves) with what the trainer's step learned from the earlier chunks, then learned.
+    Writes every input row with anomaly_score (0-1), alert (an alert of the device is open at
+    the row), alert_metric and reason."""
     settings = load_settings()
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")

@@ -91,7 +91,7 @@ def detect_csv(
     return DetectSummary(
         detector.columns,
         rows,
-        len(detector.detectors),
+        len(detector.devices),
         alerts,
         detector.bad_times,
         detector.no_values,

@@ -1,19 +1,20 @@
-"""Score a recorded file online and causally, with the detectors of the streaming path.
+"""Score a recorded file online and causally, through the pipeline's own per-device steps.
 
 Per device, rows are taken in timestamp order (stable: ties keep the file's order) and processed in
-consecutive chunks of ``chunk_rows`` rows: the chunk is scored with the parameters learned from the
-earlier chunks only, then learned through the detector's own gate, as the trainer learns (its
-alerts kept out of the statistics, but for a device in a lasting new state: see
-:mod:`~fleetwatch.models.combiner`). So no row is scored with anything learned from itself or a
-later row, and appending later rows to a file leaves the scores of its earlier rows unchanged.
-Within a chunk, detectors with memory (CUSUM sums, flat-line windows, gaps) advance through the
-chunk's rows in time order, exactly as in the streaming scorer. A smaller chunk learns sooner and
-runs slower: ``chunk_rows=1`` is the strictest.
+consecutive chunks of ``chunk_rows`` rows, each one micro-batch of the scorer's step then one of
+the trainer's (:mod:`~fleetwatch.filemode.pipeline`): the chunk is scored with the parameters
+learned from the earlier chunks only, then learned through the detector's own gate. So no row is
+scored with anything learned from itself or a later row, and appending later rows to a file
+leaves the scores of its earlier rows unchanged. What the scorer does, file mode does: the
+scoring memory that spans readings, device-wide moves, alert episodes (opened after
+``score.min_readings``, resolved after ``score.clear_readings`` calm readings). A smaller chunk
+learns sooner and runs slower: ``chunk_rows=1`` is the strictest.
 
-A row's ``anomaly_score`` is the largest score of its metrics, ``alert`` whether any metric
-alerts; an alerting row also gets the ``alert_metric`` with the largest score and the
-``reason``. Missing or non-numeric values are skipped for that metric and row; a row with no
-value at all, or whose timestamp cannot be read, gets no score and a ``reason`` saying why.
+A row's ``anomaly_score`` is its reading's score (:mod:`~fleetwatch.filemode.pipeline`),
+``alert`` whether an alert of its device is open at the row, with the ``alert_metric`` and the
+``reason`` of that alert. Missing or non-numeric values are skipped for that metric and row; a
+row with no value at all, or whose timestamp cannot be read, gets no score and a ``reason``
+saying why.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.filemode.columns import (
     FileColumns,
     FileModeError,
@@ -33,9 +35,10 @@ from fleetwatch.filemode.columns import (
     parse_times,
     time_kind,
 )
+from fleetwatch.filemode.pipeline import DevicePipeline
 from fleetwatch.models.base import Detector
-from fleetwatch.models.batch import Batch
 from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.scorer.policy import Policy, policy_of
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +74,15 @@ class FileDetector:
     columns: FileColumns
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     make: Callable[[], Detector] = default_detector
-    detectors: dict[str, Detector] = field(default_factory=dict)
+    policy: Policy = field(default_factory=lambda: policy_of(Settings()))
+    devices: dict[str, DevicePipeline] = field(default_factory=dict)
     bad_times: int = 0
     no_values: int = 0
 
     def __post_init__(self) -> None:
         if self.chunk_rows < 1:
             raise FileModeError(f"chunk_rows must be at least 1, got {self.chunk_rows}")
-        self._names = tuple(sorted(self.columns.values))
-        self._codes = np.array([self._names.index(c) for c in self.columns.values], np.intp)
+        self._metrics = list(self.columns.values)
 
     def score_piece(self, piece: pd.DataFrame) -> pd.DataFrame:
         """``piece`` (text columns) with the output columns added, rows in the same order."""
@@ -101,12 +104,12 @@ class FileDetector:
         bounds = np.cumsum(np.bincount(codes, minlength=len(names)))[:-1]
         for code, rows in enumerate(np.split(good[by_device], bounds)):
             rows = rows[np.argsort(times[rows], kind="stable")]
-            detector = self.detectors.get(names[code])
-            if detector is None:
-                detector = self.detectors[names[code]] = self.make()
+            pipeline = self.devices.get(names[code])
+            if pipeline is None:
+                pipeline = self.devices[names[code]] = DevicePipeline(self.policy, self.make())
             for start in range(0, rows.size, self.chunk_rows):
                 chunk = rows[start : start + self.chunk_rows]
-                self._score_chunk(detector, chunk, times[chunk].astype(np.int64), values, out)
+                self._score_chunk(pipeline, chunk, times[chunk].astype(np.int64), values, out)
         empty = ~bad & np.isnan(values).all(axis=1)
         out.reason[empty] = NO_VALUES
         self.no_values += int(empty.sum())
@@ -124,42 +127,19 @@ class FileDetector:
 
     def _score_chunk(
         self,
-        detector: Detector,
+        pipeline: DevicePipeline,
         rows: npt.NDArray[np.intp],
         event_ms: npt.NDArray[np.int64],
         values: npt.NDArray[np.float64],
         out: PieceScores,
     ) -> None:
         """Score the chunk with what was learned before it, then learn it."""
-        block = values[rows]
-        present = ~np.isnan(block)
-        if not present.any():
-            return
-        k = block.shape[1]
-        batch = Batch(
-            np.repeat(event_ms, k)[present.ravel()],
-            np.tile(self._codes, rows.size)[present.ravel()],
-            self._names,
-            block[present],
-            None,
-        )
-        scores = detector.score(batch)
-        detector.learn(batch)
-        grid = np.full(block.shape, -1.0)
-        grid[present] = scores.score
-        where = np.full(block.shape, -1, np.intp)
-        where[present] = np.arange(len(batch))
-        best = np.argmax(grid, axis=1)
-        top = grid[np.arange(rows.size), best]
-        scored = top >= 0
-        out.score[rows[scored]] = top[scored]
-        alerts = scores.alert[where[np.arange(rows.size), best]]
-        alerting = np.flatnonzero(scored & alerts)
-        for i in alerting:
-            j = int(where[i, best[i]])
-            out.alert[rows[i]] = True
-            out.metric[rows[i]] = str(scores.metric[j])
-            out.reason[rows[i]] = scores.explain(j)
+        marks = pipeline.chunk(event_ms, values[rows], self._metrics)
+        scored = ~np.isnan(values[rows]).all(axis=1)
+        out.score[rows[scored]] = np.nan_to_num(marks.score[scored], nan=0.0)
+        out.alert[rows] = marks.alert
+        out.metric[rows] = marks.metric
+        out.reason[rows[marks.alert]] = marks.reason[marks.alert]
 
 
 def detect_frame(

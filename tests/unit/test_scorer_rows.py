@@ -13,7 +13,7 @@ import pandas as pd
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import TelemetryRecord, encode
 from fleetwatch.streaming.scorer.device_step import process
-from fleetwatch.streaming.scorer.processor import policy_of
+from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, by_device, readings_by_device
 
 

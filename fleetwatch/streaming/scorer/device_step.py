@@ -45,13 +45,15 @@ def process(
     now_ms: int,
     policy: Policy,
     fleet: FleetLookup | None = None,
+    row_scores: dict[int, float] | None = None,
 ) -> tuple[DeviceScoringState, Output]:
     """One micro-batch of one device. ``readings``: one row per (reading, metric) with columns
     ``seq, event_ms, device_event_ms, device_sent_ms, received_ms, clock_offset_ms, firmware,
     status, metric, value``. ``params_json`` is the device's current parameters (after any
     update in this batch; ``None`` where they are parsed already) and ``state["params_version"]``
     their version; ``fleet`` finds the champion of the device's scope (see
-    :attr:`Policy.fleet_model`)."""
+    :attr:`Policy.fleet_model`). ``row_scores``, when given, gets every in-order reading's score
+    by ``seq``, calm or not (file mode's row scores)."""
     st = new_state() if state is None else state
     out = Output()
     given = Rows.of(readings)
@@ -65,7 +67,7 @@ def process(
         device_state.publish_counts(device_id, st, bool(heard), now_ms, out)
         return st, out
     sessions.follow(device_id, st, batch.in_order, policy.session_gap_ms, out)
-    judged = scoring.score(device_id, st, params_json, batch, now_ms, policy, fleet)
+    judged = scoring.score(device_id, st, params_json, batch, now_ms, policy, fleet, row_scores)
     out.add_all(Role.ALERTS, [*heard, *judged.events])
     every_ms = policy.state_every_ms
     device_state.publish(device_id, st, batch.in_order, judged.open_ids, now_ms, every_ms, out)

@@ -33,6 +33,7 @@ def observations(
     memory: ScoringMemory | None = None,
     prior: Detector | None = None,
     moves: Moves | None = None,
+    row_scores: dict[int, float] | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -56,10 +57,16 @@ def observations(
     readings the ``prior`` knows kept under the alert level until each is calm on its own. A
     pattern break the ``prior`` knows does not alert (:func:`fleet_checked`). The per-metric
     members are scored first, and the joint ones told what they found of each reading (for the
-    metric a break is blamed on: :meth:`~fleetwatch.models.base.Detector.score`)."""
+    metric a break is blamed on: :meth:`~fleetwatch.models.base.Detector.score`).
+
+    ``row_scores``, when given, gets every reading's score by ``seq``, calm or not
+    (:func:`_top_scores`: file mode's row scores; the lifecycle needs only the observations)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if not members:
-        return _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
+        base = _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
+        if row_scores is not None:
+            _top_scores(row_scores, seq, np.zeros(len(rows)), base)
+        return base
     found: list[tuple[int, int, Observation]] = []
     frame = Batch.from_arrays(rows["event_ms"], rows["metric"], rows["value"])
     # what the fleet knows of these readings: asked at most once, by whoever needs it first
@@ -69,6 +76,7 @@ def observations(
     # what the per-metric members find of each reading on its own, for the joint members'
     # explanation: per-metric members are scored first
     suspicion = np.zeros(len(frame))
+    raw = np.zeros(len(frame))
     for m_index in sorted(range(len(members)), key=lambda i: not members[i][0].per_metric):
         member, label = members[m_index]
         # Late readings come without the scorer's memory: their windows start empty and their
@@ -82,6 +90,8 @@ def observations(
             scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
             member.remember(frame, memory)
+        if row_scores is not None:
+            raw = np.maximum(raw, scores.score)
         if label is None:
             unjudged &= ~judges_value(scores.reason)
         wanted = scores.score >= CALM_SCORE
@@ -109,11 +119,33 @@ def observations(
         found.extend((obs.event_ms, -1, obs) for obs in base)
     found.sort(key=lambda t: (t[0], t[1]))
     scored = [obs for _, _, obs in found]
-    if not scored and DEVICE_WIDE_KEY not in active and not (moves and moves.held):
-        return scored
-    readings = _readings_of(event_ms, rows["metric"], seq, received, rows["value"])
-    reverted = None if prior is None else _reverted(prior, frame)
-    return fold_moves(scored, readings, active, familiar, moves, reverted)
+    if scored or DEVICE_WIDE_KEY in active or (moves and moves.held):
+        readings = _readings_of(event_ms, rows["metric"], seq, received, rows["value"])
+        reverted = None if prior is None else _reverted(prior, frame)
+        scored = fold_moves(scored, readings, active, familiar, moves, reverted)
+    if row_scores is not None:
+        _top_scores(row_scores, seq, raw, scored)
+    return scored
+
+
+def _top_scores(
+    into: dict[int, float],
+    seq: npt.NDArray[Any],
+    raw: npt.NDArray[np.float64],
+    scored: list[Observation],
+) -> None:
+    """Each reading's score: the highest its members gave (``raw``, a row per reading and
+    metric) while that is calm; else the highest of its observations, which hold every score
+    that is not calm as the lifecycle judged it (folded into a device-wide move, or kept under
+    the alert level for a move the fleet knows)."""
+    readings, where = np.unique(seq, return_inverse=True)
+    top = np.zeros(readings.size)
+    np.maximum.at(top, where, raw)
+    judged: dict[int, float] = {}
+    for obs in scored:
+        judged[obs.seq] = max(judged.get(obs.seq, 0.0), obs.score)
+    for s, value in zip(readings.tolist(), top.tolist(), strict=True):
+        into[int(s)] = value if value < CALM_SCORE else judged.get(int(s), value)
 
 
 def _readings_of(

@@ -1,10 +1,11 @@
 """How the scorer treats every device: the ``score.*`` settings its per-device step needs
-(:func:`~fleetwatch.streaming.scorer.processor.policy_of` builds it from the settings)."""
+(:func:`policy_of` builds it from the settings)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import DEVICE_METRICS
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.quarantine import Rule
@@ -33,3 +34,22 @@ class Policy:
     """A device silent this long in event time leaves the scorer's state."""
     max_metrics: int = DEVICE_METRICS
     """Metric names a device may report (``score.max_metrics``)."""
+
+
+def policy_of(settings: Settings) -> Policy:
+    return Policy(
+        session_gap_ms=settings.score.session_gap_s * 1000,
+        min_readings=settings.score.min_readings,
+        clear_readings=settings.score.clear_readings,
+        baseline=FixedBaseline(bands=dict(settings.score.baseline)),
+        fleet_model=settings.score.fleet_model,
+        # a shift never taken as normal (0): a hold lasts until its metric is calm
+        familiar_hold_ms=round(settings.score.new_normal_after_s * 1000)
+        or settings.score.expire_after_s * 1000,
+        windows=WindowSpec(
+            settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
+        ),
+        quarantine=Rule(settings.score.quarantine_after, settings.score.quarantine_s * 1000),
+        expire_after_ms=settings.score.expire_after_s * 1000,
+        max_metrics=settings.score.max_metrics,
+    )

@@ -43,7 +43,6 @@ from fleetwatch.contracts import clock
 from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.heap import settle_worker
-from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.streaming.scorer.batch_counts import bucket_counts, count_rows, quarantined
 from fleetwatch.streaming.scorer.bucket_step import (
     BucketBatch,
@@ -55,31 +54,10 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.output import Role
-from fleetwatch.streaming.scorer.policy import Policy
-from fleetwatch.streaming.scorer.quarantine import Rule
+from fleetwatch.streaming.scorer.policy import Policy, policy_of
 from fleetwatch.streaming.scorer.readings import Refused, readings_by_device
-from fleetwatch.streaming.scorer.windows import WindowSpec
 
 logger = logging.getLogger(__name__)
-
-
-def policy_of(settings: Settings) -> Policy:
-    return Policy(
-        session_gap_ms=settings.score.session_gap_s * 1000,
-        min_readings=settings.score.min_readings,
-        clear_readings=settings.score.clear_readings,
-        baseline=FixedBaseline(bands=dict(settings.score.baseline)),
-        fleet_model=settings.score.fleet_model,
-        # a shift never taken as normal (0): a hold lasts until its metric is calm
-        familiar_hold_ms=round(settings.score.new_normal_after_s * 1000)
-        or settings.score.expire_after_s * 1000,
-        windows=WindowSpec(
-            settings.score.window_size_s * 1000, settings.score.window_slide_s * 1000
-        ),
-        quarantine=Rule(settings.score.quarantine_after, settings.score.quarantine_s * 1000),
-        expire_after_ms=settings.score.expire_after_s * 1000,
-        max_metrics=settings.score.max_metrics,
-    )
 
 
 def topic_names(settings: Settings) -> dict[Role, str]:

@@ -57,10 +57,13 @@ def score(
     now_ms: int,
     policy: Policy,
     fleet: FleetLookup | None,
+    row_scores: dict[int, float] | None = None,
 ) -> Judged:
     """Score the batch's new readings (``batch.kept``, not ``None``) with the device's
     detectors of ``params_json`` (its parameters, or ``None`` where they are parsed already)
-    and ``fleet``'s champion, and follow them through its episodes, written back to ``st``."""
+    and ``fleet``'s champion, and follow them through its episodes, written back to ``st``.
+    ``row_scores``, when given, gets every in-order reading's score by ``seq``
+    (:func:`~fleetwatch.streaming.scorer.observations.observations`)."""
     assert batch.kept is not None
     lifecycle = resume(device_id, st, now_ms, policy.min_readings, policy.clear_readings)
     members, prior = choose(device_id, st, params_json, batch.kept, policy.fleet_model, fleet)
@@ -82,7 +85,8 @@ def score(
         )
         moves = Moves(st["familiar_moves"], policy.familiar_hold_ms)
         baseline = policy.baseline
-        lifecycle.follow(observations(in_order, members, baseline, active, memory, prior, moves))
+        found = observations(in_order, members, baseline, active, memory, prior, moves, row_scores)
+        lifecycle.follow(found)
         _slide(memory.recent, in_order, _lookback(members))
     st["episodes"] = lifecycle.dump()
     return Judged(lifecycle.events, lifecycle.open_ids)
