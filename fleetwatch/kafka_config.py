@@ -91,6 +91,11 @@ def quoted(value: str) -> str:
 
 
 def _password(kafka: KafkaSettings) -> str:
+    if kafka.sasl_username is None:  # a stage's own account only (kafka.logins), not taken
+        raise ConfigurationError(
+            "no Kafka account to log in with: set kafka.sasl_username and kafka.sasl_password, "
+            "or run a stage, which takes its own from kafka.logins"
+        )
     return kafka.sasl_password.get_secret_value() if kafka.sasl_password else ""
 
 

@@ -15,51 +15,76 @@
 # which the image does not do from its environment. PLAIN sends the password itself, so it is
 # for the private Compose network or namespace only (deploy/README.md, "Kafka").
 #
+# Accounts: the broker's own, "broker" (between brokers, to the controller, the health check,
+# and the super user of the authorizer), on every SASL listener; one per stage (gateway, scorer,
+# trainer, API), each with only its stage's ACLs (`fleetwatch topics create --acls`), on every
+# SASL listener but the controller's.
+#
 # Environment (no KAFKA_ prefix: the image would make properties of them):
-#   BROKER_SASL_PASSWORD    the broker's own account, "broker" (between brokers, health check)
-#   CLIENT_SASL_USERNAME    the fleetwatch processes' account
-#   CLIENT_SASL_PASSWORD
+#   BROKER_SASL_PASSWORD    the broker's own account, "broker"
+#   GATEWAY_SASL_USERNAME, GATEWAY_SASL_PASSWORD, and the same of SCORER_, TRAINER_, API_:
+#                           the stages' accounts
 #   KAFKA_LISTENER_SECURITY_PROTOCOL_MAP  every listener mapped to SASL_* gets the accounts
+#   KAFKA_CONTROLLER_LISTENER_NAMES       …the broker's alone on these
 #   SASL_CONFIG_DIR         where to write (default /mnt/shared/config)
 set -euo pipefail
 
 config_dir=${SASL_CONFIG_DIR:-/mnt/shared/config}
 safe='^[A-Za-z0-9._-]+$'  # no quoting needed in JAAS or in a properties file
+stages=(GATEWAY SCORER TRAINER API)
 
-for name in BROKER_SASL_PASSWORD CLIENT_SASL_USERNAME CLIENT_SASL_PASSWORD; do
+names=(BROKER_SASL_PASSWORD)
+for stage in "${stages[@]}"; do
+  names+=("${stage}_SASL_USERNAME" "${stage}_SASL_PASSWORD")
+done
+for name in "${names[@]}"; do
   if [[ ! ${!name:-} =~ $safe ]]; then
     echo "start.sh: set $name (letters, digits, - _ . only)" >&2
     exit 2
   fi
 done
-if [[ $CLIENT_SASL_USERNAME == broker ]]; then
-  echo "start.sh: CLIENT_SASL_USERNAME must not be the broker's own account, broker" >&2
-  exit 2
-fi
+declare -A seen=([broker]=BROKER)
+for stage in "${stages[@]}"; do
+  user=${stage}_SASL_USERNAME
+  if [[ -n ${seen[${!user}]:-} ]]; then
+    echo "start.sh: $user must differ from the other accounts (${!user} is taken)" >&2
+    exit 2
+  fi
+  seen[${!user}]=$stage
+done
 
 module=org.apache.kafka.common.security.plain.PlainLoginModule
 # the broker logs in as "broker" (to other brokers); user_NAME="…" are the accounts it accepts
-accounts="$module required username=\"broker\" password=\"$BROKER_SASL_PASSWORD\""
-accounts+=" user_broker=\"$BROKER_SASL_PASSWORD\""
-accounts+=" user_$CLIENT_SASL_USERNAME=\"$CLIENT_SASL_PASSWORD\";"
+own="$module required username=\"broker\" password=\"$BROKER_SASL_PASSWORD\""
+own+=" user_broker=\"$BROKER_SASL_PASSWORD\""
+accounts=$own
+for stage in "${stages[@]}"; do
+  user=${stage}_SASL_USERNAME password=${stage}_SASL_PASSWORD
+  accounts+=" user_${!user}=\"${!password}\""
+done
 
 umask 077
 mkdir -p "$config_dir"
 {
   echo "# written by start.sh at each start"
   IFS=, read -ra pairs <<< "${KAFKA_LISTENER_SECURITY_PROTOCOL_MAP:?}"
+  IFS=, read -ra controllers <<< "${KAFKA_CONTROLLER_LISTENER_NAMES:-}"
   for pair in "${pairs[@]}"; do
     listener=${pair%%:*} protocol=${pair#*:}
     if [[ $protocol == SASL_* ]]; then
-      echo "listener.name.${listener,,}.plain.sasl.jaas.config=$accounts"
+      if [[ " ${controllers[*]} " == *" $listener "* ]]; then
+        echo "listener.name.${listener,,}.plain.sasl.jaas.config=$own;"
+      else
+        echo "listener.name.${listener,,}.plain.sasl.jaas.config=$accounts;"
+      fi
     fi
   done
 } > "$config_dir/server.properties"
-cat > "$config_dir/probe.properties" <<EOF
+cat > "$config_dir/probe.properties" <<PROBE
 # the health check's login (kafka-broker-api-versions.sh --command-config)
 security.protocol=SASL_PLAINTEXT
 sasl.mechanism=PLAIN
 sasl.jaas.config=$module required username="broker" password="$BROKER_SASL_PASSWORD";
-EOF
+PROBE
 
 exec "$@"

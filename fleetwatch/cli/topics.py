@@ -12,8 +12,9 @@ from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.topics import TopicSpec, topic_specs
-from fleetwatch.stack.acls import apply_acls, bindings, grants
+from fleetwatch.stack.acls import STAGES, apply_acls, bindings, grants
 from fleetwatch.stack.topics import TopicsReport, create_on_cluster
 
 app = typer.Typer(help="Kafka topics on an existing cluster.", no_args_is_help=True)
@@ -36,6 +37,9 @@ def create(
             min=1, help="replicas of each topic created (default: kafka.replication_factor)"
         ),
     ] = None,
+    with_acls: Annotated[
+        bool, typer.Option("--acls", help="then each stage's ACLs (see `topics acls`)")
+    ] = False,
 ) -> None:
     """Create every topic fleetwatch uses that is missing, with its config (the compacted
     tables, the logs' retention). Existing topics are left as they are and reported, with how
@@ -57,6 +61,8 @@ def create(
         f"{len(report.created)} created, {len(report.existing)} already there, on {servers}",
         highlight=False,
     )
+    if with_acls:
+        _grant(settings.model_copy(update={"kafka": kafka}), dry_run=False)
 
 
 def _print(report: TopicsReport, specs: list[TopicSpec], partitions: int, replicas: int) -> None:
@@ -86,17 +92,23 @@ def acls(
     """Give each stage's account (kafka.logins, and kafka.sasl_username for the stages without
     one) exactly its stage's rights on the topics and consumer groups, as ACLs (kept when there
     already). Logs in with kafka.sasl_username, which needs ALTER on the cluster (or to be a
-    super user, as the deployments' broker account is)."""
-    settings = load_settings()
+    super user, as the deployments' broker account is); when every stage has an account of
+    its own, it gets no rights here."""
+    _grant(load_settings(), dry_run)
+
+
+def _grant(settings: Settings, dry_run: bool) -> None:
     if not settings.kafka.sasl:
         fail("ACLs name SASL accounts: set kafka.security_protocol to SASL_SSL or SASL_PLAINTEXT")
+    k = settings.kafka
+    shared = any(stage not in k.logins for stage in STAGES)  # some stage logs in with it
     table = Table("principal", "resource", "name", "operation")
-    for principal, granted in sorted(grants(settings).items()):
+    for principal, granted in sorted(grants(settings, shared).items()):
         for g in sorted(granted):
             name = g.name + ("*" if g.prefixed else "")
             table.add_row(principal, g.resource, name, g.operation)
     console.print(table)
-    wanted = bindings(settings)
+    wanted = bindings(settings, shared)
     if dry_run:
         return
     try:

@@ -106,8 +106,9 @@ class KafkaSettings(_Part):
     use it over ``SASL_SSL`` only; ``SCRAM-*`` proves it without sending it."""
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
-    """The SASL account; both required by a ``SASL_*`` protocol and refused by the others. The
-    stages without an account in ``logins`` log in with it, and so do the tools."""
+    """The SASL account; both required by a ``SASL_*`` protocol (unless every process here is a
+    stage with an account in ``logins``) and refused by the others. The stages without an
+    account in ``logins`` log in with it, and so do the tools."""
     logins: dict[KafkaStage, KafkaLogin] = {}
     """Each stage's own SASL account, by stage (``gateway``, ``scorer``, ``trainer``, ``api``;
     e.g. ``FLEETWATCH_KAFKA__LOGINS__GATEWAY__USERNAME`` / ``…__PASSWORD``): the stage logs in
@@ -135,10 +136,10 @@ class KafkaSettings(_Part):
         protocol = self.security_protocol
         login = [name for name in ("sasl_username", "sasl_password") if getattr(self, name)]
         files = [name for name in ("ssl_ca_file", "ssl_client_cert_file") if getattr(self, name)]
-        if self.sasl and len(login) < 2:
+        if self.sasl and (len(login) == 1 or not (login or self.logins)):
             raise ValueError(
                 f"kafka.security_protocol {protocol} logs in with SASL: "
-                "set kafka.sasl_username and kafka.sasl_password"
+                "set kafka.sasl_username and kafka.sasl_password (or kafka.logins)"
             )
         if not self.sasl and login:
             raise ValueError(
@@ -161,6 +162,11 @@ class KafkaSettings(_Part):
         """These settings as ``stage`` logs in: with its own account from ``logins`` when it
         has one, else as they are."""
         login = self.logins.get(stage)
+        if login is None and self.sasl and self.sasl_username is None:
+            raise ConfigurationError(
+                f"the {stage} has no Kafka account: set kafka.logins.{stage} "
+                "(or kafka.sasl_username)"
+            )
         if login is None:
             return self
         if login.password is None:

@@ -25,13 +25,15 @@ describe the topics (``fleetwatch topics create``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -127,25 +129,39 @@ def shared_grants(settings: Settings) -> set[Grant]:
     )
 
 
-def grants(settings: Settings) -> dict[str, set[Grant]]:
+def grants(settings: Settings, shared: bool = True) -> dict[str, set[Grant]]:
     """Each principal's rights (``User:name``): each stage's account its stage's; the shared
-    account, when set, :func:`shared_grants`. Two stages with one account get both's."""
+    account, when set and ``shared``, :func:`shared_grants`. Two stages with one account get
+    both's."""
     k = settings.kafka
     out: dict[str, set[Grant]] = {}
-    if k.sasl_username:
+    if k.sasl_username and shared:
         out[f"User:{k.sasl_username}"] = shared_grants(settings)
     for stage, login in k.logins.items():
         out.setdefault(f"User:{login.username}", set()).update(stage_grants(settings, stage))
     return out
 
 
+_ANY: Any = None
+"""A filter's "any name, principal or host" (confluent-kafka's stubs say ``str``)."""
+
+_EVERY_ACL = AclBindingFilter(
+    ResourceType.ANY,
+    _ANY,
+    ResourcePatternType.ANY,
+    _ANY,
+    _ANY,
+    AclOperation.ANY,
+    AclPermissionType.ANY,
+)
+
 _RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}
 
 
-def bindings(settings: Settings) -> list[AclBinding]:
+def bindings(settings: Settings, shared: bool = True) -> list[AclBinding]:
     """:func:`grants` as the Admin API's ACL bindings (from any host)."""
     out = []
-    for principal, granted in sorted(grants(settings).items()):
+    for principal, granted in sorted(grants(settings, shared).items()):
         for g in sorted(granted):
             pattern = ResourcePatternType.PREFIXED if g.prefixed else ResourcePatternType.LITERAL
             out.append(
@@ -166,7 +182,9 @@ def apply_acls(
     admin_kafka: KafkaSettings, wanted: list[AclBinding], timeout_s: float = 30.0
 ) -> None:
     """Create ``wanted`` on the cluster (an ACL already there is kept as it is), logged in as
-    ``admin_kafka``'s account, which needs ALTER on the cluster (or is a super user)."""
+    ``admin_kafka``'s account, which needs ALTER on the cluster (or is a super user); return
+    once the broker answering lists them all (the controller commits an ACL before the
+    brokers' authorizers apply it)."""
     if not wanted:
         return
     admin = AdminClient(client_config(admin_kafka))
@@ -175,6 +193,14 @@ def apply_acls(
             future.result()
         except KafkaException as exc:
             raise StackError(f"could not create the ACL {binding}: {exc.args[0]}") from exc
+    deadline = time.monotonic() + timeout_s
+    missing = set(wanted)
+    while missing:
+        missing -= set(admin.describe_acls(_EVERY_ACL, request_timeout=timeout_s).result())
+        if missing and time.monotonic() > deadline:
+            raise StackError(f"{len(missing)} ACLs created but not applied in {timeout_s:.0f}s")
+        if missing:
+            time.sleep(0.1)
     logger.info("%d ACLs in place", len(wanted))
 
 

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import tomllib
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,16 +179,24 @@ def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str]
 
 
 def _field(path: tuple[str, ...]) -> bool:
+    """Whether ``path`` names a setting: nested models' fields, and a dict's keys (one of its
+    Literal's values) then its values' fields."""
     model: type[BaseModel] = Settings
-    for depth, part in enumerate(path):
-        info = model.model_fields.get(part)
+    parts = list(path)
+    while parts:
+        info = model.model_fields.get(parts.pop(0))
         if info is None:
             return False
-        if depth < len(path) - 1:
-            nested = info.annotation
-            if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+        if not parts:
+            return True
+        nested = info.annotation
+        if typing.get_origin(nested) is dict:
+            key, nested = typing.get_args(nested)
+            if parts.pop(0) not in typing.get_args(key) or not parts:
                 return False
-            model = nested
+        if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+            return False
+        model = nested
     return True
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
-from fleetwatch.contracts.settings import Settings
+from fleetwatch.contracts.settings import KafkaSettings, KafkaStage, Settings
 from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.mosquitto import MosquittoBroker
@@ -160,11 +161,16 @@ def test_devices_and_the_gateway_reach_mosquitto_over_tls_only(
     assert ca == ("mosquitto-tls", "ca.crt")
 
 
-COMPOSE_KAFKA_LOGIN = {"KAFKA_SASL_PASSWORD": "client-pw.1", "KAFKA_BROKER_PASSWORD": "broker-pw_2"}
+KAFKA_STAGES: tuple[KafkaStage, ...] = ("gateway", "scorer", "trainer", "api")
+
+COMPOSE_KAFKA_LOGIN = {
+    **{f"KAFKA_{stage.upper()}_PASSWORD": f"{stage}-pw.1" for stage in KAFKA_STAGES},
+    "KAFKA_BROKER_PASSWORD": "broker-pw_2",
+}
 """deploy/.env's Kafka passwords, as a test gives them (.env.example's are placeholders)."""
 
 K8S_SECRETS = {
-    "kafka-sasl-password": "client-pw.1",
+    **{f"kafka-{stage}-password": f"{stage}-pw.1" for stage in KAFKA_STAGES},
     "kafka-broker-password": "broker-pw_2",
 }
 """fleetwatch-secrets' Kafka passwords, as a test gives them."""
@@ -172,9 +178,25 @@ K8S_SECRETS = {
 KAFKA_SECURITY = (
     "FLEETWATCH_KAFKA__SECURITY_PROTOCOL",
     "FLEETWATCH_KAFKA__SASL_MECHANISM",
-    "FLEETWATCH_KAFKA__SASL_USERNAME",
-    "FLEETWATCH_KAFKA__SASL_PASSWORD",
+    *(f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__USERNAME" for stage in KAFKA_STAGES),
 )
+"""What every Kafka client is given: the protocol, the mechanism, every stage's account name."""
+
+COMPOSE_STAGE: dict[str, KafkaStage] = {
+    "gateway": "gateway",
+    "scorer": "scorer",
+    "trainer": "trainer",
+    "api": "api",
+    "api-replicas": "api",
+}
+"""Each compose service that is a stage → the Kafka account it logs in as."""
+
+
+def logged_in_as(kafka: KafkaSettings, stage: KafkaStage | None) -> tuple[str, str]:
+    """(user, password) a process logs in with: a stage's own, or (None) the settings'."""
+    own = kafka if stage is None else kafka.for_stage(stage)
+    config = client_config(own)
+    return config["sasl.username"], config["sasl.password"]
 
 
 def kafka_clients_in_compose() -> list[str]:
@@ -189,7 +211,10 @@ def kafka_clients_in_compose() -> list[str]:
 def test_every_fleetwatch_service_logs_in_to_the_compose_kafka_and_to_a_cluster_of_your_own(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Each stage as its own account, whose password only its service is given; the topics
+    job as the broker's own (it creates the ACLs); all of them the accounts the broker has."""
     assert set(kafka_clients_in_compose()) == {*STAGES, "topics", "api-replicas"}
+    assert set(COMPOSE_STAGE) == {*STAGES, "api-replicas"}
     image = {k: v for k, v in image_env().items() if k.startswith("FLEETWATCH_")}
     broker = compose_env("kafka", COMPOSE_KAFKA_LOGIN)
     for service in kafka_clients_in_compose():
@@ -199,29 +224,49 @@ def test_every_fleetwatch_service_logs_in_to_the_compose_kafka_and_to_a_cluster_
             image | compose_env(service, COMPOSE_KAFKA_LOGIN), monkeypatch, tmp_path
         ).kafka
         assert (shipped.security_protocol, shipped.sasl_mechanism) == ("SASL_PLAINTEXT", "PLAIN")
-        config = client_config(shipped)
-        assert config["sasl.username"] == broker["CLIENT_SASL_USERNAME"] == "fleetwatch"
-        assert config["sasl.password"] == broker["CLIENT_SASL_PASSWORD"] == "client-pw.1"
-        jaas = spark_options(shipped)["kafka.sasl.jaas.config"]
-        assert 'username="fleetwatch" password="client-pw.1"' in jaas, service
+        stage = COMPOSE_STAGE.get(service)
+        user, password = logged_in_as(shipped, stage)
+        if stage is None:  # the topics job
+            assert (user, password) == ("broker", broker["BROKER_SASL_PASSWORD"])
+        else:
+            assert user == broker[f"{stage.upper()}_SASL_USERNAME"] == f"fleetwatch-{stage}"
+            assert password == broker[f"{stage.upper()}_SASL_PASSWORD"] == f"{stage}-pw.1"
+            # no other stage's password in its environment
+            others = {p.get_secret_value() for s, p in _passwords(shipped).items() if s != stage}
+            assert others == set(), service
+            jaas = spark_options(shipped.for_stage(stage))["kafka.sasl.jaas.config"]
+            assert f'username="{user}" password="{password}"' in jaas, service
+        for each in KAFKA_STAGES:  # the topics job knows every account's name: the ACLs'
+            assert shipped.principal(each) == f"fleetwatch-{each}"
 
     own_cluster = {
         "KAFKA_BOOTSTRAP_SERVERS": "kafka-1.example.com:9096",
         "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
-        "KAFKA_SASL_USERNAME": "fleetwatch",
-        "KAFKA_SASL_PASSWORD": "s3cret",
+        "KAFKA_GATEWAY_USERNAME": "gw",
+        "KAFKA_GATEWAY_PASSWORD": "s3cret",
+        "KAFKA_ADMIN_USERNAME": "admin",
     }
     example = (DEPLOY / ".env.example").read_text()
     for name in own_cluster:
         assert re.search(rf"^#? ?{name}=", example, re.MULTILINE), name
     for service in kafka_clients_in_compose():
-        own = settings_from(image | compose_env(service, own_cluster), monkeypatch, tmp_path)
-        config = client_config(own.kafka)
+        env = image | compose_env(service, COMPOSE_KAFKA_LOGIN | own_cluster)
+        own = settings_from(env, monkeypatch, tmp_path).kafka
+        stage = COMPOSE_STAGE.get(service)
+        config = client_config(own.for_stage(stage) if stage else own)
         assert config["bootstrap.servers"] == "kafka-1.example.com:9096", service
         assert config["security.protocol"] == "SASL_SSL", service
         assert config["sasl.mechanisms"] == "SCRAM-SHA-256", service
-        assert (config["sasl.username"], config["sasl.password"]) == ("fleetwatch", "s3cret")
+        assert own.principal("gateway") == "gw"
+        if service == "gateway":
+            assert (config["sasl.username"], config["sasl.password"]) == ("gw", "s3cret")
+        if service == "topics":
+            assert config["sasl.username"] == "admin"
+
+
+def _passwords(kafka: KafkaSettings) -> dict[str, SecretStr]:
+    return {s: login.password for s, login in kafka.logins.items() if login.password is not None}
 
 
 def kafka_clients_in_kubernetes() -> dict[str, dict[str, Any]]:
@@ -232,26 +277,47 @@ def kafka_clients_in_kubernetes() -> dict[str, dict[str, Any]]:
 def test_every_fleetwatch_container_logs_in_to_kafka_with_the_secret_s_password(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Each stage's container has its own account's password from the Secret the broker takes
+    it from (the Spark driver's template the scorer's and the trainer's), the topics Job the
+    broker's own; the account names, from the ConfigMap, are the broker's."""
     clients = kafka_clients_in_kubernetes()
-    assert set(clients) == {
-        "StatefulSet/gateway",
-        "Deployment/api-webhooks",
-        "Deployment/api",
-        "Job/topics",
-        "Pod/Pod",  # the Spark driver's template (its executors get the login from the driver)
+    stages: dict[str, list[KafkaStage]] = {
+        "StatefulSet/gateway": ["gateway"],
+        "Deployment/api-webhooks": ["api"],
+        "Deployment/api": ["api"],
+        "Job/topics": [],
+        "Pod/Pod": ["scorer", "trainer"],  # the Spark driver's template (executors: its login)
     }
-    broker = {e["name"]: e for e in k8s_kafka_container()["env"]}
-    client_password = broker["CLIENT_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    client_username = broker["CLIENT_SASL_USERNAME"]["valueFrom"]["configMapKeyRef"]
-    assert client_username == {"name": "fleetwatch-config", "key": KAFKA_SECURITY[2]}
+    assert set(clients) == set(stages)
+    broker = {e["name"]: e["valueFrom"] for e in k8s_kafka_container()["env"] if "valueFrom" in e}
+    for stage in KAFKA_STAGES:
+        key = f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__USERNAME"
+        assert broker[f"{stage.upper()}_SASL_USERNAME"]["configMapKeyRef"] == {
+            "name": "fleetwatch-config",
+            "key": key,
+        }
+        assert k8s_config()[key] == f"fleetwatch-{stage}"
     for name, container in clients.items():
         env = container_env(container, k8s_config())
         assert set(KAFKA_SECURITY) <= set(env), name
-        (password,) = [e for e in container["env"] if e["name"] == KAFKA_SECURITY[3]]
-        assert password["valueFrom"]["secretKeyRef"] == client_password, name
+        secrets = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]
+            for e in container["env"]
+            if "secretKeyRef" in e.get("valueFrom", {}) and "KAFKA" in e["name"]
+        }
+        expected = {
+            f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__PASSWORD": broker[
+                f"{stage.upper()}_SASL_PASSWORD"
+            ]["secretKeyRef"]
+            for stage in stages[name]
+        } or {"FLEETWATCH_KAFKA__SASL_PASSWORD": broker["BROKER_SASL_PASSWORD"]["secretKeyRef"]}
+        assert secrets == expected, name
         kafka = settings_from(env, monkeypatch, tmp_path).kafka
         assert (kafka.security_protocol, kafka.sasl_mechanism) == ("SASL_PLAINTEXT", "PLAIN")
-        assert kafka.sasl_username == k8s_config()[client_username["key"]], name
+        for stage in stages[name]:
+            assert logged_in_as(kafka, stage)[0] == f"fleetwatch-{stage}", name
+        if not stages[name]:
+            assert kafka.sasl_username == "broker"
 
 
 def test_no_secret_is_written_into_compose_or_the_manifests() -> None:
@@ -318,11 +384,11 @@ def listeners(value: str) -> dict[str, tuple[str, int]]:
 
 
 def check_the_broker_requires_a_login(
-    env: dict[str, str], probe: str, client_username: str, client_password: str, workdir: Path
+    env: dict[str, str], probe: str, accounts: dict[str, str], workdir: Path
 ) -> None:
-    """The broker a container with ``env`` runs accepts clients only with a SASL login, the
-    fleetwatch processes' account among its accounts, and ``probe`` (its health check's
-    command) logs in as the broker's own account."""
+    """The broker a container with ``env`` runs accepts clients only with a SASL login, each
+    stage's account (``accounts``: user → password) among its accounts, and ``probe`` (its
+    health check's command) logs in as the broker's own account."""
     kept_out = [
         name
         for name, value in env.items()
@@ -335,8 +401,21 @@ def check_the_broker_requires_a_login(
     protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
     bound = listeners(props["listeners"])
     (controller,) = props["controller.listener.names"].split(",")
-    assert protocols.pop(controller) == "PLAINTEXT"
-    assert bound.pop(controller)[0] == "127.0.0.1"  # only this process reaches it
+    # the controller's listener: only this process reaches it, logged in as the broker
+    assert protocols.pop(controller) == "SASL_PLAINTEXT"
+    assert bound.pop(controller)[0] == "127.0.0.1"
+    broker_password = env["BROKER_SASL_PASSWORD"]
+    own = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="broker" password="{broker_password}" user_broker="{broker_password}";'
+    )
+    assert props[f"listener.name.{controller.lower()}.plain.sasl.jaas.config"] == own
+    assert props["sasl.mechanism.controller.protocol"] == "PLAIN"
+    # every request authorized: the broker may do anything, the stages what their ACLs say
+    assert props["authorizer.class.name"] == (
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    )
+    assert props["super.users"] == "User:broker"
     assert props["controller.quorum.voters"].split("@")[1] == "127.0.0.1:{}".format(
         listeners(props["listeners"])[controller][1]
     )
@@ -345,13 +424,13 @@ def check_the_broker_requires_a_login(
     assert props["inter.broker.listener.name"] in protocols
     assert props["sasl.enabled.mechanisms"] == "PLAIN"
     assert props["sasl.mechanism.inter.broker.protocol"] == "PLAIN"
-    broker_password = env["BROKER_SASL_PASSWORD"]
     for listener in protocols:
         jaas = props[f"listener.name.{listener.lower()}.plain.sasl.jaas.config"]
         assert jaas.startswith("org.apache.kafka.common.security.plain.PlainLoginModule required")
         assert f'username="broker" password="{broker_password}"' in jaas
         assert f'user_broker="{broker_password}"' in jaas
-        assert f'user_{client_username}="{client_password}"' in jaas
+        for user, password in accounts.items():
+            assert f'user_{user}="{password}"' in jaas
         assert jaas.endswith(";")
     assert broker.probe["security.protocol"] == "SASL_PLAINTEXT"
     assert broker.probe["sasl.mechanism"] == "PLAIN"
@@ -370,14 +449,13 @@ def test_the_compose_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
     assert kafka["command"] == ["bash", "/etc/kafka/sasl/start.sh", "/etc/kafka/docker/run"]
     assert "./kafka/start.sh:/etc/kafka/sasl/start.sh:ro" in kafka["volumes"]
     env = compose_env("kafka", COMPOSE_KAFKA_LOGIN)
-    client = compose_env("gateway", COMPOSE_KAFKA_LOGIN)
-    check_the_broker_requires_a_login(
-        env,
-        kafka["healthcheck"]["test"][1],
-        client["FLEETWATCH_KAFKA__SASL_USERNAME"],
-        client["FLEETWATCH_KAFKA__SASL_PASSWORD"],
-        tmp_path,
-    )
+    accounts = {}
+    for stage in KAFKA_STAGES:
+        client = compose_env(stage, COMPOSE_KAFKA_LOGIN)
+        user = client[f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__USERNAME"]
+        accounts[user] = client[f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__PASSWORD"]
+    assert len(set(accounts)) == len(set(accounts.values())) == 4
+    check_the_broker_requires_a_login(env, kafka["healthcheck"]["test"][1], accounts, tmp_path)
 
 
 def test_the_kubernetes_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
@@ -391,13 +469,13 @@ def test_the_kubernetes_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
     assert start["items"] == [{"key": "start.sh", "path": "start.sh"}]
     assert volumes[mounts["/mnt/shared/config"]]["emptyDir"]["medium"] == "Memory"
     probe = container["readinessProbe"]["exec"]["command"]
-    check_the_broker_requires_a_login(
-        k8s_kafka_env(K8S_SECRETS),
-        probe[2],
-        k8s_config()["FLEETWATCH_KAFKA__SASL_USERNAME"],
-        K8S_SECRETS["kafka-sasl-password"],
-        tmp_path,
-    )
+    accounts = {
+        k8s_config()[f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__USERNAME"]: K8S_SECRETS[
+            f"kafka-{stage}-password"
+        ]
+        for stage in KAFKA_STAGES
+    }
+    check_the_broker_requires_a_login(k8s_kafka_env(K8S_SECRETS), probe[2], accounts, tmp_path)
     # only the client listener is a Service's port
     for name in ("kafka", "kafka-headless"):
         ports = {p["port"] for p in k8s_workload("Service", name)["spec"]["ports"]}
@@ -408,7 +486,7 @@ def test_the_kubernetes_kafka_accepts_only_a_sasl_login(tmp_path: Path) -> None:
 def test_the_broker_s_start_refuses_a_password_it_could_not_write_as_it_is(
     password: str, tmp_path: Path
 ) -> None:
-    env = compose_env("kafka", COMPOSE_KAFKA_LOGIN) | {"CLIENT_SASL_PASSWORD": password}
+    env = compose_env("kafka", COMPOSE_KAFKA_LOGIN) | {"API_SASL_PASSWORD": password}
     result = subprocess.run(
         ["bash", str(KAFKA_START), "true"],
         env={"PATH": os.environ["PATH"], **env, "SASL_CONFIG_DIR": str(tmp_path)},
@@ -417,7 +495,7 @@ def test_the_broker_s_start_refuses_a_password_it_could_not_write_as_it_is(
         check=False,
     )
     assert result.returncode == 2
-    assert "CLIENT_SASL_PASSWORD" in result.stderr
+    assert "API_SASL_PASSWORD" in result.stderr
     assert not (tmp_path / "server.properties").exists()
 
 

@@ -65,7 +65,7 @@ def test_every_fleetwatch_service_runs_the_one_image_built_from_the_repository()
     for name, command in STAGES.items():
         assert compose()["services"][name]["command"] == [command], name
         assert command in subcommands | groups
-    assert compose()["services"]["topics"]["command"] == ["topics", "create"]
+    assert compose()["services"]["topics"]["command"] == ["topics", "create", "--acls"]
     assert "topics" in groups
 
 
@@ -90,7 +90,10 @@ def test_every_variable_compose_requires_is_in_the_example_env_file() -> None:
         "POSTGRES_PASSWORD",
         "GATEWAY_MQTT_PASSWORD",
         "GRAFANA_ADMIN_PASSWORD",
-        "KAFKA_SASL_PASSWORD",
+        "KAFKA_GATEWAY_PASSWORD",
+        "KAFKA_SCORER_PASSWORD",
+        "KAFKA_TRAINER_PASSWORD",
+        "KAFKA_API_PASSWORD",
         "KAFKA_BROKER_PASSWORD",
     }
     assert required <= set(env_example())
