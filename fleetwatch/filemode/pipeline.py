@@ -43,12 +43,18 @@ devices get ids of their own."""
 
 @dataclass
 class Marks:
-    """What the rows of one chunk get, in the chunk's order."""
+    """What rows get (see the module docstring), a row each, in the rows' order."""
 
     score: npt.NDArray[np.float64]
     alert: npt.NDArray[np.bool_]
     metric: npt.NDArray[np.object_]
     reason: npt.NDArray[np.object_]
+
+    @classmethod
+    def empty(cls, n: int) -> Marks:
+        """``n`` rows with no score, no alert, no metric and no reason yet."""
+        blank = np.full(n, "", dtype=object)
+        return cls(np.full(n, np.nan), np.zeros(n, bool), blank, blank.copy())
 
 
 @dataclass
@@ -75,7 +81,7 @@ class DevicePipeline:
         """Score then learn one chunk: ``values`` has a row per reading (in time order) and a
         column per metric of ``names``; NaN is a metric the reading does not have."""
         n = event_ms.size
-        marks = Marks(np.full(n, np.nan), np.zeros(n, bool), _strings(n), _strings(n))
+        marks = Marks.empty(n)
         present = ~np.isnan(values)
         rows, cols = np.nonzero(present)
         if rows.size == 0:
@@ -181,7 +187,3 @@ def _as_observation(event: dict[str, Any]) -> Observation:
         nan,
         event["reason"],
     )
-
-
-def _strings(n: int) -> npt.NDArray[np.object_]:
-    return np.full(n, "", dtype=object)

@@ -35,7 +35,7 @@ from fleetwatch.filemode.columns import (
     parse_times,
     time_kind,
 )
-from fleetwatch.filemode.pipeline import DevicePipeline
+from fleetwatch.filemode.pipeline import DevicePipeline, Marks
 from fleetwatch.models.base import Detector
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.scorer.policy import Policy, policy_of
@@ -46,25 +46,6 @@ DEFAULT_CHUNK_ROWS = 50
 OUTPUT_COLUMNS = ("anomaly_score", "alert", "alert_metric", "reason")
 BAD_TIME = "timestamp {!r} could not be read"
 NO_VALUES = "no numeric value"
-
-
-@dataclass
-class PieceScores:
-    """Per row of a piece, in the piece's order."""
-
-    score: npt.NDArray[np.float64]
-    alert: npt.NDArray[np.bool_]
-    metric: npt.NDArray[np.object_]
-    reason: npt.NDArray[np.object_]
-
-    @classmethod
-    def empty(cls, n: int) -> PieceScores:
-        return cls(
-            np.full(n, np.nan),
-            np.zeros(n, bool),
-            np.full(n, "", dtype=object),
-            np.full(n, "", dtype=object),
-        )
 
 
 @dataclass
@@ -90,7 +71,7 @@ class FileDetector:
         if clash:
             raise FileModeError(f"the file already has output column(s) {', '.join(clash)}")
         n = len(piece)
-        out = PieceScores.empty(n)
+        out = Marks.empty(n)
         times = parse_times(piece[self.columns.timestamp], self.columns.time_kind)
         values = np.column_stack([numbers(piece[c]) for c in self.columns.values])
         bad = np.isnan(times)
@@ -131,7 +112,7 @@ class FileDetector:
         rows: npt.NDArray[np.intp],
         event_ms: npt.NDArray[np.int64],
         values: npt.NDArray[np.float64],
-        out: PieceScores,
+        out: Marks,
     ) -> None:
         """Score the chunk with what was learned before it, then learn it."""
         marks = pipeline.chunk(event_ms, values[rows], self._metrics)
