@@ -68,8 +68,10 @@ def detect_csv(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     piece_rows: int = DEFAULT_PIECE_ROWS,
     make: Callable[[], Detector] = default_detector,
+    on_piece: Callable[[int, int], None] | None = None,
 ) -> DetectSummary:
-    """Score ``source`` into ``out`` (every input row, its columns, then the scores)."""
+    """Score ``source`` into ``out`` (every input row, its columns, then the scores);
+    ``on_piece(rows, alerts)``, if given, after each piece with the totals so far."""
     if not source.is_file():
         raise FileModeError(f"no such file: {source}")
     started = time.perf_counter()
@@ -86,6 +88,8 @@ def detect_csv(
         rows += len(scored)
         alerts += int(scored["alert"].sum())
         logger.info("scored %d rows of %s, %d alerts so far", rows, source, alerts)
+        if on_piece is not None:
+            on_piece(rows, alerts)
     if detector is None:
         raise FileModeError(f"{source} has a header but no rows")
     return DetectSummary(
