@@ -11,7 +11,8 @@ The rights follow the code (what each stage produces to, consumes from, and its 
   backfill registers fleet models after reading ``model.params`` (group
   ``fleetwatch-fleet-models``);
 - ``api`` reads what it materialises (alerts, state, sessions, acks, ``model.params``,
-  ``telemetry.raw``) in the groups named after ``api.consumer_group`` (its webhooks' too);
+  ``telemetry.raw``, and the dead letters for a device's rate-limited run) in the groups named
+  after ``api.consumer_group`` (its webhooks' too);
   writes the commands, the dead letters, and ``model.params`` (a quarantine lift is a record
   there, :meth:`fleetwatch.serving.control.publisher.KafkaCommandPublisher.lift_quarantine`).
 
@@ -112,7 +113,7 @@ def stage_grants(settings: Settings, stage: KafkaStage) -> set[Grant]:
     if settings.api.webhooks.consumer_group:
         groups.add(_group(settings.api.webhooks.consumer_group))
     return (
-        _topics([*materialised, t.model_params, t.telemetry_raw], _READ)
+        _topics([*materialised, t.model_params, t.telemetry_raw, t.telemetry_deadletter], _READ)
         | _topics([t.device_commands, t.telemetry_deadletter, t.model_params], _WRITE)
         | groups
     )
