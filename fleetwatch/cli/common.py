@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
 from typing import NoReturn
 
 import typer
@@ -12,6 +14,18 @@ from fleetwatch.contracts.logs import configure_logging
 from fleetwatch.contracts.settings import Settings
 
 _err = Console(stderr=True, soft_wrap=True)  # an error stays on one line
+_debug = False
+
+
+def show_tracebacks(on: bool) -> None:
+    """``fleetwatch --debug``: :func:`fail` prints the traceback of the exception being
+    handled before its line."""
+    global _debug
+    _debug = on
+
+
+def debugging() -> bool:
+    return _debug
 
 
 def load_settings() -> Settings:
@@ -24,5 +38,10 @@ def load_settings() -> Settings:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr and exit ``code``; with ``--debug``, called while an exception is
+    handled, that exception's traceback first."""
+    handled = sys.exc_info()[1]
+    if _debug and handled is not None:
+        traceback.print_exception(handled, file=sys.stderr)
     _err.print(f"[bold red]fleetwatch:[/] {message}", highlight=False)
     raise typer.Exit(code)

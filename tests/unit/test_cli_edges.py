@@ -1,0 +1,92 @@
+"""The CLI at its edges: ``--version``, expected failures as one line (``--debug``: the
+traceback)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetwatch.cli import stack as stack_cli
+from fleetwatch.cli.main import app
+from fleetwatch.contracts.errors import FleetwatchError
+
+
+@pytest.fixture(autouse=True)
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FLEETWATCH_RUN_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"
+
+
+def test_version_prints_the_installed_distributions_version() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"fleetwatch {metadata.version('fleetwatch')}"
+
+
+class _BrokenStack:
+    def __init__(self, settings: Any) -> None:
+        pass
+
+    def status(self) -> list[Any]:
+        raise FleetwatchError("the stack's run directory is not readable")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        FleetwatchError("the stack's run directory is not readable"),
+        ConnectionRefusedError(111, "Connection refused"),
+    ],
+)
+def test_an_expected_failure_is_one_line_without_a_traceback(
+    error: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def status(self: Any) -> list[Any]:
+        raise error
+
+    monkeypatch.setattr(stack_cli, "Stack", type("Broken", (_BrokenStack,), {"status": status}))
+    result = CliRunner().invoke(app, ["stack", "status"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("fleetwatch: ")
+    assert "Traceback" not in result.output
+    assert "--debug" in lines[0]
+
+
+def test_debug_prints_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stack_cli, "Stack", _BrokenStack)
+    result = CliRunner().invoke(app, ["--debug", "stack", "status"])
+    assert result.exit_code == 1
+    assert "Traceback (most recent call last)" in result.output
+    assert "FleetwatchError: the stack's run directory is not readable" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("fleetwatch: the stack's run")
+
+
+def test_an_unexpected_error_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    def status(self: Any) -> list[Any]:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(stack_cli, "Stack", type("Buggy", (_BrokenStack,), {"status": status}))
+    result = CliRunner().invoke(app, ["stack", "status"])
+    assert isinstance(result.exception, ZeroDivisionError)
+
+
+def test_debug_shows_the_traceback_of_a_failure_a_command_reports_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Failing(_BrokenStack):
+        def up(self, with_prometheus: bool = False) -> float:
+            raise FleetwatchError("kafka did not become ready in 90 s")
+
+    monkeypatch.setattr(stack_cli, "Stack", Failing)
+    quiet = CliRunner().invoke(app, ["stack", "up"])
+    assert quiet.exit_code == 1
+    assert quiet.output.strip() == "fleetwatch: kafka did not become ready in 90 s"
+    loud = CliRunner().invoke(app, ["--debug", "stack", "up"])
+    assert loud.exit_code == 1
+    assert "Traceback (most recent call last)" in loud.output
