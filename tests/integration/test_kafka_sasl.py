@@ -8,20 +8,30 @@ without SASL, do not."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from paho.mqtt.enums import CallbackAPIVersion
 
 from fleetwatch.contracts.settings import (
     KafkaSettings,
@@ -30,14 +40,18 @@ from fleetwatch.contracts.settings import (
     Settings,
     TopicSettings,
 )
+from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.contracts.topics import topic_specs
 from fleetwatch.kafka_config import client_config, spark_options
 from fleetwatch.kafka_topic import read_to_end
+from fleetwatch.mqtt_config import configure
 from fleetwatch.stack.acls import STAGES, Grant, stage_grants
+from fleetwatch.stack.credentials import login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.streaming.kafka_io import kafka_table
 from fleetwatch.streaming.spark_session import build_session
 from tests.integration.conftest import free_port
+from tests.polling import wait_until
 
 PASSWORD = 's3cret "quoted" \\ too'
 """A password with quotes and a backslash (JAAS quoting, and a properties file's escaping)."""
@@ -228,3 +242,97 @@ def test_a_wrong_password_and_a_client_without_sasl_are_refused(sasl_stack: Sett
         assert not refused(kafka.for_stage(stage)), stage
     assert refused(KafkaSettings.model_validate(kafka.model_dump() | {"sasl_password": "nope"}))
     assert refused(KafkaSettings(bootstrap_servers=kafka.bootstrap_servers))  # no SASL
+
+
+def stage_env(settings: Settings) -> dict[str, str]:
+    """The environment that points a stage process at ``settings``' stack, every account in it
+    (each stage takes its own)."""
+    k, t = settings.kafka, settings.topics
+    env = {name: value for name, value in os.environ.items() if not name.startswith("FLEETWATCH_")}
+    env |= {
+        "FLEETWATCH_RUN_DIR": str(settings.run_path),
+        "FLEETWATCH_KAFKA__PORT": str(k.port),
+        "FLEETWATCH_KAFKA__CONTROLLER_PORT": str(k.controller_port),
+        "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": k.bootstrap_servers,
+        "FLEETWATCH_KAFKA__SECURITY_PROTOCOL": k.security_protocol,
+        "FLEETWATCH_KAFKA__SASL_MECHANISM": k.sasl_mechanism,
+        "FLEETWATCH_KAFKA__SASL_USERNAME": k.sasl_username or "",
+        "FLEETWATCH_KAFKA__SASL_PASSWORD": k.sasl_password.get_secret_value()
+        if k.sasl_password
+        else "",
+        "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
+        "FLEETWATCH_MQTT__SERVICE_PORT": str(settings.mqtt.services_port),
+        "FLEETWATCH_GATEWAY__METRICS_PORT": "0",
+    }
+    for stage, account in k.logins.items():
+        env[f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__USERNAME"] = account.username
+        if account.password is not None:
+            env[f"FLEETWATCH_KAFKA__LOGINS__{stage.upper()}__PASSWORD"] = (
+                account.password.get_secret_value()
+            )
+    env |= {f"FLEETWATCH_TOPICS__{name.upper()}": value for name, value in t.model_dump().items()}
+    return env
+
+
+def test_the_gateway_and_the_api_run_as_their_own_accounts(
+    sasl_stack: Settings, tmp_path: Path
+) -> None:
+    """The real stages, each logged in as its stage: a reading the gateway takes reaches
+    ``telemetry.raw``; the API is ready and its materialiser commits in its group."""
+    if sasl_stack.kafka.sasl_mechanism == "PLAIN":
+        pytest.skip("the stages' logins are the same code for every mechanism: once, with SCRAM")
+    env = stage_env(sasl_stack)
+    api_port = free_port()
+    env["FLEETWATCH_API__PORT"] = str(api_port)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for name, argv in (("gateway", ["gateway"]), ("api", ["api"])):
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "fleetwatch.cli.main", *argv],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    api_kafka = sasl_stack.kafka.for_stage("api")
+    raw = sasl_stack.topics.telemetry_raw
+    device = mqtt.Client(
+        CallbackAPIVersion.VERSION2, client_id=f"t-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5
+    )
+    configure(device, login(sasl_stack, "sim"))
+    device.connect(sasl_stack.mqtt.host, sasl_stack.mqtt.services_port)
+    device.loop_start()
+    try:
+
+        def arrived() -> bool:
+            now = time.time_ns() // 1_000_000
+            topic = f"{sasl_stack.mqtt.root}/dev-sasl/telemetry"
+            device.publish(topic, reading_payload(0, now, now, {"t": 1.0}), qos=1)
+            keys = {key for key, _ in read_to_end(api_kafka, raw, "fleetwatch-api-sasl-read")}
+            return b"dev-sasl" in keys
+
+        wait_until(arrived, 60, "a reading through the gateway into telemetry.raw", 1.0)
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/readyz", timeout=2):
+                    return True
+            except OSError:
+                return False
+
+        wait_until(ready, 60, "the API ready (its database and Kafka)", 0.5)
+        admin = AdminClient(client_config(Stack(sasl_stack).kafka.admin_settings()))
+        group = ConsumerGroupTopicPartitions(sasl_stack.api.consumer_group)
+
+        def committed() -> bool:
+            result = admin.list_consumer_group_offsets([group])[group.group_id].result()
+            return any(tp.offset > 0 for tp in result.topic_partitions or [])
+
+        wait_until(committed, 60, "the API's materialiser to commit in its group", 0.5)
+    finally:
+        device.disconnect()
+        device.loop_stop()
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        codes = {name: proc.wait(timeout=60) for name, proc in procs.items()}
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in procs}
+    assert codes == {"gateway": 0, "api": 0}, logs
