@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.preflight import require_database, require_kafka
 from fleetwatch.cli.stages import serve_api, stage_settings
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import FleetwatchError
@@ -57,6 +58,8 @@ def api(
     bind = host or settings.api.host
     if settings.api.anonymous_read and not _loopback(bind):
         fail(f"anonymous read is allowed on a loopback host only, not {bind!r}")
+    require_kafka(settings.kafka)
+    require_database(settings.database_url)
     serve_api(settings, bind, port or settings.api.port)
 
 

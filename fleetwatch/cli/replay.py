@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.cli.stages import epoch_ms
 from fleetwatch.streaming.scorer.replay import diff, read_events
 from fleetwatch.streaming.scorer.replay import replay as run_replay
@@ -44,6 +45,7 @@ def replay(
     lo, hi = epoch_ms(from_), epoch_ms(to)
     if lo is not None and hi is not None and lo >= hi:
         fail("--from must be before --to")
+    require_kafka(settings.kafka)
     spark = build_session(settings, "fleetwatch-replay")
     try:
         run_replay(spark, settings, output_topic, lo, hi)

@@ -15,6 +15,7 @@ import uvicorn
 from uvicorn import server as uvicorn_server
 
 from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import KafkaStage, Settings
 from fleetwatch.fleet.publish import register_fleet_models
@@ -60,6 +61,7 @@ def gateway(
 def score() -> None:
     """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
     settings = stage_settings("scorer")
+    require_kafka(settings.kafka)
     stop = stop_event()
     try:
         scoring.run(settings, stop)
@@ -93,6 +95,7 @@ def train(
         lo, hi = backfill.from_ms, backfill.to_ms
         if lo is not None and hi is not None and lo >= hi:
             fail("--from must be before --to")
+    require_kafka(settings.kafka)
     stop = stop_event()
     observer = default_observer(settings)
     try:
