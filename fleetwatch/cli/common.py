@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
-from typing import NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -14,6 +15,14 @@ from fleetwatch.contracts.logs import configure_logging
 from fleetwatch.contracts.settings import Settings
 
 _err = Console(stderr=True, soft_wrap=True)  # an error stays on one line
+AsJson = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
+
+
+def print_json(document: Any) -> None:
+    """``--json``: ``document`` on stdout as one JSON document (and nothing else there)."""
+    print(json.dumps(document))
+
+
 _debug = False
 
 

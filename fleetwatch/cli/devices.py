@@ -3,7 +3,6 @@ broker (:mod:`fleetwatch.stack.credentials`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated
@@ -11,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.credentials import Credentials, Issued
@@ -23,7 +22,6 @@ app = typer.Typer(
 )
 console = Console()
 DeviceArg = Annotated[str, typer.Argument(help="device id")]
-AsJson = Annotated[bool, typer.Option("--json", help="one JSON object on stdout")]
 
 
 @app.command()
@@ -50,9 +48,13 @@ def revoke(device_id: DeviceArg) -> None:
 
 
 @app.command(name="list")
-def list_devices() -> None:
-    """Devices that have credentials, one per line."""
-    for device_id in Credentials(load_settings()).devices():
+def list_devices(as_json: AsJson = False) -> None:
+    """Devices that have credentials, one per line (--json: an array of device ids)."""
+    devices = list(Credentials(load_settings()).devices())
+    if as_json:
+        print_json(devices)
+        return
+    for device_id in devices:
         console.print(device_id, highlight=False)
 
 
@@ -64,7 +66,7 @@ def _issued(issue: Callable[[Credentials], Issued], as_json: bool) -> None:
         fail(str(exc))
     reloaded = _reloaded(settings)
     if as_json:
-        print(json.dumps(asdict(issued)))
+        print_json(asdict(issued))
         return
     console.print(
         f"device {issued.device_id}{reloaded}\n"

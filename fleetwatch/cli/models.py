@@ -4,6 +4,7 @@ registry, and their champions on ``model.params`` for the scorer."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.fleet.publish import publish_champion, register_fleet_models
 
@@ -59,13 +60,16 @@ def _when(ms: int) -> str:
 
 
 @app.command("list")
-def list_models(tracking_uri: TrackingUri = None) -> None:
-    """Registered fleet models, their versions and aliases."""
+def list_models(tracking_uri: TrackingUri = None, as_json: AsJson = False) -> None:
+    """Registered fleet models, their versions and aliases (--json: an array of versions)."""
     registry = _registry(tracking_uri)
     try:
         versions = [v for name in registry.names() for v in registry.versions(name)]
     except FleetwatchError as exc:
         fail(str(exc))
+    if as_json:
+        print_json([asdict(v) for v in versions])
+        return
     if not versions:
         console.print("no registered models")
         return
@@ -90,8 +94,10 @@ def show(
     version: Annotated[int | None, typer.Option(min=1, help="version number")] = None,
     alias: Annotated[str | None, typer.Option(help="e.g. champion, challenger")] = None,
     tracking_uri: TrackingUri = None,
+    as_json: AsJson = False,
 ) -> None:
-    """One version (default: the champion, else the newest): details, metrics, its run."""
+    """One version (default: the champion, else the newest): details, metrics, its run
+    (--json: the version's fields and ``run``, null when it has none)."""
     if version is not None and alias is not None:
         fail("give --version or --alias, not both")
     registry = _registry(tracking_uri)
@@ -100,6 +106,9 @@ def show(
         run = registry.run(info.run_id) if info.run_id else None
     except FleetwatchError as exc:
         fail(str(exc))
+    if as_json:
+        print_json(asdict(info) | {"run": asdict(run) if run is not None else None})
+        return
     table = Table(show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
@@ -166,9 +175,10 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 
 
 @app.command("register-fleet")
-def register_fleet(tracking_uri: TrackingUri = None) -> None:
+def register_fleet(tracking_uri: TrackingUri = None, as_json: AsJson = False) -> None:
     """Pool the devices' learned PCA moments from model.params into one fleet model per
-    scope (metric set) and register each as a new challenger version."""
+    scope (metric set) and register each as a new challenger version (--json: an object,
+    scope → the version registered)."""
     # lazy: mlflow takes a second to import
     from fleetwatch.fleet.store import with_tracking_uri
 
@@ -178,6 +188,9 @@ def register_fleet(tracking_uri: TrackingUri = None) -> None:
         fail(str(exc))
     if not registered:
         fail("model.params has no device with learned PCA moments yet; run `fleetwatch train`")
+    if as_json:
+        print_json(registered)
+        return
     for scope, version in registered.items():
         console.print(f"{scope}: registered version {version} as challenger")
 

@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.cli.stages import epoch_ms
-from fleetwatch.streaming.scorer.replay import diff, read_events
+from fleetwatch.streaming.scorer.replay import Diff, diff, read_events
 from fleetwatch.streaming.scorer.replay import replay as run_replay
 from fleetwatch.streaming.spark_session import build_session
 
@@ -60,9 +60,10 @@ def replay(
 def diff_topics(
     a: Annotated[str, typer.Argument(help="an alert topic")],
     b: Annotated[str, typer.Argument(help="another alert topic")],
+    as_json: AsJson = False,
 ) -> None:
     """Compare the alert events of two topics by event id (detected_ms ignored); exit 1 when
-    they differ."""
+    they differ (--json: the counts and every differing event id)."""
     settings = load_settings()
     try:
         left = read_events(settings.kafka, a)
@@ -70,6 +71,25 @@ def diff_topics(
     except (LookupError, TimeoutError) as exc:
         fail(str(exc))
     result = diff(left, right)
+    if as_json:
+        print_json(
+            {
+                "a": a,
+                "b": b,
+                "identical": result.identical,
+                "same": result.same,
+                "only_a": result.only_a,
+                "only_b": result.only_b,
+                "changed": result.changed,
+            }
+        )
+    else:
+        _print_diff(a, b, result)
+    if not result.identical:
+        raise typer.Exit(1)
+
+
+def _print_diff(a: str, b: str, result: Diff) -> None:
     _out.print(
         f"{result.same} identical, {len(result.only_a)} only in {a}, "
         f"{len(result.only_b)} only in {b}, {len(result.changed)} different"
@@ -81,5 +101,3 @@ def diff_topics(
     ):
         for event in ids[:20]:
             _out.print(f"  {label}: {event}")
-    if not result.identical:
-        raise typer.Exit(1)

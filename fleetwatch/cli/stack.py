@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.errors import FleetwatchError
-from fleetwatch.stack.manager import Stack
+from fleetwatch.stack.manager import ComponentStatus, Stack
 from fleetwatch.stack.processes import tail
 
 app = typer.Typer(
@@ -38,7 +39,7 @@ def up(
     except FleetwatchError as exc:
         fail(str(exc))
     console.print(f"stack up in {seconds:.1f}s")
-    _print_status(stack)
+    _print_status(stack.status())
 
 
 @app.command()
@@ -49,11 +50,16 @@ def down() -> None:
 
 
 @app.command()
-def status() -> None:
-    """Show whether each broker (and Prometheus, once started) runs, where, and its log."""
+def status(as_json: AsJson = False) -> None:
+    """Show whether each broker (and Prometheus, once started) runs, where, and its log; exit
+    3 unless all run (--json: an array, a component each, ``pid`` null when stopped)."""
     stack = Stack(load_settings())
-    _print_status(stack)
-    if not all(c.pid for c in stack.status()):
+    components = stack.status()
+    if as_json:
+        print_json([asdict(c) | {"running": c.pid is not None} for c in components])
+    else:
+        _print_status(components)
+    if not all(c.pid for c in components):
         raise typer.Exit(3)
 
 
@@ -85,9 +91,9 @@ def logs(
                 pass
 
 
-def _print_status(stack: Stack) -> None:
+def _print_status(components: list[ComponentStatus]) -> None:
     table = Table("component", "state", "pid", "address", "log")
-    for c in stack.status():
+    for c in components:
         state = "[green]running[/]" if c.pid else "[red]stopped[/]"
         table.add_row(c.name, state, str(c.pid or "-"), c.address, c.log)
     console.print(table)

@@ -3,6 +3,7 @@ traceback)."""
 
 from __future__ import annotations
 
+import json
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fleetwatch.cli import replay as replay_cli
 from fleetwatch.cli import stack as stack_cli
 from fleetwatch.cli.main import app
 from fleetwatch.contracts.errors import FleetwatchError
+from fleetwatch.stack.manager import ComponentStatus
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +93,43 @@ def test_debug_shows_the_traceback_of_a_failure_a_command_reports_itself(
     loud = CliRunner().invoke(app, ["--debug", "stack", "up"])
     assert loud.exit_code == 1
     assert "Traceback (most recent call last)" in loud.output
+
+
+def test_devices_list_as_json(run_dir: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["devices", "add", "pump-7"]).exit_code == 0
+    assert runner.invoke(app, ["devices", "add", "pump-8"]).exit_code == 0
+    result = runner.invoke(app, ["devices", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == ["pump-7", "pump-8"]
+
+
+def test_stack_status_as_json_keeps_its_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    class HalfUp(_BrokenStack):
+        def status(self) -> list[ComponentStatus]:
+            return [
+                ComponentStatus("kafka", 4242, "127.0.0.1:9092", "/run/kafka.log"),
+                ComponentStatus("mosquitto", None, "127.0.0.1:1883", "/run/mosquitto.log"),
+            ]
+
+    monkeypatch.setattr(stack_cli, "Stack", HalfUp)
+    result = CliRunner().invoke(app, ["stack", "status", "--json"])
+    assert result.exit_code == 3
+    body = json.loads(result.stdout)
+    assert [(c["name"], c["pid"], c["running"]) for c in body] == [
+        ("kafka", 4242, True),
+        ("mosquitto", None, False),
+    ]
+
+
+def test_replay_diff_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = {
+        "alerts.a": [{"event_id": "e1", "score": 0.9}, {"event_id": "e2", "score": 0.5}],
+        "alerts.b": [{"event_id": "e1", "score": 0.9}, {"event_id": "e3", "score": 0.7}],
+    }
+    monkeypatch.setattr(replay_cli, "read_events", lambda kafka, topic: events[topic])
+    result = CliRunner().invoke(app, ["replay", "diff", "alerts.a", "alerts.b", "--json"])
+    assert result.exit_code == 1  # they differ
+    body = json.loads(result.stdout)
+    assert body["identical"] is False
+    assert (body["same"], body["only_a"], body["only_b"]) == (1, ["e2"], ["e3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,25 @@ def test_a_champion_the_scorer_cannot_be_told_of_is_a_clear_error(
     assert result.exit_code == 1
     assert "the scorer was not told" in result.output
     assert "Traceback" not in result.output
+
+
+def test_list_and_show_as_json(run: Invoke) -> None:
+    listed = run("list", "--json")
+    assert listed.exit_code == 0, listed.output
+    versions = json.loads(listed.stdout)
+    hvac = [v for v in versions if v["name"] == "fleetwatch-hvac"]
+    assert [v["version"] for v in hvac] == [1, 2]
+    assert all(isinstance(v["aliases"], list) and v["created_ms"] > 0 for v in hvac)
+    shown = run("show", "fleetwatch-hvac", "--version", "1", "--json")
+    assert shown.exit_code == 0, shown.output
+    one = json.loads(shown.stdout)
+    assert one["version"] == 1
+    assert one["run"]["name"] == "train-cli"
+    assert one["run"]["metrics"]["recall"] == 0.75
+
+
+def test_register_fleet_as_json(run: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models_cli, "register_fleet_models", lambda settings: {"hvac": 3})
+    result = run("register-fleet", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"hvac": 3}
