@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli import progress
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.filemode.columns import DEVICE_NAMES, TIME_NAMES
 from fleetwatch.filemode.csvfile import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
@@ -45,6 +47,33 @@ def _report(summary: DetectSummary, out: Path) -> None:
         table.add_row("rows without a value", f"{summary.no_values:,} (not scored)")
     table.add_row("time", f"{summary.seconds:.2f} s ({summary.rows_per_s:,.0f} rows/s)")
     console.print(table)
+
+
+def _data_rows(path: Path) -> int:
+    """The rows of a CSV after its header, by its line ends (the bar's end; a quoted line end
+    inside a cell makes it a little long)."""
+    lines = 0
+    last = b"\n"
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return max(0, lines - 1 + (last != b"\n"))
+
+
+def _as_json(summary: DetectSummary, out: Path) -> dict[str, object]:
+    return {
+        "out": str(out),
+        "columns": asdict(summary.columns),
+        "rows": summary.rows,
+        "devices": summary.devices,
+        "alerts": summary.alerts,
+        "alert_rate": summary.alert_rate,
+        "bad_times": summary.bad_times,
+        "no_values": summary.no_values,
+        "seconds": summary.seconds,
+        "rows_per_s": summary.rows_per_s,
+    }
 
 
 def detect(
@@ -90,20 +119,34 @@ def detect(
             f"(known: {', '.join(sorted(KINDS))}), e.g. level,flatline",
         ),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Score a recorded CSV online and causally with the scorer's own per-device step: per
     device, in timestamp order, each chunk of rows is scored (alert episodes, device-wide
     moves) with what the trainer's step learned from the earlier chunks, then learned.
     Writes every input row with anomaly_score (0-1), alert (an alert of the device is open at
-    the row), alert_metric and reason."""
+    the row), alert_metric and reason. --json: the summary as one JSON object."""
     settings = load_settings()
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")
     try:
         make = detector_factory(detectors, Tuning.of(settings.score))
-        summary = detect_csv(
-            file, out, timestamp, device, _values(values), chunk_rows, piece_rows, make
-        )
+        total = _data_rows(file) if progress.attached() and file.is_file() else None
+        with progress.bar(f"detect {file.name}", total) as update:
+            summary = detect_csv(
+                file,
+                out,
+                timestamp,
+                device,
+                _values(values),
+                chunk_rows,
+                piece_rows,
+                make,
+                on_piece=lambda rows, _alerts: update(rows),
+            )
     except FleetwatchError as exc:
         fail(str(exc))
+    if as_json:
+        print_json(_as_json(summary, out))
+        return
     _report(summary, out)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from fleetwatch.cli import progress
 from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.cli.stages import epoch_ms
+from fleetwatch.streaming.progress_metrics import following
 from fleetwatch.streaming.scorer.replay import Diff, diff, read_events
 from fleetwatch.streaming.scorer.replay import replay as run_replay
 from fleetwatch.streaming.spark_session import build_session
@@ -46,9 +49,18 @@ def replay(
     if lo is not None and hi is not None and lo >= hi:
         fail("--from must be before --to")
     require_kafka(settings.kafka)
+    raw = settings.topics.telemetry_raw
+    total = progress.log_end(settings.kafka, raw) if progress.attached() else None
     spark = build_session(settings, "fleetwatch-replay")
     try:
-        run_replay(spark, settings, output_topic, lo, hi)
+        with progress.bar(f"replay {raw} → {output_topic} (offsets)", total) as update:
+            shown = (
+                following(spark, "fleetwatch-replay", progress.reports_to(update, raw))
+                if progress.attached()
+                else contextlib.nullcontext()
+            )
+            with shown:
+                run_replay(spark, settings, output_topic, lo, hi)
     except RuntimeError as exc:
         fail(str(exc))
     finally:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +16,7 @@ import typer
 import uvicorn
 from uvicorn import server as uvicorn_server
 
+from fleetwatch.cli import progress
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.contracts.errors import FleetwatchError
@@ -26,7 +29,7 @@ from fleetwatch.runtime import stop_event
 from fleetwatch.stack.credentials import login
 from fleetwatch.streaming.scorer import job as scoring
 from fleetwatch.streaming.trainer import job as training
-from fleetwatch.streaming.trainer.observer import default_observer
+from fleetwatch.streaming.trainer.observer import TrainingObserver, default_observer
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +102,43 @@ def train(
     stop = stop_event()
     observer = default_observer(settings)
     try:
-        training.run(settings, stop, observer, backfill)
+        if backfill is not None and progress.attached():
+            _backfill_shown(settings, stop, observer, backfill)
+        else:
+            training.run(settings, stop, observer, backfill)
         if backfill is not None and settings.train.tracking and not stop.is_set():
             _register_fleet_models(settings, getattr(observer, "run_id", None))
     except FleetwatchError as exc:
         fail(str(exc))
+
+
+def _backfill_shown(
+    settings: Settings,
+    stop: threading.Event,
+    observer: TrainingObserver,
+    backfill: training.Backfill,
+) -> None:
+    """A backfill with a bar: the trainer's progress reports, read back from its progress
+    log (the setting's file, else one of its own in the run directory for the run)."""
+    raw = settings.topics.telemetry_raw
+    log = settings.spark.progress_log
+    own = log is None
+    if log is None:
+        log = settings.run_path / f"train-backfill-{os.getpid()}.progress.jsonl"
+        settings = settings.model_copy(
+            update={"spark": settings.spark.model_copy(update={"progress_log": log})}
+        )
+    total = None if backfill.files else progress.log_end(settings.kafka, raw)
+    what = f"backfill {backfill.files}" if backfill.files else f"backfill {raw} (offsets)"
+    with progress.bar(what, total) as update:
+        follower = progress.ReportFollower(log, progress.reports_to(update, raw))
+        follower.start()
+        try:
+            training.run(settings, stop, observer, backfill)
+        finally:
+            follower.stop()
+            if own:
+                log.unlink(missing_ok=True)
 
 
 def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
