@@ -227,13 +227,18 @@ def start(
 
     from fleetwatch.streaming.kafka_io import kafka_stream
     from fleetwatch.streaming.scorer.batch_counts import counted
-    from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, kafka_rows, scorer_input
+    from fleetwatch.streaming.scorer.job import (
+        OUTPUT_SCHEMA,
+        kafka_rows,
+        params_stream,
+        scorer_input,
+    )
     from fleetwatch.streaming.scorer.processor import device_scorer
 
     topics = settings.topics
     raw = kafka_stream(spark, settings, topics.telemetry_raw, options=source)
-    params = kafka_stream(spark, settings, topics.model_params)
-    inputs = scorer_input(raw, params, settings.score.allowed_lateness)
+    params = params_stream(spark, settings)
+    inputs = scorer_input(raw, params, settings.score.allowed_lateness, topics.quarantine_lifts)
     out = inputs.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=timed_processor(device_scorer(settings), log_path),
         outputStructType=OUTPUT_SCHEMA,

@@ -1,9 +1,10 @@
-"""Quarantine lifts on ``model.params``: the record the API's
-``POST /devices/{device_id}/quarantine/lift`` writes and the scorer reads
-(:mod:`fleetwatch.streaming.scorer.quarantine`). Its key is ``quarantine:{device_id}``
-(:data:`~fleetwatch.contracts.identifiers.QUARANTINE_KEY_PREFIX`, never a device's key; the
-topic's compaction keeps each device's newest), its value ``{"device_id", "lifted_ms"}``: a
-quarantine that began at or before ``lifted_ms`` ends."""
+"""Quarantine lifts on ``device.quarantine-lifts`` (``topics.quarantine_lifts``): the record the
+API's ``POST /devices/{device_id}/quarantine/lift`` writes and the scorer reads beside
+``model.params`` (:mod:`fleetwatch.streaming.scorer.quarantine`). Its key is
+``quarantine:{device_id}`` (:data:`~fleetwatch.contracts.identifiers.QUARANTINE_KEY_PREFIX`,
+never a device's key; the topic's compaction keeps each device's newest), its value
+``{"device_id", "lifted_ms"}``: a quarantine that began at or before ``lifted_ms`` ends. The
+scorer takes lifts from that topic only, and parameters from ``model.params`` only."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fleetwatch.contracts.identifiers import QUARANTINE_KEY_PREFIX, after_prefix
 
 
 def lift_key(device_id: str) -> str:
-    """The ``model.params`` key of a device's lift record."""
+    """The key of a device's lift record."""
     return f"{QUARANTINE_KEY_PREFIX}{device_id}"
 
 

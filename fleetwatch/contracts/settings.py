@@ -294,6 +294,9 @@ class TopicSettings(_Part):
     telemetry_deadletter: str = "telemetry.deadletter"
     telemetry_late: str = "telemetry.late"
     model_params: str = "model.params"
+    quarantine_lifts: str = "device.quarantine-lifts"
+    """Quarantine lifts the API writes and the scorer reads: on a topic of their own, so that
+    the API's login needs no right to write ``model.params``."""
     alerts: str = "alerts"
     device_state: str = "device.state"
     device_sessions: str = "device.sessions"

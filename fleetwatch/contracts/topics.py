@@ -26,6 +26,7 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         ),
         TopicSpec(topics.telemetry_late, "device_id", {"retention.ms": str(14 * _DAY_MS)}),
         TopicSpec(topics.model_params, "device_id", compact),
+        TopicSpec(topics.quarantine_lifts, "quarantine:{device_id}", compact),
         TopicSpec(topics.alerts, "device_id", {"retention.ms": str(90 * _DAY_MS)}),
         TopicSpec(topics.device_state, "device_id", compact),
         TopicSpec(topics.device_sessions, "session_id", compact),

@@ -60,7 +60,7 @@ def create_app(
         kafka = publisher or KafkaCommandPublisher(
             settings.kafka,
             settings.topics.device_commands,
-            settings.topics.model_params,
+            settings.topics.quarantine_lifts,
         )
         hooks = settings.api.webhooks
         sender = Sender(db, hooks, metrics, resolver, transport)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_device
+from fleetwatch.contracts.quarantine import lift_key, lift_value
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
@@ -30,6 +31,7 @@ from tests.unit.test_fleet_champion import BROKEN, SCOPE, champion_json
 
 T0 = 1_763_700_000_000
 SETTINGS = Settings()
+LIFTS = SETTINGS.topics.quarantine_lifts
 TOPICS = SETTINGS.topics
 
 
@@ -82,24 +84,39 @@ class Steps:
         self.params.mkdir()
         self.n = 0
 
-    def run(self, lines: list[str], updates: list[tuple[str, str]] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    def run(
+        self,
+        lines: list[str],
+        updates: list[tuple[str, str]] | list[tuple[str, str, str]] = (),  # type: ignore[assignment]
+    ) -> list[dict[str, Any]]:
+        """``updates``: (key, value) on ``model.params`` (a lift's key on the lifts topic), or
+        (key, value, topic)."""
         self.n += 1
         if lines:
             body = "\n".join(kafka_row(line) for line in lines)
             (self.raw / f"{self.n}.json").write_text(body + "\n")
         if updates:
             body = "\n".join(  # as Kafka gives them: a place on model.params each
-                json.dumps({"key": k, "value": v, "partition": 0, "offset": 100 * self.n + i})
-                for i, (k, v) in enumerate(updates)
+                json.dumps(
+                    {
+                        "key": k,
+                        "value": v,
+                        "topic": u[2] if len(u) > 2 else _topic_of(k),
+                        "partition": 0,
+                        "offset": 100 * self.n + i,
+                    }
+                )
+                for i, u in enumerate(updates)
+                for k, v in [u[:2]]
             )
             (self.params / f"{self.n}.json").write_text(body + "\n")
         raw = self.spark.readStream.schema(
             "key STRING, value STRING, timestamp TIMESTAMP, partition INT, offset LONG"
         ).json(str(self.raw))
         par = self.spark.readStream.schema(
-            "key STRING, value STRING, partition INT, offset LONG"
+            "key STRING, value STRING, topic STRING, partition INT, offset LONG"
         ).json(str(self.params))
-        frame = self.plan(scorer_input(raw, par, "1 minute"))
+        frame = self.plan(scorer_input(raw, par, "1 minute", LIFTS))
         got: list[dict[str, Any]] = []
 
         def collect(batch: Any, _: int) -> None:
@@ -116,6 +133,10 @@ class Steps:
         query.awaitTermination()
         assert query.exception() is None
         return got
+
+
+def _topic_of(key: str) -> str:
+    return LIFTS if key.startswith("quarantine:") else SETTINGS.topics.model_params
 
 
 def values(rows: list[dict[str, Any]], topic: str) -> list[dict[str, Any]]:
@@ -255,3 +276,25 @@ def test_the_counts_reach_the_progress_report_on_a_checkpoint_of_the_plan_before
     assert (value("fleetwatch_streaming_batches_total", {"query": "score"}) or 0) >= 1
     assert [a["status"] for a in values(rows, TOPICS.alerts)] == ["open"]
     assert all(r["topic"] and r["role"] != COUNT_ROLE for r in rows)
+
+
+def test_lifts_count_only_from_their_topic_and_reach_their_devices_bucket(
+    spark: Any, tmp_path: Path
+) -> None:
+    steps = Steps(spark, tmp_path, plan=lambda inputs: inputs)
+    _, own = trained("d4")
+    lift = lift_value("d1", T0)
+    rows = steps.run(
+        [reading("d1", 1, T0, temperature=21.0)],
+        [
+            (lift_key("d1"), lift, LIFTS),
+            (lift_key("d2"), lift_value("d2", T0), SETTINGS.topics.model_params),
+            ("d3", own, LIFTS),
+            ("d4", own, SETTINGS.topics.model_params),
+        ],
+    )
+    updates = {r["device_id"]: r for r in rows if r["src"] == "p"}
+    assert set(updates) == {lift_key("d1"), "d4"}
+    reading_bucket = next(r["bucket"] for r in rows if r["src"] == "r" and r["device_id"] == "d1")
+    assert updates[lift_key("d1")]["bucket"] == reading_bucket
+    assert updates[lift_key("d1")]["params"] == lift

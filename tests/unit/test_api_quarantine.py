@@ -1,5 +1,5 @@
 """A quarantined device through the API: its state says so, with why and until when; an
-operator lifts it, which puts a lift record on ``model.params`` for the scorer."""
+operator lifts it, which puts a lift record on ``device.quarantine-lifts`` for the scorer."""
 
 from __future__ import annotations
 

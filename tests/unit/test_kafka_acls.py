@@ -42,7 +42,7 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
         t.device_command_acks,
     }
     assert topics_with(gateway, "READ") == {t.device_commands}
-    assert topics_with(scorer, "READ") == {t.telemetry_raw, t.model_params}
+    assert topics_with(scorer, "READ") == {t.telemetry_raw, t.model_params, t.quarantine_lifts}
     assert topics_with(scorer, "WRITE") == {
         t.alerts,
         t.device_state,
@@ -52,12 +52,18 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
     }
     assert topics_with(trainer, "WRITE") == {t.model_params}
     assert t.telemetry_raw not in topics_with(api, "WRITE")
-    assert topics_with(api, "WRITE") == {t.device_commands, t.telemetry_deadletter, t.model_params}
-    # nobody but the gateway writes telemetry; nobody but the trainer and the API model.params
-    writers = {
-        stage for stage in STAGES if t.telemetry_raw in topics_with(stage_grants(s, stage), "WRITE")
+    assert topics_with(api, "WRITE") == {
+        t.device_commands,
+        t.telemetry_deadletter,
+        t.quarantine_lifts,
     }
-    assert writers == {"gateway"}
+    # nobody but the gateway writes telemetry, nobody but the trainer model.params
+
+    def writers(topic: str) -> set[str]:
+        return {stage for stage in STAGES if topic in topics_with(stage_grants(s, stage), "WRITE")}
+
+    assert writers(t.telemetry_raw) == {"gateway"}
+    assert writers(t.model_params) == {"trainer"}
     # every topic someone writes, someone reads (but the late readings, for people); the API
     # reads the dead letters for the devices the gateway rate-limits
     read = set().union(*(topics_with(stage_grants(s, st), "READ") for st in STAGES))

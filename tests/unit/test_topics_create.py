@@ -121,7 +121,11 @@ def test_an_empty_cluster_gets_every_topic_with_its_config() -> None:
         assert (topic.partitions, topic.replicas) == (6, 3)
         assert topic.config == spec.config
     compacted = {n for n, t in admin.topics.items() if t.config.get("cleanup.policy") == "compact"}
-    assert compacted == COMPACTED == {"model.params", "device.state", "device.sessions"}
+    assert (
+        compacted
+        == COMPACTED
+        == {"model.params", "device.quarantine-lifts", "device.state", "device.sessions"}
+    )
 
 
 def test_a_second_run_creates_nothing_and_reports_every_topic_as_there() -> None:
@@ -211,7 +215,7 @@ def test_the_command_creates_the_topics_where_and_as_told(
     assert configs == [{"bootstrap.servers": "kafka-0.kafka:9092"}]
     assert {(t.partitions, t.replicas) for t in admin.topics.values()} == {(12, 2)}
     assert waits.calls == [NAMES]
-    assert "9 created, 0 already there, on kafka-0.kafka:9092" in result.output
+    assert "10 created, 0 already there, on kafka-0.kafka:9092" in result.output
     assert "cleanup.policy=compact" in result.output
 
 
@@ -223,12 +227,12 @@ def test_the_command_twice_reports_the_topics_and_succeeds(
     runner = CliRunner()
     first = runner.invoke(app, ["topics", "create", "--partitions", "4"])
     assert first.exit_code == 0, first.output
-    assert "8 created, 1 already there" in first.output
+    assert "9 created, 1 already there" in first.output
     assert "exists, differs" in first.output
     assert "1 partitions, not 4; retention.ms=604800000, not 7776000000" in first.output
     second = runner.invoke(app, ["topics", "create", "--partitions", "4"])
     assert second.exit_code == 0, second.output
-    assert "0 created, 9 already there" in second.output
+    assert "0 created, 10 already there" in second.output
 
 
 def test_the_command_takes_its_defaults_from_the_settings(

@@ -34,10 +34,10 @@ class CommandPublisher(Protocol):
 
 class KafkaCommandPublisher:
     def __init__(
-        self, kafka: KafkaSettings, topic: str, params_topic: str, timeout_s: float = 5.0
+        self, kafka: KafkaSettings, topic: str, lifts_topic: str, timeout_s: float = 5.0
     ) -> None:
         self.topic = topic
-        self.params_topic = params_topic
+        self.lifts_topic = lifts_topic
         self.timeout_s = timeout_s
         self.producer = Producer(
             client_config(
@@ -57,7 +57,7 @@ class KafkaCommandPublisher:
 
     def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
         key = lift_key(device_id)
-        self._send(self.params_topic, key, lift_value(device_id, lifted_ms), "the lift")
+        self._send(self.lifts_topic, key, lift_value(device_id, lifted_ms), "the lift")
 
     def _send(self, topic: str, key: str, value: str, what: str) -> None:
         done = threading.Event()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
+from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX, QUARANTINE_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.runtime import serve_metrics
@@ -74,11 +74,14 @@ JOB = "score"
 QUERY_NAME = f"fleetwatch-{JOB}"
 
 
-def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` and of ``model.params`` → the operator's input: one row
-    per reading with ``src = 'r'``, and one row per parameter record with ``src = 'p'``, each
-    with the ``bucket`` of its device. A fleet champion's record (``fleet:{scope}``,
-    :mod:`fleetwatch.contracts.fleet`) goes to every bucket.
+def scorer_input(raw: DataFrame, params: DataFrame, lateness: str, lifts_topic: str) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` and of ``model.params`` with ``lifts_topic``
+    (:func:`params_stream`) → the operator's input: one row per reading with ``src = 'r'``, and
+    one row per parameter record or quarantine lift with ``src = 'p'``, each with the
+    ``bucket`` of its device. A fleet champion's record (``fleet:{scope}``,
+    :mod:`fleetwatch.contracts.fleet`) goes to every bucket. A lift (``quarantine:{device}``)
+    counts only from ``lifts_topic`` and goes to its device's bucket; nothing else counts from
+    that topic, so writing lifts gives no way to write parameters.
 
     A reading reaches the operator as the gateway wrote it: the device id is the record's key,
     its event time the record's timestamp (the watermark's column), and the value the JSON
@@ -120,20 +123,33 @@ def scorer_input(raw: DataFrame, params: DataFrame, lateness: str) -> DataFrame:
         )
     )
     every_bucket = F.sequence(F.lit(0), F.lit(buckets.BUCKETS - 1))
-    updates = params.select(
-        device.alias("device_id"),
-        F.explode(
-            F.when(device.startswith(FLEET_KEY_PREFIX), every_bucket).otherwise(
-                F.array(bucket(device))
-            )
-        ).alias("bucket"),
-        F.lit("p").alias("src"),
-        F.lit(None).cast("string").alias("reading"),
-        F.make_valid_utf8(value).alias("params"),
-        "partition",
-        "offset",
-    ).where(F.col("device_id").isNotNull())
+    is_lift = device.startswith(QUARANTINE_KEY_PREFIX)
+    lifted = device.substr(F.lit(len(QUARANTINE_KEY_PREFIX) + 1), F.length(device))
+    updates = (
+        params.where(is_lift == (F.col("topic") == F.lit(lifts_topic)))
+        .select(
+            device.alias("device_id"),
+            F.explode(
+                F.when(device.startswith(FLEET_KEY_PREFIX), every_bucket)
+                .when(is_lift, F.array(bucket(lifted)))
+                .otherwise(F.array(bucket(device)))
+            ).alias("bucket"),
+            F.lit("p").alias("src"),
+            F.lit(None).cast("string").alias("reading"),
+            F.make_valid_utf8(value).alias("params"),
+            "partition",
+            "offset",
+        )
+        .where(F.col("device_id").isNotNull())
+    )
     return readings.unionByName(updates)
+
+
+def params_stream(spark: SparkSession, settings: Settings) -> DataFrame:
+    """``model.params`` and the quarantine lifts, from their earliest offsets, as one stream
+    (one source: a lift's topic is in its rows' ``topic``)."""
+    topics = settings.topics
+    return kafka_stream(spark, settings, f"{topics.model_params},{topics.quarantine_lifts}")
 
 
 def scored_frame(inputs: DataFrame, settings: Settings) -> DataFrame:
@@ -187,8 +203,9 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
         ),
         max_offsets_per_trigger=settings.score.max_offsets_per_trigger,
     )
-    params = kafka_stream(spark, settings, topics.model_params)
-    out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
+    params = params_stream(spark, settings)
+    lateness = settings.score.allowed_lateness
+    out = scored_frame(scorer_input(raw, params, lateness, topics.quarantine_lifts), settings)
     checkpoint = versioned(settings.checkpoint_root, "score", PLAN_VERSION)
     query = (
         kafka_rows(out)

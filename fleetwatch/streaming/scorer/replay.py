@@ -28,7 +28,7 @@ from fleetwatch.kafka_config import spark_options
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
 from fleetwatch.streaming.kafka_io import kafka_stream
-from fleetwatch.streaming.scorer.job import scored_frame, scorer_input
+from fleetwatch.streaming.scorer.job import params_stream, scored_frame, scorer_input
 from fleetwatch.streaming.scorer.output import Role
 
 if TYPE_CHECKING:
@@ -69,8 +69,9 @@ def replay(
         raw = raw.where(event_ms >= F.lit(from_ms))
     if to_ms is not None:
         raw = raw.where(event_ms < F.lit(to_ms))
-    params = kafka_stream(spark, settings, settings.topics.model_params)
-    out = scored_frame(scorer_input(raw, params, settings.score.allowed_lateness), settings)
+    params = params_stream(spark, settings)
+    lateness, lifts = settings.score.allowed_lateness, settings.topics.quarantine_lifts
+    out = scored_frame(scorer_input(raw, params, lateness, lifts), settings)
     checkpoint = settings.checkpoint_root / f"replay-{uuid.uuid4().hex[:12]}"
     query = (
         out.where(F.col("role") == Role.ALERTS.value)
