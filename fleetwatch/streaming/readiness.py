@@ -51,8 +51,9 @@ class Query(Protocol):
 
 
 class QueryReadiness:
-    """The readiness of the query handed to :meth:`follow` (none yet: not ready); call the
-    object for a :class:`~fleetwatch.runtime.Readiness`. Thread-safe."""
+    """The readiness of the query handed to :meth:`follow`, or found by :meth:`follow_named`
+    (none yet: not ready); call the object for a :class:`~fleetwatch.runtime.Readiness`.
+    Thread-safe."""
 
     def __init__(
         self,
@@ -62,6 +63,7 @@ class QueryReadiness:
         self.stalled_after_s = stalled_after_s
         self.clock = clock
         self._query: Query | None = None
+        self._find: Callable[[], Query | None] | None = None
         self._lock = threading.Lock()
         self._running: tuple[int | None, float] | None = None
         """(last batch id, when a check first saw a trigger running after it)."""
@@ -70,12 +72,24 @@ class QueryReadiness:
         with self._lock:
             self._query, self._running = query, None
 
+    def follow_named(self, streams: Any, name: str) -> None:
+        """Follow the query called ``name`` once it is among ``streams.active`` (a session's
+        ``StreamingQueryManager``), for a job that starts its query further down."""
+
+        def find() -> Query | None:
+            return next((q for q in streams.active if q.name == name), None)
+
+        with self._lock:
+            self._query, self._find, self._running = None, find, None
+
     def __call__(self) -> Readiness:
         with self._lock:
-            query = self._query
-            if query is None:
-                return Readiness(False, {"query": "not started"})
             try:
+                if self._query is None and self._find is not None:
+                    self._query = self._find()
+                query = self._query
+                if query is None:
+                    return Readiness(False, {"query": "not started"})
                 active = query.isActive
                 status = dict(query.status) if active else {}
                 progress = query.lastProgress if active else None

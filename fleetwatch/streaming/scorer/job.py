@@ -48,6 +48,7 @@ from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import stop_after_batch, watch
+from fleetwatch.streaming.readiness import QueryReadiness
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics, counted
 from fleetwatch.streaming.scorer.errors import ScoringError
 from fleetwatch.streaming.scorer.processor import device_scorer
@@ -231,16 +232,19 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
 def run(settings: Settings, stop: threading.Event) -> None:
     """Run until ``stop`` is set, then stop the query cleanly (the current batch completes).
-    Meanwhile its metrics are served on ``score.metrics_port`` (unless 0)."""
+    Meanwhile its metrics, health and readiness (:mod:`~fleetwatch.streaming.readiness`) are
+    served on ``score.metrics_port`` (unless 0)."""
     registry = CollectorRegistry()
     port = settings.score.metrics_port
-    with serve_metrics(registry, port, "FLEETWATCH_SCORE__METRICS_PORT"):
+    ready = QueryReadiness()
+    with serve_metrics(registry, port, "FLEETWATCH_SCORE__METRICS_PORT", ready):
         spark = build_session(settings, QUERY_NAME)
         try:
             counts = ScorerMetrics(registry).record if port else None
             log = progress_log(settings.spark.progress_log)
             with progress_exported(spark, JOB, registry if port else None, (counts, log)):
                 query = start(spark, settings)
+                ready.follow(query)
                 watch(query, stop)
                 if query.isActive:
                     logger.info("stopping the scoring query after its current micro-batch")

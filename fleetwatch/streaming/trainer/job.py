@@ -71,6 +71,7 @@ from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream, kafka_table
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import wait_for_query, watch
+from fleetwatch.streaming.readiness import QueryReadiness
 from fleetwatch.streaming.spark_session import build_session
 from fleetwatch.streaming.trainer.errors import TrainError
 from fleetwatch.streaming.trainer.metrics import MeteredObserver, TrainerMetrics
@@ -269,7 +270,8 @@ def run(
     """Live: run until ``stop`` is set. Backfill: run until the range is learned (or ``stop``).
     Either way the query stops cleanly: a batch being written completes and is committed, and
     one that had not started writing is left for the next run. A live trainer serves its
-    metrics on ``train.metrics_port`` (unless 0); a backfill, which may run beside it, none."""
+    metrics, health and readiness (:mod:`~fleetwatch.streaming.readiness`) on
+    ``train.metrics_port`` (unless 0); a backfill, which may run beside it, none."""
     registry = CollectorRegistry()
     port = settings.train.metrics_port if backfill is None else 0
     on_failed = None
@@ -277,8 +279,10 @@ def run(
         metrics = TrainerMetrics(registry)
         observer = MeteredObserver(observer, metrics)
         on_failed = metrics.failed.inc
-    with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT"):
+    ready = QueryReadiness()
+    with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT", ready):
         spark = build_session(settings, f"fleetwatch-{JOB}")
+        ready.follow_named(spark.streams, f"fleetwatch-{JOB}")
         try:
             log = progress_log(settings.spark.progress_log)
             with progress_exported(spark, JOB, registry if port else None, (log,)):
