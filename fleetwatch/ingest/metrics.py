@@ -29,6 +29,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.ingest.accept import Outcome
 from fleetwatch.ingest.broker_stats import SysBridge
 from fleetwatch.ingest.errors import RejectKind
+from fleetwatch.ingest.readiness import gateway_readiness
 from fleetwatch.runtime import serve_metrics
 
 if TYPE_CHECKING:
@@ -218,11 +219,14 @@ class OverRate:
 
 
 @contextmanager
-def exported(settings: Settings, registry: CollectorRegistry) -> Iterator[None]:
+def exported(settings: Settings, registry: CollectorRegistry, workers: int = 1) -> Iterator[None]:
     """Serve ``registry`` and the MQTT broker's own figures (:mod:`broker_stats`) on
-    ``gateway.metrics_port`` while the block runs (nothing when it is 0)."""
+    ``gateway.metrics_port`` while the block runs (nothing when it is 0), with ``/healthz``
+    and ``/readyz``: ready when the ``workers`` counting into ``registry`` are all connected
+    and subscribed and Kafka answers (:mod:`~fleetwatch.ingest.readiness`)."""
     port = settings.gateway.metrics_port
-    with serve_metrics(registry, port, "FLEETWATCH_GATEWAY__METRICS_PORT"):
+    ready = gateway_readiness(settings, registry, workers)
+    with serve_metrics(registry, port, "FLEETWATCH_GATEWAY__METRICS_PORT", ready):
         if port == 0:
             yield
             return

@@ -105,9 +105,9 @@ def supervise(workers: int, stop: threading.Event, metrics: Path | None = None) 
 
 def supervise_exported(settings: Settings, workers: int, stop: threading.Event) -> int:
     """:func:`supervise`, serving the sum of the workers' metrics on
-    ``gateway.metrics_port`` (unless it is 0)."""
+    ``gateway.metrics_port`` (unless it is 0), and the readiness of them all."""
     if not settings.gateway.metrics_port:
         return supervise(workers, stop)
     kept = metrics_dir(settings)
-    with exported(settings, supervisor_registry(kept)):
+    with exported(settings, supervisor_registry(kept), workers):
         return supervise(workers, stop, kept)
