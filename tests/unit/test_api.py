@@ -250,9 +250,9 @@ def test_health_and_readiness(api: Api) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").status_code == 200
     api.publisher.up = False
-    not_ready = api.client.get("/readyz")
-    assert not_ready.status_code == 503
-    assert not_ready.json()["kafka"] == "unreachable"
+    degraded = api.client.get("/readyz")  # reads come from the database (test_api_readiness)
+    assert degraded.status_code == 200
+    assert degraded.json()["kafka"] == "unreachable"
 
 
 def test_state_session_and_model_read_back_in_the_api_s_shapes(api: Api) -> None:
