@@ -135,3 +135,27 @@ def test_a_driver_that_does_not_answer_is_not_ready_with_the_reason() -> None:
     answer = readiness()
     assert answer.ready is False
     assert "Py4JError" in answer.detail["query"]
+
+
+@dataclass
+class Named(FakeQuery):
+    name: str = "fleetwatch-train"
+
+
+@dataclass
+class Streams:
+    active: list[Named] = field(default_factory=list)
+
+
+def test_a_query_started_further_down_is_found_by_name_and_kept() -> None:
+    streams = Streams()
+    readiness = QueryReadiness(clock=Clock())
+    readiness.follow_named(streams, "fleetwatch-train")
+    assert readiness().detail == {"query": "not started"}
+    query = Named()
+    streams.active = [Named(name="other"), query]
+    query.batch_done(0)
+    assert readiness().ready
+    query.isActive = False
+    streams.active = []  # a stopped query leaves the session's active ones
+    assert readiness().detail == {"query": "stopped"}
