@@ -95,7 +95,9 @@ def gateway_readiness(
     g = settings.gateway
 
     def admin() -> AdminClient:
-        extra = {"client.id": f"{g.client_id}-readiness", "log_level": 3}
+        # critical only: the gateway's producer already logs a broker it cannot reach, and
+        # /readyz says why
+        extra = {"client.id": f"{g.client_id}-readiness", "log_level": 2}
         return AdminClient(client_config(settings.kafka, extra))
 
     return GatewayReadiness(
