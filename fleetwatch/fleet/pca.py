@@ -12,9 +12,24 @@ average of models:
    between-device parts, ``S = Σ (S_i - W_i m_i m_iᵀ) + Σ W_i (m_i - M)(m_i - M)ᵀ`` (in
    shifted coordinates, which is the same algebra).
 
-The result equals the moments of one detector that learned every device's rows (up to float
-rounding), so its PCA is the PCA of the concatenated data. Averaging per-device means or
-correlation matrices instead would drop the between-device spread.
+Of devices that weigh alike and none outlying (see below), the result equals the moments of one
+detector that learned every device's rows (up to float rounding), so its PCA is the PCA of the
+concatenated data. Averaging per-device means or correlation matrices instead would drop the
+between-device spread.
+
+No one device can skew the pool (a winsorized mean over devices, of bounded weights):
+
+- every device weighs at most what the median device weighs (its decayed ``W``): a device that
+  reads a hundred times as often as its peers counts as one of them, not as a hundred;
+- per metric, the :func:`left_out` most outlying devices — by their second moment about the
+  devices' median mean, their variance plus their mean's squared offset — have their deviations
+  from that median (their mean's offset and their spread about their mean) shrunk to the next
+  one's: a noisy device, or one far off the others' level, would otherwise widen its scope's
+  spread and so every young device's thresholds, yet the fleet keeps its spread of levels.
+
+One device of ``n`` can then move the pooled second moment of a metric by at most a typical
+device's share: its weight no more than the median device's (some ``1 / n`` of the pool's), its
+second moment no more than the widest other device's.
 
 The pooled model's grid per metric is the finest of the devices' where every device reads on
 one (:mod:`~fleetwatch.models.grid`).
@@ -62,7 +77,9 @@ RANGE_SHARE = 0.05
 """The share of devices whose extreme low or high end the fleet's range leaves out, at least
 one of three or more: one device's spread, widened by a drift or step its moments learned,
 would otherwise set the fleet's range, and a correlated break inside it would read as
-familiar."""
+familiar. The pooled moments shrink as many of the most outlying devices to the next one, and
+the pooled tails leave them out (:func:`left_out`), for the same reason: one device's spread
+would otherwise set the scope's."""
 
 
 def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -95,7 +112,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     halflife_ms = None if first.halflife_hours is None else first.halflife_hours * HOUR_MS
     ref_ms = max(det.ref_ms for det in fitted.values() if det.ref_ms is not None)
 
-    weights, means, scatters, spreads, steps = [], [], [], [], []
+    weights, means, centrals, spreads, steps = [], [], [], [], []
     for det in fitted.values():
         order = [det.metrics.index(m) for m in metrics]
         step = det.grid.steps()
@@ -108,21 +125,28 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         central = det.scatter[np.ix_(order, order)] / det.weight - np.outer(local_mean, local_mean)
         weights.append(weight)
         means.append(det.shift[order] + local_mean)
-        scatters.append(weight * central)
+        centrals.append(central)
         spreads.append(np.maximum(np.sqrt(np.maximum(np.diag(central), 0.0)), GRID_SD * step))
     w = np.asarray(weights)
     m: FloatArray = np.asarray(means)
-    total = float(w.sum())
-    pooled_mean: FloatArray = (w @ m) / total
-    dev = m - pooled_mean
     s: FloatArray = np.asarray(spreads)
-    scatter = np.sum(scatters, axis=0) + (dev * w[:, None]).T @ dev
+    # the outlying devices' deviations from the median device winsorized, and every device
+    # weighed at most as the median device
+    shrunk = shrinkage(m, s)
+    centre = np.median(m, axis=0)
+    held: FloatArray = centre + shrunk * (m - centre)
+    capped = np.minimum(w, np.median(w))
+    total = float(capped.sum())
+    pooled_mean: FloatArray = (capped @ held) / total
+    dev = held - pooled_mean
+    within = np.asarray(centrals) * (shrunk[:, :, None] * shrunk[:, None, :])
+    scatter = np.einsum("i,ijk->jk", capped, within) + (dev * capped[:, None]).T @ dev
 
     fleet = PcaDetector(**hyper)
     fleet.metrics = metrics
     fleet.shift = pooled_mean
     fleet.weight = total
-    fleet.sum = w @ dev
+    fleet.sum = capped @ dev
     fleet.scatter = scatter
     fleet.count = sum(det.count for det in fitted.values())
     fleet.ref_ms = ref_ms
@@ -163,11 +187,33 @@ def device_states(lows: FloatArray, highs: FloatArray, weights: FloatArray) -> F
     return np.stack([lows[kept], highs[kept]])
 
 
+def left_out(devices: int) -> int:
+    """How many of ``devices`` the fleet leaves out at an extreme: the ``RANGE_SHARE`` share,
+    one at least of three or more (of two, neither is the odd one)."""
+    return max(1, int(RANGE_SHARE * devices)) if devices >= 3 else 0
+
+
+def shrinkage(means: FloatArray, spreads: FloatArray) -> FloatArray:
+    """Per device (row) and metric (column), the factor that winsorizes the device's deviations
+    from the devices' median mean: the :func:`left_out` devices of the highest second moment
+    about it, ``spread² + (mean - median)²``, brought down to the next device's (1: the
+    others)."""
+    n = len(means)
+    drop = left_out(n)
+    if not drop:
+        return np.ones_like(means)
+    second = spreads**2 + (means - np.median(means, axis=0)) ** 2
+    cap = np.sort(second, axis=0)[n - 1 - drop]
+    ratio = np.divide(cap, second, out=np.ones_like(second), where=second > cap)
+    out: FloatArray = np.sqrt(ratio)
+    return out
+
+
 def fleet_range(lows: FloatArray, highs: FloatArray) -> FloatArray:
     """``[low, high]`` per metric (column) from the devices' (rows) own low and high ends: the
     ``RANGE_SHARE`` extreme devices on each side left out, one at least of three or more."""
     n = len(lows)
-    drop = max(1, int(RANGE_SHARE * n)) if n >= 3 else 0
+    drop = left_out(n)
     low = np.sort(lows, axis=0)[drop]
     high = np.sort(highs, axis=0)[n - 1 - drop]
     return np.stack([low, high])

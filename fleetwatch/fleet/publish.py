@@ -71,7 +71,10 @@ def pooled_by_scope(
 ) -> dict[str, tuple[dict[str, Any], int]]:
     """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table (the fleet
     champions' own records in it are left out). The pooled parameters also carry the level
-    member's tails pooled over the scope's devices (:mod:`~fleetwatch.fleet.tails`)."""
+    member's tails pooled over the scope's devices (:mod:`~fleetwatch.fleet.tails`). Neither
+    is weighed by readings: each device counts as at most the median device, and the most
+    outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so one fast, noisy device
+    cannot widen its scope's thresholds."""
     groups: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for device_id, record in table.items():

@@ -13,9 +13,18 @@ values adds its body's histogram, the readings its excursions were taken from, a
 excursion peaks *below its own threshold in force* (a peak past it was an alert, a fault as
 often as not: one device's fault must not teach the fleet that faults are normal). The sum is one
 :class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
-devices' median interval between readings. Young tails are pooled too: a fleet started
-together has no device of ``MIN_HISTORY`` in its first minutes, yet a hundred devices' first
-minute of deviations is a history of thousands (see :data:`POOLED_FROM`).
+devices' median interval between readings.
+
+No one device can skew the sum, as none can the pooled moments (:mod:`~fleetwatch.fleet.pca`):
+each device's body, and its peaks with the readings they came from, weigh at most the median
+device's (a device that reads a hundred times as often counts as one), and the
+:func:`~fleetwatch.fleet.pca.left_out` widest tails — by their body's mean above its
+``1 - P_BODY`` quantile, the body's expected shortfall — are left out: a noisy device's wide
+tail would otherwise lift every young device's threshold in its scope.
+
+Young tails are pooled too: a fleet started together has no device of ``MIN_HISTORY`` in its
+first minutes, yet a hundred devices' first minute of deviations is a history of thousands (see
+:data:`POOLED_FROM`).
 
 A level stream takes the higher of its own threshold and the pooled tail's at any age, once
 the pool knows its excursions (a machine's own few burst peaks fit a light tail); while neither
@@ -40,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetwatch.fleet.pca import left_out
 from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
@@ -82,11 +92,7 @@ def pool_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
 
 
 def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
-    counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(BINS))
-    peaks: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(BINS))
-    readings: dict[str, float] = defaultdict(float)
-    intervals: dict[str, list[float]] = defaultdict(list)
-    shape: dict[str, tuple[float, float]] = {}
+    members: dict[str, list[tuple[StreamTail, np.ndarray]]] = defaultdict(list)
     for params in device_params:
         member = member_params(params, cls.kind)
         if member is None:
@@ -97,23 +103,38 @@ def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[s
             below = tail.peaks.copy()
             if math.isfinite(own):
                 below[int(bin_of(own)) :] = 0.0
-            counts[name] += tail.summary.counts
-            peaks[name] += below
-            readings[name] += tail.readings
-            intervals[name].append(tail.interval_ms)
-            shape[name] = (tail.summary.halflife, tail.prior)
+            members[name].append((tail, below))
+    return {name: _pooled(members[name]) for name in sorted(members)}
+
+
+def _pooled(members: list[tuple[StreamTail, np.ndarray]]) -> dict[str, Any]:
+    """One metric's pooled tail state from its devices' ``(tail, peaks below its threshold)``:
+    all but the :func:`~fleetwatch.fleet.pca.left_out` widest tails (by their body's mean above
+    its ``1 - P_BODY`` quantile), each histogram weighing at most the median device's."""
+    tails = [tail for tail, _ in members]
+    widths = [tail.summary.tail().u + tail.summary.tail().scale_exp for tail in tails]
+    order = np.argsort(-np.asarray(widths), kind="stable")
+    kept = sorted(order[left_out(len(members)) :].tolist())
+    body = float(np.median([tail.summary.weight for tail in tails]))
+    counted = [tail.readings for tail in tails if tail.readings > 0]
+    readings = float(np.median(counted)) if counted else 0.0
+    counts, peaks, total = np.zeros(BINS), np.zeros(BINS), 0.0
+    for i in kept:
+        tail, below = members[i]
+        counts += tail.summary.counts * min(1.0, body / tail.summary.weight)
+        if tail.readings > 0:  # its peaks and readings scaled alike: its rate of peaks kept
+            scale = min(1.0, readings / tail.readings)
+            peaks += below * scale
+            total += tail.readings * scale
     return {
-        name: {
-            "counts": counts[name].tolist(),
-            "peaks": peaks[name].tolist(),
-            "readings": readings[name],
-            "peak": 0.0,
-            "interval_ms": statistics.median(intervals[name]),
-            "last_ms": None,
-            "halflife": shape[name][0],
-            "prior": shape[name][1],
-        }
-        for name in sorted(counts)
+        "counts": counts.tolist(),
+        "peaks": peaks.tolist(),
+        "readings": total,
+        "peak": 0.0,
+        "interval_ms": statistics.median(tail.interval_ms for tail in tails),
+        "last_ms": None,
+        "halflife": tails[-1].summary.halflife,
+        "prior": tails[-1].prior,
     }
 
 
