@@ -2,8 +2,9 @@
 # One image for every fleetwatch stage: its entrypoint is the `fleetwatch` command, so
 #   docker run fleetwatch:0.1.0 gateway | score | train | api | topics create | sim run | …
 # Built from the repository root: `docker build -t fleetwatch:0.1.0 .` (deploy/compose.yaml
-# builds it too). Three stages: the Python package in a virtualenv, the JVM jars from Maven
-# Central (as `make setup` resolves them), and the runtime with Python 3.11 and a JRE 17.
+# builds it too). Three stages: the Python package in a virtualenv (its dependencies as
+# requirements/runtime.lock pins them), the JVM jars from Maven Central (as `make setup` resolves
+# them), and the runtime with Python 3.11 and a JRE 17.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
@@ -13,11 +14,17 @@ FROM ${PYTHON_IMAGE} AS python-build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/fleetwatch/venv
 WORKDIR /src
+# Every dependency at the version and hash requirements/runtime.lock pins (`make lock` writes it
+# beside the dev lock `make setup` installs), then fleetwatch itself with --no-deps; `pip check`
+# fails the build if the lock left a requirement out.
+COPY requirements/runtime.lock ./requirements/
+RUN /opt/fleetwatch/venv/bin/pip install --require-hashes --no-deps -r requirements/runtime.lock
 COPY pyproject.toml README.md ./
 COPY fleetwatch ./fleetwatch
 # The Spark Kafka connector must match pyspark exactly: its version is read from the package
 # installed here, as the Makefile reads it from the checkout's virtualenv.
-RUN /opt/fleetwatch/venv/bin/pip install . \
+RUN /opt/fleetwatch/venv/bin/pip install . --no-deps \
+ && /opt/fleetwatch/venv/bin/pip check \
  && /opt/fleetwatch/venv/bin/python -c 'import pyspark; print(pyspark.__version__)' \
       > /opt/fleetwatch/spark.version
 

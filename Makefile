@@ -9,10 +9,11 @@ CACHE  := .cache
 JARS   := $(CACHE)/jvm
 MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(abspath $(CACHE))/m2
 
-.PHONY: help setup demo test test-unit test-integration lint format bench bench-report stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
+.PHONY: help setup lock demo test test-unit test-integration lint format bench bench-report stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
 
 help:
 	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, Prometheus, PostgreSQL"
+	@echo "make lock    - re-resolve requirements/*.lock after a change to pyproject.toml's dependencies"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
 	@echo "make lint    - ruff, mypy and the import contracts (lint-imports)"
@@ -38,12 +39,36 @@ prometheus-check:
 postgres-check:
 	@deploy/install-postgres.sh install
 
-$(VENV)/.installed: pyproject.toml
+# Reproducible installs. requirements/dev.lock pins every package the virtualenv holds, with its
+# hashes; `uv pip sync` makes the virtualenv exactly that (removing anything else but pip), then
+# fleetwatch goes in editable with --no-deps. requirements/runtime.lock is the same pins less the
+# dev extra, for the image. uv itself comes pinned and hash-checked from requirements/tools.lock
+# into a virtualenv of its own under .cache/. tests/unit/test_locks.py fails when pyproject.toml
+# and the locks disagree: after changing its dependencies, `make lock` (keeps every pin it can;
+# `make lock LOCK_ARGS=--upgrade` takes the newest versions the ranges allow).
+UV_VERSION := 0.13.8
+UV_HOME    := $(CACHE)/uv
+UV         := $(UV_HOME)/bin/uv
+LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes \
+              --custom-compile-command 'make lock' --quiet
+
+$(UV_HOME)/.installed: requirements/tools.lock
+	@test -x $(UV_HOME)/bin/python || $(PYTHON) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/python -m pip install -q --require-hashes -r requirements/tools.lock
+	@touch $@
+
+$(VENV)/.installed: requirements/dev.lock pyproject.toml $(UV_HOME)/.installed
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fleetwatch needs Python >= 3.11, found " + sys.version.split()[0])'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements/dev.lock
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	@touch $@
+
+lock: $(UV_HOME)/.installed
+	echo 'uv==$(UV_VERSION)' | $(UV) pip compile - $(LOCK_FLAGS) $(LOCK_ARGS) -o requirements/tools.lock
+	$(UV) pip compile pyproject.toml --extra dev $(LOCK_FLAGS) $(LOCK_ARGS) -o requirements/dev.lock
+	$(UV) pip compile pyproject.toml $(LOCK_FLAGS) $(LOCK_ARGS) -c requirements/dev.lock \
+	    -o requirements/runtime.lock
 
 $(JARS)/kafka/.resolved: deploy/jvm/kafka/pom.xml | java-check
 	@rm -rf $(JARS)/kafka && mkdir -p $(JARS)/kafka
