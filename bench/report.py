@@ -75,6 +75,13 @@ BENCHES: tuple[Bench, ...] = (
         "python bench/quality/realdata.py --skab SKAB/data",
         (
             Figure("SKAB outlier F1 (34 fault files)", key("outlier_f1"), digits=3),
+            Figure(
+                "SKAB held-out outlier F1 (valve2/, other/)", key("held_out.outlier_f1"), digits=3
+            ),
+            Figure("SKAB held-out false-alarm rate", key("held_out.far_pct"), "%", 2),
+            Figure(
+                "SKAB held-out anomaly_score average precision", key("held_out.score_ap"), digits=3
+            ),
             Figure("SKAB false-alarm rate, normal rows", key("far_pct"), "%", 2),
             Figure("SKAB missed-alarm rate, fault rows", key("mar_pct"), "%", 2),
             Figure("SKAB NAB score, standard profile", key("nab_standard"), digits=2),
@@ -118,7 +125,18 @@ BENCHES: tuple[Bench, ...] = (
                 "per device-day",
                 2,
             ),
+            Figure(
+                "healthy noise at budget 0.1: worst shape over its budget",
+                lambda f: f["by_budget"]["0.1"]["worst_ratio"],
+                "times",
+                1,
+            ),
         ),
+    ),
+    Bench(
+        "quality-constants",
+        "python bench/quality/constants.py",
+        (Figure("detection constants that change what alerts (budget 35)", key("alerting")),),
     ),
     Bench(
         "micro-detect",
