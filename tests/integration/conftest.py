@@ -12,16 +12,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 from confluent_kafka import Consumer, Message
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
 
 from fleetwatch.contracts.settings import Settings, TopicSettings
 from fleetwatch.contracts.telemetry import reading_payload
@@ -91,6 +94,39 @@ def free_port() -> int:
 def login_as(client: mqtt.Client, settings: Settings, role: Role) -> None:
     """Log ``client`` in with the stack's account for ``role`` (none on an anonymous broker)."""
     configure(client, login(settings, role))
+
+
+def connect(
+    isolated: Isolated,
+    user: str | None,
+    password: str,
+    client_id: str | None = None,
+    port: int | None = None,
+) -> tuple[bool, mqtt.Client]:
+    """Whether the broker accepts the login (on the devices' listener unless ``port`` names
+    another), and the (connected or not) client."""
+    answer: list[bool] = []
+    done = threading.Event()
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id or f"cred-{uuid.uuid4().hex[:6]}",
+        protocol=mqtt.MQTTv5,
+    )
+    mqtt_settings = isolated.settings.mqtt
+    configure(client, mqtt_settings if user is None else mqtt_settings.as_account(user, password))
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
+        answer.append(not reason.is_failure)
+        done.set()
+
+    client.on_connect = on_connect
+    client.connect(mqtt_settings.host, port or mqtt_settings.port)
+    client.loop_start()
+    done.wait(10)
+    if not answer or not answer[0]:
+        client.loop_stop()
+        return False, client
+    return True, client
 
 
 @dataclass(frozen=True)

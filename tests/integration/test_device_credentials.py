@@ -9,50 +9,11 @@ import json
 import threading
 import time
 import urllib.request
-import uuid
 from typing import Any
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.reasoncodes import ReasonCode
-
 from fleetwatch.contracts.telemetry import reading_payload
-from fleetwatch.mqtt_config import configure
-from tests.integration.conftest import Isolated, fleetwatch
+from tests.integration.conftest import Isolated, connect, fleetwatch
 from tests.polling import wait_until
-
-
-def connect(
-    isolated: Isolated,
-    user: str | None,
-    password: str,
-    client_id: str | None = None,
-    port: int | None = None,
-) -> tuple[bool, mqtt.Client]:
-    """Whether the broker accepts the login (on the devices' listener unless ``port`` names
-    another), and the (connected or not) client."""
-    answer: list[bool] = []
-    done = threading.Event()
-    client = mqtt.Client(
-        CallbackAPIVersion.VERSION2,
-        client_id=client_id or f"cred-{uuid.uuid4().hex[:6]}",
-        protocol=mqtt.MQTTv5,
-    )
-    mqtt_settings = isolated.settings.mqtt
-    configure(client, mqtt_settings if user is None else mqtt_settings.as_account(user, password))
-
-    def on_connect(_c: Any, _u: Any, _f: Any, reason: ReasonCode, _p: Any) -> None:
-        answer.append(not reason.is_failure)
-        done.set()
-
-    client.on_connect = on_connect
-    client.connect(mqtt_settings.host, port or mqtt_settings.port)
-    client.loop_start()
-    done.wait(10)
-    if not answer or not answer[0]:
-        client.loop_stop()
-        return False, client
-    return True, client
 
 
 def issue(isolated: Isolated, verb: str, device: str) -> dict[str, Any]:
