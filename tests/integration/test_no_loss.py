@@ -22,15 +22,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.stack.kafka import KafkaBroker
-from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.processes import wait_for
 from tests.integration.acked_fleet import AckedFleet, Message
-from tests.integration.conftest import free_port
+from tests.integration.private_stack import Private, private_stack
 from tests.integration.processes import gone
 from tests.polling import wait_until
 
@@ -44,41 +43,15 @@ Pair = tuple[str, int]
 
 
 @pytest.fixture
-def private_stack(
-    stack_settings: Settings, tmp_path: Path
-) -> Iterator[tuple[Settings, dict[str, str]]]:
-    kafka_port, mqtt_port, services_port = free_port(), free_port(), free_port()
-    settings = Settings(
-        run_dir=tmp_path / "run",
-        kafka=KafkaSettings(
-            port=kafka_port,
-            controller_port=free_port(),
-            bootstrap_servers=f"127.0.0.1:{kafka_port}",
-            metrics_port=0,
-        ),
-        mqtt=MqttSettings(port=mqtt_port, service_port=services_port),
-    )
-    env = dict(os.environ)
-    env.update(
-        {
-            "FLEETWATCH_RUN_DIR": str(settings.run_path),
-            "FLEETWATCH_KAFKA__PORT": str(kafka_port),
-            "FLEETWATCH_KAFKA__CONTROLLER_PORT": str(settings.kafka.controller_port),
-            "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-            "FLEETWATCH_MQTT__PORT": str(mqtt_port),
-            "FLEETWATCH_MQTT__SERVICE_PORT": str(services_port),
-            "FLEETWATCH_GATEWAY__METRICS_PORT": "0",
-            # five devices publish 80 messages a second each, under this rate; the backlogs
-            # after each kill arrive far faster, and count at the pace they were published
-            "FLEETWATCH_GATEWAY__DEVICE_RATE": "100",
-        }
-    )
-    stack = Stack(settings)
-    stack.up()
-    try:
-        yield settings, env
-    finally:
-        stack.down()
+def private(stack_settings: Settings, tmp_path: Path) -> Iterator[Private]:
+    extra = {
+        "FLEETWATCH_GATEWAY__METRICS_PORT": "0",
+        # five devices publish 80 messages a second each, under this rate; the backlogs
+        # after each kill arrive far faster, and count at the pace they were published
+        "FLEETWATCH_GATEWAY__DEVICE_RATE": "100",
+    }
+    with private_stack(tmp_path / "run", extra) as stack:
+        yield stack
 
 
 def start_gateway(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -161,9 +134,9 @@ def kill_on_a_fresh_acknowledgement(fleet: AckedFleet, gateway: subprocess.Popen
 
 
 def test_sigkill_of_the_gateway_and_of_the_kafka_broker_lose_nothing(
-    private_stack: tuple[Settings, dict[str, str]], tmp_path: Path
+    private: Private, tmp_path: Path
 ) -> None:
-    settings, env = private_stack
+    settings, env = private
     log = tmp_path / "gateway.log"
     gateways = [start_gateway(env, log)]
     fleet = AckedFleet(settings, fleet_messages(settings), RATE, "noloss-fleet")

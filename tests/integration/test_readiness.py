@@ -7,7 +7,6 @@ Runs on a private stack (own ports and run dir), since it stops the broker.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,47 +17,20 @@ from typing import Any
 import httpx
 import pytest
 
-from fleetwatch.contracts.settings import KafkaSettings, MqttSettings, Settings
 from fleetwatch.stack.kafka import KafkaBroker
-from fleetwatch.stack.manager import Stack
 from tests.integration.conftest import free_port
+from tests.integration.private_stack import Private, private_stack
 from tests.polling import wait_until
-
-Private = tuple[Settings, dict[str, str]]
 
 
 @pytest.fixture
-def private_stack(tmp_path: Path) -> Iterator[Private]:
-    kafka_port, mqtt_port, services_port = free_port(), free_port(), free_port()
-    settings = Settings(
-        run_dir=tmp_path / "run",
-        kafka=KafkaSettings(
-            port=kafka_port,
-            controller_port=free_port(),
-            bootstrap_servers=f"127.0.0.1:{kafka_port}",
-            metrics_port=0,
-        ),
-        mqtt=MqttSettings(port=mqtt_port, service_port=services_port),
-    )
-    env = dict(os.environ)
-    env.update(
-        {
-            "FLEETWATCH_RUN_DIR": str(settings.run_path),
-            "FLEETWATCH_KAFKA__PORT": str(kafka_port),
-            "FLEETWATCH_KAFKA__CONTROLLER_PORT": str(settings.kafka.controller_port),
-            "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-            "FLEETWATCH_MQTT__PORT": str(mqtt_port),
-            "FLEETWATCH_MQTT__SERVICE_PORT": str(services_port),
-            "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
-            "FLEETWATCH_API__PORT": str(free_port()),
-        }
-    )
-    stack = Stack(settings)
-    stack.up()
-    try:
-        yield settings, env
-    finally:
-        stack.down()
+def private(tmp_path: Path) -> Iterator[Private]:
+    extra = {
+        "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
+        "FLEETWATCH_API__PORT": str(free_port()),
+    }
+    with private_stack(tmp_path / "run", extra) as stack:
+        yield stack
 
 
 def start(env: dict[str, str], stage: str, log: Path) -> subprocess.Popen[bytes]:
@@ -90,9 +62,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_the_gateway_needs_kafka_to_be_ready_and_the_api_does_not(
-    private_stack: Private, tmp_path: Path
+    private: Private, tmp_path: Path
 ) -> None:
-    settings, env = private_stack
+    settings, env = private
     gateway_port, api_port = env["FLEETWATCH_GATEWAY__METRICS_PORT"], env["FLEETWATCH_API__PORT"]
     gateway_log = tmp_path / "gateway.log"
     procs = [start(env, "gateway", gateway_log), start(env, "api", tmp_path / "api.log")]
