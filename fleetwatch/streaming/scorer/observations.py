@@ -76,7 +76,7 @@ def observations(
     # what the per-metric members find of each reading on its own, for the joint members'
     # explanation: per-metric members are scored first
     suspicion = np.zeros(len(frame))
-    raw = np.zeros(len(frame))
+    raw = None if row_scores is None else np.zeros(len(frame))
     for m_index in sorted(range(len(members)), key=lambda i: not members[i][0].per_metric):
         member, label = members[m_index]
         # Late readings come without the scorer's memory: their windows start empty and their
@@ -90,7 +90,7 @@ def observations(
             scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
             member.remember(frame, memory)
-        if row_scores is not None:
+        if raw is not None:
             raw = np.maximum(raw, scores.score)
         if label is None:
             unjudged &= ~judges_value(scores.reason)
@@ -123,7 +123,7 @@ def observations(
         readings = _readings_of(event_ms, rows["metric"], seq, received, rows["value"])
         reverted = None if prior is None else _reverted(prior, frame)
         scored = fold_moves(scored, readings, active, familiar, moves, reverted)
-    if row_scores is not None:
+    if row_scores is not None and raw is not None:
         _top_scores(row_scores, seq, raw, scored)
     return scored
 
