@@ -9,7 +9,15 @@ from grafana_foundation_sdk.builders import common, dashboard
 from grafana_foundation_sdk.models import common as common_model
 from grafana_foundation_sdk.models import dashboard as model
 
-from fleetwatch.observability.panels import DATABASE, grid, series, single, sql
+from fleetwatch.observability.panels import (
+    DATABASE,
+    DATABASE_SOURCE,
+    board,
+    grid,
+    series,
+    single,
+    sql,
+)
 from fleetwatch.observability.sql import SqlAnnotation
 
 UID = "fleetwatch-device"
@@ -119,12 +127,12 @@ def build() -> dashboard.Dashboard:
         ],
     )
     return (
-        dashboard.Dashboard("fleetwatch · Device")
-        .uid(UID)
-        .description("One device: readings, expected band, alerts, state, model, sessions.")
-        .tags(["fleetwatch"])
-        .refresh("30s")
-        .time("now-1h", "now")
+        board(
+            "fleetwatch · Device",
+            UID,
+            "One device: readings, expected band, alerts, state, model, sessions.",
+            DATABASE_SOURCE,
+        )
         .with_variable(
             dashboard.QueryVariable("device")
             .label("Device")

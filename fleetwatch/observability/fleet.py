@@ -6,7 +6,17 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard
 from grafana_foundation_sdk.models import dashboard as model
 
-from fleetwatch.observability.panels import RATE, grid, prom, series, single, sql
+from fleetwatch.observability.panels import (
+    DATABASE_SOURCE,
+    PROMETHEUS_SOURCE,
+    RATE,
+    board,
+    grid,
+    prom,
+    series,
+    single,
+    sql,
+)
 
 UID = "fleetwatch-fleet"
 
@@ -50,11 +60,13 @@ DEVICE_LINKS = model.DynamicConfigValue(
     value=[
         {
             "title": "Device dashboard",
-            "url": "/d/fleetwatch-device?var-device=${__value.raw}&${__url_time_range}",
+            "url": "/d/fleetwatch-device?var-device=${__value.raw}&${database:queryparam}"
+            "&${__url_time_range}",
         }
     ],
 )
-"""A device id in a table opens the Device dashboard on that device, same time range."""
+"""A device id in a table opens the Device dashboard on that device, same database and time
+range."""
 
 
 def build() -> dashboard.Dashboard:
@@ -75,12 +87,13 @@ def build() -> dashboard.Dashboard:
         height=10,
     ).override_by_name("device", [DEVICE_LINKS])
     return (
-        dashboard.Dashboard("fleetwatch · Fleet")
-        .uid(UID)
-        .description("Devices, readings and alerts of the whole fleet.")
-        .tags(["fleetwatch"])
-        .refresh("30s")
-        .time("now-1h", "now")
+        board(
+            "fleetwatch · Fleet",
+            UID,
+            "Devices, readings and alerts of the whole fleet.",
+            PROMETHEUS_SOURCE,
+            DATABASE_SOURCE,
+        )
         .with_row(dashboard.Row("Now"))
         .with_panel(
             single(

@@ -1,7 +1,10 @@
-"""The pieces every dashboard is made of: the two datasources, queries, and panels with the
-layout and units they share. Panels take their queries' ``refId`` (A, B, …) from their order."""
+"""The pieces every dashboard is made of: the two datasources (as dashboard variables), queries,
+and panels with the layout and units they share. Panels take their queries' ``refId`` (A, B, …)
+from their order."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import common, dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common as common_model
@@ -9,12 +12,70 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from fleetwatch.observability.sql import Sql, SqlFormat
 
-PROMETHEUS_UID = "prometheus"
-DATABASE_UID = "fleetwatch-db"
-PROMETHEUS = model.DataSourceRef(type_val="prometheus", uid=PROMETHEUS_UID)
+
+@dataclass(frozen=True)
+class Source:
+    """A datasource the dashboards read, chosen per dashboard by a ``datasource`` variable: every
+    query names ``${variable}``, never a uid, so a Grafana whose datasources have other uids
+    works once a user picks them. The variable defaults to the datasource compose provisions
+    (``deploy/grafana/provisioning/datasources/``), which ``fleetwatch grafana push`` creates."""
+
+    variable: str
+    label: str
+    plugin: str
+    """Grafana's plugin id: the variable lists the datasources of this type."""
+    uid: str
+    name: str
+
+    @property
+    def ref(self) -> model.DataSourceRef:
+        return model.DataSourceRef(type_val=self.plugin, uid="${" + self.variable + "}")
+
+    def variable_builder(self) -> dashboard.DatasourceVariable:
+        return (
+            dashboard.DatasourceVariable(self.variable)
+            .label(self.label)
+            .type(self.plugin)
+            .current(model.VariableOption(text=self.name, value=self.uid))
+            .multi(False)
+            .include_all(False)
+            .allow_custom_value(False)
+        )
+
+
+PROMETHEUS_SOURCE = Source("prometheus", "Prometheus", "prometheus", "prometheus", "Prometheus")
 """Every stage's metrics (deploy/grafana/provisioning/datasources/prometheus.yaml)."""
-DATABASE = model.DataSourceRef(type_val="grafana-postgresql-datasource", uid=DATABASE_UID)
+DATABASE_SOURCE = Source(
+    "database",
+    "Database",
+    "grafana-postgresql-datasource",
+    "fleetwatch-db",
+    "fleetwatch API database",
+)
 """The API's PostgreSQL database, read-only (see README "Dashboards")."""
+SOURCES = (PROMETHEUS_SOURCE, DATABASE_SOURCE)
+
+PROMETHEUS_UID = PROMETHEUS_SOURCE.uid
+DATABASE_UID = DATABASE_SOURCE.uid
+PROMETHEUS = PROMETHEUS_SOURCE.ref
+DATABASE = DATABASE_SOURCE.ref
+
+
+def board(title: str, uid: str, description: str, *sources: Source) -> dashboard.Dashboard:
+    """A fleetwatch dashboard with a variable for each datasource its queries read, ahead of
+    any other variable (a query variable may read one)."""
+    built = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["fleetwatch"])
+        .refresh("30s")
+        .time("now-1h", "now")
+    )
+    for source in sources:
+        built = built.with_variable(source.variable_builder())
+    return built
+
 
 RATE = "$__rate_interval"
 """Grafana's rate window: at least four scrape intervals of the datasource."""

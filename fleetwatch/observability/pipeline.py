@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard
 
-from fleetwatch.observability.panels import RATE, prom, series
+from fleetwatch.observability.panels import PROMETHEUS_SOURCE, RATE, board, prom, series
 
 UID = "fleetwatch-pipeline"
 STAGES = '{job=~"gateway|scorer|trainer|api|kafka"}'
@@ -32,12 +32,12 @@ def quantile(q: float, histogram: str, by: str = "", selector: str = "") -> str:
 
 def build() -> dashboard.Dashboard:
     return (
-        dashboard.Dashboard("fleetwatch · Pipeline")
-        .uid(UID)
-        .description("Every stage from MQTT to the API: throughput, rejects, lag, latency.")
-        .tags(["fleetwatch"])
-        .refresh("30s")
-        .time("now-1h", "now")
+        board(
+            "fleetwatch · Pipeline",
+            UID,
+            "Every stage from MQTT to the API: throughput, rejects, lag, latency.",
+            PROMETHEUS_SOURCE,
+        )
         .with_row(dashboard.Row("Pipeline health"))
         .with_panel(
             series(
