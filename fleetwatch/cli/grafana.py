@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,17 @@ from rich.console import Console
 from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.observability import dashboards
+from fleetwatch.observability.panels import PROMETHEUS_UID
+
+
+class SslModeChoice(StrEnum):
+    """Grafana's PostgreSQL TLS modes (``fleetwatch.observability.push.SslMode``)."""
+
+    DISABLE = "disable"
+    REQUIRE = "require"
+    VERIFY_CA = "verify-ca"
+    VERIFY_FULL = "verify-full"
+
 
 app = typer.Typer(
     help="Grafana dashboards: build the JSON files, push them to a Grafana.", no_args_is_help=True
@@ -52,43 +64,57 @@ def push(
     prometheus_url: Annotated[
         str | None,
         typer.Option(
-            help="Prometheus as Grafana reaches it, for a datasource `prometheus` if missing "
-            "(default: the local stack's)"
+            help="Prometheus as Grafana reaches it: creates or updates the datasource "
+            "`prometheus` (without it, that datasource is left as it is)"
         ),
     ] = None,
     database_url: Annotated[
         str | None,
         typer.Option(
-            help="the API's PostgreSQL, as Grafana reaches it, for a datasource `fleetwatch-db` "
-            "if missing (postgresql://reader:pw@host:5432/fleetwatch)"
+            help="the API's PostgreSQL as Grafana reaches it: creates or updates the "
+            "datasource `fleetwatch-db` (postgresql://reader:PASSWORD@host:5432/fleetwatch)"
+        ),
+    ] = None,
+    database_sslmode: Annotated[
+        SslModeChoice | None,
+        typer.Option(
+            help="TLS to that PostgreSQL (default: the URL's ?sslmode=, else require)",
         ),
     ] = None,
 ) -> None:
     """Publish the dashboards (same uids, overwritten: a new version each push) in the folder
-    `fleetwatch`, and the datasources they use when Grafana lacks them."""
-    # lazy: the Grafana client (httpx and its API) only for a push
+    `fleetwatch`; create or update the datasources given an address. Each dashboard picks its
+    datasources in variables, so a Grafana whose own datasources have other uids works too."""
+    # lazy: the Grafana client (niquests and its API) only for a push
     from grafana_client.api import GrafanaApi
 
     from fleetwatch.observability.push import push as publish
 
-    settings = load_settings()
     try:
         report = publish(
             GrafanaApi.from_url(url, credential=token),
             dashboards.models(),
-            prometheus_url or f"http://127.0.0.1:{settings.prometheus.port}",
+            prometheus_url,
             database_url,
+            database_sslmode.value if database_sslmode else None,
         )
     except FleetwatchError as exc:
         fail(str(exc))
     for created in report.created:
         console.print(f"created {created}")
+    for written in report.datasources:
+        console.print(f"{written.action} datasource {written.uid} ({written.url})")
+    for uid in report.provisioned:
+        console.print(
+            f"[yellow]datasource {uid!r} is provisioned from files in Grafana[/]: left as it is"
+        )
     for published in report.dashboards:
         console.print(
             f"{published.title}: version {published.version} {url.rstrip('/')}{published.url}"
         )
     for missing in report.missing:
+        option = "--prometheus-url" if missing == PROMETHEUS_UID else "--database-url"
         console.print(
-            f"[yellow]no datasource {missing!r} in Grafana[/]: the Device dashboard and the "
-            "fleet's device tables read the API's PostgreSQL; push again with --database-url"
+            f"[yellow]no datasource {missing!r} in Grafana[/]: pick one in the dashboards' "
+            f"datasource variable, or push again with {option}"
         )

@@ -1,7 +1,8 @@
 """`fleetwatch grafana push` against a stand-in Grafana: a real HTTP server on loopback that
-answers the endpoints the push uses as Grafana's API does and records every request.
-grafana-client talks through niquests, whose transport cannot be swapped for a fake, so the
-calls cross a real socket."""
+answers the endpoints the push uses as Grafana's API does (shapes and status codes from its HTTP
+API reference and its ``pkg/api/datasource.go``) and records every request. grafana-client talks
+through niquests, not httpx, so there is no MockTransport to hand it; a niquests adapter would
+skip the wire, so the calls cross a real socket. Grafana itself cannot be installed here."""
 
 from __future__ import annotations
 
@@ -16,22 +17,45 @@ import pytest
 from grafana_client.api import GrafanaApi
 from typer.testing import CliRunner
 
+from fleetwatch.cli.grafana import SslModeChoice
 from fleetwatch.cli.main import app
 from fleetwatch.observability import dashboards
 from fleetwatch.observability.errors import GrafanaPushError
-from fleetwatch.observability.push import push
+from fleetwatch.observability.push import SSL_MODES, push
+
+DATABASE = "postgresql+psycopg://reader:secret@db.example:5432/fleetwatch"
 
 
 @dataclass
 class FakeGrafana:
-    """What the stand-in holds: folders and datasources by uid, dashboards by uid with their
-    version, every request as (method, path, Authorization, JSON body)."""
+    """What the stand-in holds: folders and datasources by uid (as stored, secrets included),
+    dashboards by uid with their version, every request as (method, path, Authorization, JSON
+    body)."""
 
     folders: dict[str, dict[str, Any]] = field(default_factory=dict)
     datasources: dict[str, dict[str, Any]] = field(default_factory=dict)
     dashboards: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str, str, Any]] = field(default_factory=list)
     token: str = "glsa_test"
+    next_id: int = 1
+
+    def add_datasource(self, **stored: Any) -> dict[str, Any]:
+        """A datasource as Grafana stores it (``readOnly`` when provisioned from a file)."""
+        stored = {"access": "proxy", "jsonData": {}, "readOnly": False, **stored}
+        stored.update(id=self.next_id, orgId=1, version=stored.get("version", 1))
+        stored.setdefault("secureJsonData", {})
+        self.next_id += 1
+        self.datasources[stored["uid"]] = stored
+        return stored
+
+    def _read(self, stored: dict[str, Any]) -> dict[str, Any]:
+        """A GET's answer: secrets are never returned, only which ones are set."""
+        shown = {k: v for k, v in stored.items() if k != "secureJsonData"}
+        shown["secureJsonFields"] = {key: True for key in stored["secureJsonData"]}
+        return shown
+
+    def _name_taken(self, name: str, uid: str) -> bool:
+        return any(d["name"] == name and d["uid"] != uid for d in self.datasources.values())
 
     def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         if path == "/api/frontend/settings":
@@ -46,12 +70,18 @@ class FakeGrafana:
         if method == "GET" and path.startswith("/api/datasources/uid/"):
             uid = path.rsplit("/", 1)[1]
             found = self.datasources.get(uid)
-            return (200, found) if found else (404, {"message": "Data source not found"})
+            return (
+                (200, self._read(found)) if found else (404, {"message": "Data source not found"})
+            )
         if method == "POST" and path == "/api/datasources":
             if body["uid"] in self.datasources:
                 return 409, {"message": "data source with the same uid already exists"}
-            self.datasources[body["uid"]] = body
-            return 200, {"datasource": body, "message": "Datasource added"}
+            if self._name_taken(body["name"], body["uid"]):
+                return 409, {"message": "data source with the same name already exists"}
+            stored = self.add_datasource(**body)
+            return 200, {"datasource": self._read(stored), "message": "Datasource added"}
+        if method == "PUT" and path.startswith("/api/datasources/uid/"):
+            return self._update(path.rsplit("/", 1)[1], body)
         if method == "POST" and path == "/api/dashboards/db":
             model = body["dashboard"]
             uid = model["uid"]
@@ -61,6 +91,41 @@ class FakeGrafana:
             self.dashboards[uid] = {"model": model, "version": version, "folder": body["folderUid"]}
             return 200, {"status": "success", "uid": uid, "version": version, "url": f"/d/{uid}"}
         return 404, {"message": "Not found"}
+
+    def _update(self, uid: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """Grafana's update: every field replaced by the body's (missing ones emptied), secrets
+        not sent kept; refused for a provisioned datasource, a stale version, a taken name."""
+        stored = self.datasources.get(uid)
+        if stored is None:
+            return 404, {"message": "Data source not found"}
+        if stored["readOnly"]:
+            return 403, {"message": "Cannot update read-only data source"}
+        if body.get("version") and body["version"] < stored["version"]:
+            return 409, {
+                "message": "Datasource has already been updated by someone else. "
+                "Please reload and try again"
+            }
+        if self._name_taken(body.get("name", ""), uid):
+            return 409, {"message": "Failed to update datasource: data source name exists"}
+        secrets = {**stored["secureJsonData"], **body.get("secureJsonData", {})}
+        replaced = {
+            "uid": body.get("uid") or uid,
+            "name": body.get("name", ""),
+            "type": body.get("type", ""),
+            "access": body.get("access", ""),
+            "url": body.get("url", ""),
+            "user": body.get("user", ""),
+            "isDefault": body.get("isDefault", False),
+            "jsonData": body.get("jsonData") or {},
+            "secureJsonData": secrets,
+            "readOnly": False,
+            "id": stored["id"],
+            "orgId": 1,
+            "version": stored["version"] + 1,
+        }
+        del self.datasources[uid]
+        self.datasources[replaced["uid"]] = replaced
+        return 200, {"datasource": self._read(replaced), "message": "Datasource updated"}
 
 
 def handler(grafana: FakeGrafana) -> type[BaseHTTPRequestHandler]:
@@ -87,6 +152,9 @@ def handler(grafana: FakeGrafana) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self._serve("POST")
 
+        def do_PUT(self) -> None:
+            self._serve("PUT")
+
         def log_message(self, *args: Any) -> None:
             pass
 
@@ -107,27 +175,37 @@ def grafana() -> Iterator[tuple[FakeGrafana, str]]:
         thread.join(10)
 
 
-def test_a_push_creates_what_is_missing_and_a_second_one_only_new_versions(
+def _api(state: FakeGrafana, url: str) -> GrafanaApi:
+    api: GrafanaApi = GrafanaApi.from_url(url, credential=state.token)
+    return api
+
+
+def _name(body: dict[str, Any]) -> str:
+    return str(body["dashboard"]["uid"]).removeprefix("fleetwatch-")
+
+
+def test_a_push_creates_what_is_missing_and_a_second_one_updates_it(
     grafana: tuple[FakeGrafana, str],
 ) -> None:
     state, url = grafana
-    api = GrafanaApi.from_url(url, credential=state.token)
+    api = _api(state, url)
     models = dashboards.models()
-    database = "postgresql+psycopg://reader:secret@db.example:5432/fleetwatch"
 
-    first = push(api, models, "http://prometheus:9090", database)
-    assert sorted(first.created) == [
-        "datasource fleetwatch-db",
-        "datasource prometheus",
-        "folder fleetwatch",
+    first = push(api, models, "http://prometheus:9090", DATABASE)
+    assert first.created == ["folder fleetwatch"]
+    assert [(w.action, w.uid, w.url) for w in first.datasources] == [
+        ("created", "prometheus", "http://prometheus:9090"),
+        ("created", "fleetwatch-db", "db.example:5432"),
     ]
-    assert state.datasources["prometheus"]["url"] == "http://prometheus:9090"
+    assert first.missing == first.provisioned == []
+    prometheus = state.datasources["prometheus"]
+    assert (prometheus["type"], prometheus["url"]) == ("prometheus", "http://prometheus:9090")
     db = state.datasources["fleetwatch-db"]
     assert db["type"] == "grafana-postgresql-datasource"
-    assert (db["url"], db["user"], db["jsonData"]["database"]) == (
+    assert (db["url"], db["user"], db["jsonData"]) == (
         "db.example:5432",
         "reader",
-        "fleetwatch",
+        {"database": "fleetwatch", "sslmode": "require"},
     )
     assert db["secureJsonData"] == {"password": "secret"}
     assert {p.uid: p.version for p in first.dashboards} == {
@@ -137,16 +215,28 @@ def test_a_push_creates_what_is_missing_and_a_second_one_only_new_versions(
     }
 
     state.requests.clear()
-    second = push(api, models, "http://elsewhere:9090", database)
+    second = push(api, models, "http://elsewhere:9090", DATABASE, "verify-full")
     assert second.created == []
+    assert [(w.action, w.uid) for w in second.datasources] == [
+        ("updated", "prometheus"),
+        ("updated", "fleetwatch-db"),
+    ]
     assert {p.uid: p.version for p in second.dashboards} == {
         "fleetwatch-fleet": 2,
         "fleetwatch-device": 2,
         "fleetwatch-pipeline": 2,
     }
-    assert state.datasources["prometheus"]["url"] == "http://prometheus:9090", "never changed"
-    posts = [(m, p) for m, p, _, _ in state.requests if m == "POST"]
-    assert posts == [("POST", "/api/dashboards/db")] * 3, "nothing but the dashboards again"
+    assert state.datasources["prometheus"]["url"] == "http://elsewhere:9090"
+    assert state.datasources["fleetwatch-db"]["jsonData"]["sslmode"] == "verify-full"
+    writes = [(m, p) for m, p, _, _ in state.requests if m in ("POST", "PUT")]
+    assert (
+        writes
+        == [
+            ("PUT", "/api/datasources/uid/prometheus"),
+            ("PUT", "/api/datasources/uid/fleetwatch-db"),
+        ]
+        + [("POST", "/api/dashboards/db")] * 3
+    ), "no datasource created twice"
     for _, path, auth, body in state.requests:
         assert auth == f"Bearer {state.token}"
         if path == "/api/dashboards/db":
@@ -158,18 +248,116 @@ def test_a_push_creates_what_is_missing_and_a_second_one_only_new_versions(
             }
 
 
-def _name(body: dict[str, Any]) -> str:
-    return str(body["dashboard"]["uid"]).removeprefix("fleetwatch-")
-
-
-def test_without_a_database_url_the_missing_sql_datasource_is_reported(
+def test_an_update_keeps_what_the_user_set_and_changes_only_fleetwatchs_fields(
     grafana: tuple[FakeGrafana, str],
 ) -> None:
     state, url = grafana
-    report = push(GrafanaApi.from_url(url, credential=state.token), dashboards.models(), "http://p")
+    state.add_datasource(
+        uid="fleetwatch-db",
+        name="our postgres",
+        type="grafana-postgresql-datasource",
+        url="old-db:5432",
+        user="old",
+        isDefault=True,
+        version=7,
+        jsonData={"database": "old", "sslmode": "disable", "postgresVersion": 1500},
+        secureJsonData={"password": "old-secret", "tlsCACert": "PEM"},
+    )
+    report = push(_api(state, url), {}, database_url=DATABASE + "?sslmode=verify-ca")
+    assert [(w.action, w.uid) for w in report.datasources] == [("updated", "fleetwatch-db")]
+    assert report.missing == ["prometheus"]
+    db = state.datasources["fleetwatch-db"]
+    assert (db["name"], db["isDefault"], db["url"], db["user"]) == (
+        "our postgres",
+        True,
+        "db.example:5432",
+        "reader",
+    )
+    assert db["jsonData"] == {
+        "database": "fleetwatch",
+        "sslmode": "verify-ca",
+        "postgresVersion": 1500,
+    }
+    assert db["secureJsonData"] == {"password": "secret", "tlsCACert": "PEM"}
+    (put,) = [body for method, _, _, body in state.requests if method == "PUT"]
+    assert put["version"] == 7, "Grafana refuses it if someone changed the datasource since"
+
+
+def test_without_addresses_grafanas_datasources_are_left_and_the_missing_ones_reported(
+    grafana: tuple[FakeGrafana, str],
+) -> None:
+    state, url = grafana
+    state.add_datasource(uid="prometheus", name="Prometheus", type="prometheus", url="http://p")
+    report = push(_api(state, url), dashboards.models())
+    assert report.datasources == []
     assert report.missing == ["fleetwatch-db"]
     assert "fleetwatch-db" not in state.datasources
+    assert state.datasources["prometheus"]["url"] == "http://p"
+    assert not [
+        m for m, p, _, _ in state.requests if p.startswith("/api/datasources") and m != "GET"
+    ]
     assert len(report.dashboards) == 3
+
+
+def test_a_provisioned_datasource_is_left_as_it_is(grafana: tuple[FakeGrafana, str]) -> None:
+    state, url = grafana
+    state.add_datasource(
+        uid="prometheus", name="Prometheus", type="prometheus", url="http://p", readOnly=True
+    )
+    report = push(_api(state, url), {}, "http://elsewhere:9090")
+    assert report.provisioned == ["prometheus"]
+    assert report.datasources == []
+    assert state.datasources["prometheus"]["url"] == "http://p"
+
+
+def test_a_datasource_of_that_uid_but_another_type_is_refused(
+    grafana: tuple[FakeGrafana, str],
+) -> None:
+    state, url = grafana
+    state.add_datasource(uid="prometheus", name="Logs", type="loki", url="http://loki")
+    with pytest.raises(GrafanaPushError, match="'loki'"):
+        push(_api(state, url), {}, "http://prometheus:9090")
+    assert state.datasources["prometheus"]["type"] == "loki"
+
+
+def test_a_name_another_datasource_has_is_grafanas_refusal_named(
+    grafana: tuple[FakeGrafana, str],
+) -> None:
+    state, url = grafana
+    state.add_datasource(uid="other", name="fleetwatch API database", type="postgres", url="x")
+    with pytest.raises(GrafanaPushError, match="same name"):
+        push(_api(state, url), {}, database_url=DATABASE)
+
+
+@pytest.mark.parametrize(
+    ("given", "url_query", "stored"),
+    [
+        (None, "", "require"),
+        (None, "?sslmode=disable", "disable"),
+        ("verify-full", "?sslmode=disable", "verify-full"),
+    ],
+)
+def test_the_database_tls_mode_is_the_option_else_the_urls_else_require(
+    grafana: tuple[FakeGrafana, str], given: str | None, url_query: str, stored: str
+) -> None:
+    state, url = grafana
+    push(_api(state, url), {}, database_url=DATABASE + url_query, database_sslmode=given)
+    assert state.datasources["fleetwatch-db"]["jsonData"]["sslmode"] == stored
+
+
+@pytest.mark.parametrize("database_url", [DATABASE + "?sslmode=prefer", DATABASE])
+def test_a_tls_mode_grafana_lacks_is_refused_before_any_request(
+    grafana: tuple[FakeGrafana, str], database_url: str
+) -> None:
+    state, url = grafana
+    sslmode = None if "prefer" in database_url else "allow"
+    with pytest.raises(GrafanaPushError, match="disable, require, verify-ca, verify-full"):
+        push(_api(state, url), {}, database_url=database_url, database_sslmode=sslmode)
+    assert state.requests == []
+
+
+def test_the_commands_tls_choices_are_grafanas() -> None:
+    assert tuple(choice.value for choice in SslModeChoice) == SSL_MODES
 
 
 def test_a_refused_token_is_one_error_naming_it(grafana: tuple[FakeGrafana, str]) -> None:
@@ -178,13 +366,40 @@ def test_a_refused_token_is_one_error_naming_it(grafana: tuple[FakeGrafana, str]
         push(GrafanaApi.from_url(url, credential="wrong"), dashboards.models(), "http://p")
 
 
-def test_the_command_pushes_and_prints_each_dashboard(grafana: tuple[FakeGrafana, str]) -> None:
+def test_the_command_pushes_and_prints_what_it_wrote(grafana: tuple[FakeGrafana, str]) -> None:
+    state, url = grafana
+    base = ["grafana", "push", "--url", url, "--token", state.token]
+    result = CliRunner().invoke(app, [*base, "--prometheus-url", "http://p"])
+    assert result.exit_code == 0, result.output
+    assert "created datasource prometheus (http://p)" in result.output
+    assert "fleetwatch · Fleet: version 1" in result.output
+    assert "no datasource 'fleetwatch-db'" in result.output
+    assert "--database-url" in result.output
+    assert set(state.dashboards) == {"fleetwatch-fleet", "fleetwatch-device", "fleetwatch-pipeline"}
+
+    again = CliRunner().invoke(
+        app,
+        [
+            *base,
+            *("--prometheus-url", "http://q"),
+            *("--database-url", DATABASE),
+            *("--database-sslmode", "disable"),
+        ],
+    )
+    assert again.exit_code == 0, again.output
+    assert "updated datasource prometheus (http://q)" in again.output
+    assert "created datasource fleetwatch-db (db.example:5432)" in again.output
+    assert state.datasources["fleetwatch-db"]["jsonData"]["sslmode"] == "disable"
+
+
+def test_the_command_refuses_a_tls_mode_grafana_lacks(grafana: tuple[FakeGrafana, str]) -> None:
     state, url = grafana
     result = CliRunner().invoke(
         app,
-        ["grafana", "push", "--url", url, "--token", state.token, "--prometheus-url", "http://p"],
+        [
+            *("grafana", "push", "--url", url, "--token", state.token),
+            *("--database-url", DATABASE, "--database-sslmode", "prefer"),
+        ],
     )
-    assert result.exit_code == 0, result.output
-    assert "fleetwatch · Fleet: version 1" in result.output
-    assert "no datasource 'fleetwatch-db'" in result.output
-    assert set(state.dashboards) == {"fleetwatch-fleet", "fleetwatch-device", "fleetwatch-pipeline"}
+    assert result.exit_code != 0
+    assert state.requests == []
