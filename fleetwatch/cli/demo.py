@@ -55,8 +55,8 @@ def demo(
         f"MQTT {settings.mqtt.host}:{settings.mqtt.port}, Prometheus {stack.prometheus.url})"
     )
     console.print(
-        "dashboards: `fleetwatch grafana push --url GRAFANA_URL --token TOKEN` publishes them "
-        f"to your Grafana, with {stack.prometheus.url} as its Prometheus if it has none"
+        "dashboards: `fleetwatch grafana push --url GRAFANA_URL --token TOKEN "
+        f"--prometheus-url {stack.prometheus.url}` publishes them to your Grafana"
     )
     logins: tuple[str, ...] = ()
     if not settings.mqtt.allow_anonymous:  # the fleet logs in as real devices do
