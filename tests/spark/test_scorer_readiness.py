@@ -90,8 +90,10 @@ def test_the_scorer_is_ready_once_its_first_batch_is_done(spark: Any, tmp_path: 
             release.set()
             wait_until(lambda: readyz(port)[0] == 200, 120, "/readyz 200")
             status, body = readyz(port)
-            assert body == {"status": "ready", "query": "active", "last_batch": 0}
-            assert written == [0]
+            # the first batch is done; a batch with no data for the watermark may follow it
+            assert (body["status"], body["query"]) == ("ready", "active")
+            assert body["last_batch"] >= 0
+            assert written[0] == 0
         finally:
             release.set()
             query.stop()
