@@ -3,7 +3,7 @@ alerts are open and which devices alert most."""
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.builders import dashboard, table
 from grafana_foundation_sdk.models import dashboard as model
 
 from fleetwatch.observability.panels import (
@@ -69,23 +69,27 @@ DEVICE_LINKS = model.DynamicConfigValue(
 range."""
 
 
+def device_table(title: str, description: str, query: str) -> table.Panel:
+    """A half-width table of the API's database with one row per device, whose device id
+    opens the Device dashboard (:data:`DEVICE_LINKS`)."""
+    return grid(title, description, sql(query), span=12, height=10).override_by_name(
+        "device", [DEVICE_LINKS]
+    )
+
+
 def build() -> dashboard.Dashboard:
-    top = grid(
+    top = device_table(
         "Top devices by alerts",
         "Alert episodes that started in the time range, per device (from the API's database: "
         "a device id is never a Prometheus label). Click a device for its dashboard.",
-        sql(TOP_DEVICES),
-        span=12,
-        height=10,
-    ).override_by_name("device", [DEVICE_LINKS])
-    worst = grid(
+        TOP_DEVICES,
+    )
+    worst = device_table(
         "Devices, worst first",
         "Quarantined, alerting, silent, not yet seen by the scorer, then the rest, least "
         "recently seen first.",
-        sql(WORST_FIRST),
-        span=12,
-        height=10,
-    ).override_by_name("device", [DEVICE_LINKS])
+        WORST_FIRST,
+    )
     return (
         board(
             "fleetwatch · Fleet",
