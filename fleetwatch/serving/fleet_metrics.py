@@ -43,12 +43,19 @@ COMMAND_STATUSES: tuple[str, ...] = get_args(CommandStatus)
 DELIVERY_STATUSES: tuple[str, ...] = get_args(DeliveryStatus)
 
 
-def _counts(rows: Iterable[tuple[str | None, int]], known: tuple[str, ...]) -> dict[str, int]:
-    out = dict.fromkeys(known, 0)
-    for key, n in rows:
-        if key in out:
-            out[key] += n
-    return out
+def _by_status(
+    name: str, documentation: str, rows: Iterable[tuple[str | None, int]], statuses: tuple[str, ...]
+) -> GaugeMetricFamily:
+    """A gauge of ``rows`` (status, count) by status: every one of ``statuses``, 0 when it has
+    no row; a row of another status is left out."""
+    counts = dict.fromkeys(statuses, 0)
+    for status, n in rows:
+        if status in counts:
+            counts[status] += n
+    family = GaugeMetricFamily(name, documentation, labels=["status"])
+    for status, n in counts.items():
+        family.add_metric([status], n)
+    return family
 
 
 class FleetCollector(Collector):
@@ -97,13 +104,12 @@ class FleetCollector(Collector):
                 select(func.min(DeliveryRow.created_ms)).where(DeliveryRow.status == "pending")
             )
 
-        by_status = GaugeMetricFamily(
+        by_status = _by_status(
             "fleetwatch_api_devices",
             "Devices the API knows, by status (unknown: no state from the scorer yet)",
-            labels=["status"],
+            devices,
+            DEVICE_STATUSES,
         )
-        for name, n in _counts(((s, n) for s, n in devices), DEVICE_STATUSES).items():
-            by_status.add_metric([name], n)
 
         open_alerts = GaugeMetricFamily(
             "fleetwatch_api_open_alerts",
@@ -118,21 +124,19 @@ class FleetCollector(Collector):
         for (severity, kind), n in counted.items():
             open_alerts.add_metric([severity, kind], n)
 
-        by_command = GaugeMetricFamily(
+        by_command = _by_status(
             "fleetwatch_api_commands_by_status",
             "Commands in the database, by status",
-            labels=["status"],
+            commands,
+            COMMAND_STATUSES,
         )
-        for name, n in _counts(((s, n) for s, n in commands), COMMAND_STATUSES).items():
-            by_command.add_metric([name], n)
 
-        by_delivery = GaugeMetricFamily(
+        by_delivery = _by_status(
             "fleetwatch_api_webhook_outbox",
             "Webhook deliveries in the outbox, by status (pending: the backlog)",
-            labels=["status"],
+            outbox,
+            DELIVERY_STATUSES,
         )
-        for name, n in _counts(((s, n) for s, n in outbox), DELIVERY_STATUSES).items():
-            by_delivery.add_metric([name], n)
 
         waiting = GaugeMetricFamily(
             "fleetwatch_api_webhook_oldest_pending_seconds",
