@@ -79,36 +79,40 @@ CHAMPIONS: dict[str, tuple[int, FleetModel | None]] = {}
 """Parsed fleet champions by scope, with their version (``None``: unreadable), per worker."""
 
 
-def best_params(values: list[str]) -> tuple[int, str] | None:
-    """The newest parameters among a device's ``model.params`` record values: ``(version,
-    parameters JSON)`` (bad records skipped)."""
-    best: tuple[int, dict[str, Any]] | None = None
+def _newest(values: list[str], key: str) -> Mapping[str, Any] | None:
+    """The ``model.params`` record of the highest version among ``values`` that has the field
+    ``key`` (``device_id``: a device's own; ``scope``: a fleet champion); bad records skipped,
+    the first of a version kept."""
+    best: Mapping[str, Any] | None = None
     for value in values:
         try:
             record = decode(value)
         except ParamsRecordError:
             continue
-        if "device_id" in record and (best is None or record["version"] > best[0]):
-            best = (record["version"], record["params"])
-    return None if best is None else (best[0], json.dumps(best[1], separators=(",", ":")))
+        if key in record and (best is None or record["version"] > best["version"]):
+            best = record
+    return best
+
+
+def _compact(params: dict[str, Any]) -> str:
+    return json.dumps(params, separators=(",", ":"))
+
+
+def best_params(values: list[str]) -> tuple[int, str] | None:
+    """The newest parameters among a device's ``model.params`` record values: ``(version,
+    parameters JSON)`` (bad records skipped)."""
+    best = _newest(values, "device_id")
+    return None if best is None else (best["version"], _compact(best["params"]))
 
 
 def fleet_params(values: list[str]) -> tuple[int, str, str] | None:
     """The newest fleet champion among ``fleet:{scope}`` record values: ``(version, parameters
     JSON, label)`` (bad records skipped)."""
-    best: tuple[int, dict[str, Any], str] | None = None
-    for value in values:
-        try:
-            record = decode(value)
-        except ParamsRecordError:
-            continue
-        if "scope" in record and (best is None or record["version"] > best[0]):
-            label = f"{record['model']}/{record['model_version']}"
-            best = (record["version"], record["params"], label)
+    best = _newest(values, "scope")
     if best is None:
         return None
-    version, inner, label = best
-    return version, json.dumps(inner, separators=(",", ":")), label
+    label = f"{best['model']}/{best['model_version']}"
+    return best["version"], _compact(best["params"]), label
 
 
 class ChampionStore(Protocol):
