@@ -5,6 +5,7 @@ from their order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, Self, TypeVar
 
 from grafana_foundation_sdk.builders import common, dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common as common_model
@@ -104,6 +105,37 @@ def _datasource(targets: tuple[Target, ...]) -> model.DataSourceRef:
     return DATABASE if any(isinstance(t, Sql) for t in targets) else PROMETHEUS
 
 
+class _Panel(Protocol):
+    """What every panel builder of the SDK (time series, stat, table) has."""
+
+    def title(self, title: str) -> Self: ...
+    def description(self, description: str) -> Self: ...
+    def datasource(self, datasource: model.DataSourceRef) -> Self: ...
+    def span(self, w: int) -> Self: ...
+    def height(self, h: int) -> Self: ...
+    def with_target(self, target: Target) -> Self: ...
+
+
+P = TypeVar("P", bound=_Panel)
+
+
+def _framed(
+    panel: P, title: str, description: str, targets: tuple[Target, ...], span: int, height: int
+) -> P:
+    """``panel`` with what every panel here has: its title and description, the datasource of
+    its targets, its size, and the targets themselves, named A, B, … in order."""
+    panel = (
+        panel.title(title)
+        .description(description)
+        .datasource(_datasource(targets))
+        .span(span)
+        .height(height)
+    )
+    for target in _named(targets):
+        panel = panel.with_target(target)
+    return panel
+
+
 def series(
     title: str,
     description: str,
@@ -112,14 +144,9 @@ def series(
     span: int = 12,
     height: int = 8,
 ) -> timeseries.Panel:
-    panel = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .datasource(_datasource(targets))
+    return (
+        _framed(timeseries.Panel(), title, description, targets, span, height)
         .unit(unit)
-        .span(span)
-        .height(height)
         .fill_opacity(10)
         .line_width(1)
         .show_points(common_model.VisibilityMode.NEVER)
@@ -130,9 +157,6 @@ def series(
             .placement(common_model.LegendPlacement.BOTTOM)
         )
     )
-    for target in _named(targets):
-        panel = panel.with_target(target)
-    return panel
 
 
 def single(
@@ -145,13 +169,8 @@ def single(
     thresholds: list[tuple[float | None, str]] | None = None,
 ) -> stat.Panel:
     panel = (
-        stat.Panel()
-        .title(title)
-        .description(description)
-        .datasource(_datasource((target,)))
+        _framed(stat.Panel(), title, description, (target,), span, height)
         .unit(unit)
-        .span(span)
-        .height(height)
         .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
         .graph_mode(common_model.BigValueGraphMode.AREA)
         .color_mode(common_model.BigValueColorMode.VALUE)
@@ -163,8 +182,6 @@ def single(
         .mode(model.ThresholdsMode.ABSOLUTE)
         .steps([model.Threshold(value=value, color=color) for value, color in steps])
     )
-    for named in _named((target,)):
-        panel = panel.with_target(named)
     return panel
 
 
@@ -175,14 +192,4 @@ def grid(
     span: int = 12,
     height: int = 8,
 ) -> table.Panel:
-    panel = (
-        table.Panel()
-        .title(title)
-        .description(description)
-        .datasource(_datasource((target,)))
-        .span(span)
-        .height(height)
-    )
-    for named in _named((target,)):
-        panel = panel.with_target(named)
-    return panel
+    return _framed(table.Panel(), title, description, (target,), span, height)
