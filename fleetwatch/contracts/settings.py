@@ -535,6 +535,9 @@ class GatewaySettings(_Part):
     the most a device lying about its clock can gain: ``device_backlog_s * device_rate``
     messages, once."""
     max_payload_bytes: int = Field(256 * 1024, ge=256)
+    """The largest telemetry payload the gateway accepts; a larger one is dead-lettered with
+    its reason. The broker refuses outright a message over four times this
+    (:data:`fleetwatch.stack.mosquitto.BROKER_PAYLOAD_FACTOR`)."""
     max_in_flight: int = Field(10_000, ge=1, le=65_535)
     """Unacknowledged MQTT messages at once (MQTT v5 receive-maximum): the backpressure bound."""
     linger_ms: int = Field(5, ge=0)

@@ -27,7 +27,7 @@ def mqtt_messages(now_ms: int) -> dict[str, list[bytes]]:
     ok = {"t": 21.0}
     future = now_ms + 10 * _YEAR_MS
     return {
-        "oversized": [b'{"seq":1,"metrics":{"t":1},"pad":"' + b"x" * 1_500_000 + b'"}'],
+        "oversized": [b'{"seq":1,"metrics":{"t":1},"pad":"' + b"x" * 600_000 + b'"}'],
         "nonutf8": [b"\xff\xfe\x00\x81 not text"],
         "deep": [b'{"a":' * 5_000 + b"1" + b"}" * 5_000],
         "nan": [b'{"v":1,"seq":1,"ts":%d,"sent":%d,"metrics":{"t":NaN}}' % (now_ms, now_ms)],

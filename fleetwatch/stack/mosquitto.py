@@ -16,6 +16,24 @@ from fleetwatch.mqtt_config import configure, connect_failure
 from fleetwatch.stack.credentials import Credentials, login, reload_broker
 from fleetwatch.stack.processes import ManagedProcess, port_in_use
 
+BROKER_PAYLOAD_FACTOR = 4
+"""The broker's ``max_packet_size`` is this many times ``gateway.max_payload_bytes``. Below it
+an oversized payload still reaches the gateway, which dead-letters it with its device and
+reason where the operator sees it; above it (1 MiB by default) the broker disconnects the
+publisher with reason 0x95 "packet too large" (MQTT v5 clients are told the limit when they
+connect), so no one message holds more of the broker's or the gateway's memory."""
+MAX_QUEUED_MESSAGES = 1_000_000
+"""QoS 1 messages the broker queues for one client (the gateway, behind a Kafka outage)."""
+MAX_QUEUED_BYTES = 256 * 1024 * 1024
+"""Bytes the broker queues for one client: a quarter of the broker's memory limit (1 GiB in
+deploy/k8s/mosquitto.yaml) for the gateway's one session, the rest for devices' sessions and
+messages in flight. A million readings (120-250 bytes each) fit; a flood of padded messages
+stops here instead of at the broker's memory. Run more gateway workers, give the broker more."""
+
+
+def max_packet_size(settings: Settings) -> int:
+    return BROKER_PAYLOAD_FACTOR * settings.gateway.max_payload_bytes
+
 
 def mosquitto_binary() -> str | None:
     found = shutil.which("mosquitto")
@@ -78,8 +96,9 @@ class MosquittoBroker:
                 "log_type warning",
                 "log_type notice",
                 "log_timestamp_format %Y-%m-%dT%H:%M:%S",
-                "max_queued_messages 1000000",
-                "max_queued_bytes 0",
+                f"max_packet_size {max_packet_size(self.settings)}",
+                f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+                f"max_queued_bytes {MAX_QUEUED_BYTES}",
                 "max_inflight_messages 1000",
                 "persistent_client_expiration 7d",
                 "",

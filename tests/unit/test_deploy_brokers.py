@@ -45,6 +45,7 @@ def _mosquitto_settings(text: str) -> dict[str, str]:
     keep = (
         "persistence ",
         "autosave_interval",
+        "max_packet_size",
         "max_queued_messages",
         "max_queued_bytes",
         "max_inflight_messages",
@@ -60,7 +61,7 @@ def test_the_deployed_mosquitto_queues_and_keeps_sessions_as_the_local_stack_s(
     deployed = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
     local = MosquittoBroker(Settings(run_dir=tmp_path)).render_config()
     assert _mosquitto_settings(deployed) == _mosquitto_settings(local)
-    assert len(_mosquitto_settings(deployed)) == 6
+    assert len(_mosquitto_settings(deployed)) == 7
     assert "allow_anonymous false" in deployed
     # the files the configuration names are where compose mounts them
     mounts = {
