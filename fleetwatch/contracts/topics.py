@@ -29,7 +29,13 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         TopicSpec(topics.quarantine_lifts, "quarantine:{device_id}", compact),
         TopicSpec(topics.alerts, "device_id", {"retention.ms": str(90 * _DAY_MS)}),
         TopicSpec(topics.device_state, "device_id", compact),
-        TopicSpec(topics.device_sessions, "session_id", compact),
+        # sessions are history, keyed by session: compacted to each session's last record, and
+        # deleted after as long as the alerts they explain are kept (a forgotten device's too)
+        TopicSpec(
+            topics.device_sessions,
+            "session_id",
+            {**compact, "cleanup.policy": "compact,delete", "retention.ms": str(90 * _DAY_MS)},
+        ),
         TopicSpec(topics.device_commands, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
         TopicSpec(topics.device_command_acks, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
     ]

@@ -35,7 +35,7 @@ def expire(
             return st, out, gone
         # what the device's compacted topics hold of it goes with it: its state under its id;
         # on device.sessions (keyed by session) the tombstone under its id tells every reader
-        # that the device's sessions went
+        # that the device's sessions went, and the topic's retention deletes their records
         out.forget(Role.STATE, Role.SESSIONS)
         return st, out, None
     due = int(last_ms) + policy.session_gap_ms
