@@ -12,7 +12,7 @@ MVN    := mvn -B -q -s $(abspath deploy/jvm/settings.xml) -Dmaven.repo.local=$(a
 .PHONY: help setup lock demo test test-unit test-integration lint format bench bench-report stack-up stack-down clean java-check mosquitto-check prometheus-check postgres-check
 
 help:
-	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector), Mosquitto, Prometheus, PostgreSQL"
+	@echo "make setup   - virtualenv, JVM jars (Kafka broker, its JMX exporter, Spark Kafka connector, S3A), Mosquitto, Prometheus, PostgreSQL"
 	@echo "make lock    - re-resolve requirements/*.lock after a change to pyproject.toml's dependencies"
 	@echo "make demo    - set up if needed, then run the whole pipeline with a simulated fleet"
 	@echo "make test    - set up if needed, then unit + integration tests (starts the local stack)"
@@ -20,7 +20,7 @@ help:
 	@echo "make bench   - run every bench/*/*.py (each prints a JSON line of figures and writes bench/results/)"
 	@echo "make bench-report - render README.md's figures table from bench/results/*.json"
 
-setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved java-check mosquitto-check prometheus-check postgres-check
+setup: $(VENV)/.installed $(JARS)/kafka/.resolved $(JARS)/jmx-exporter/.resolved $(JARS)/spark-kafka/.resolved $(JARS)/s3a/.resolved java-check mosquitto-check prometheus-check postgres-check
 
 java-check:
 	@deploy/check-java.sh
@@ -87,6 +87,18 @@ $(JARS)/spark-kafka/.resolved: deploy/jvm/spark-kafka/pom.xml $(VENV)/.installed
 	cd deploy/jvm/spark-kafka && $(MVN) dependency:copy-dependencies -DincludeScope=runtime \
 	    -Dspark.version=$$($(abspath $(PY)) -c 'import pyspark; print(pyspark.__version__)') \
 	    -DoutputDirectory=$(abspath $(JARS))/spark-kafka
+	@touch $@
+
+# Hadoop's S3A connector, for checkpoints on s3a://: hadoop-aws at the Hadoop version of the
+# client jars in the installed pyspark wheel, read from the venv.
+HADOOP_VERSION = $(abspath $(PY)) -c 'import pathlib, pyspark; \
+    jar = next(pathlib.Path(pyspark.__file__).parent.glob("jars/hadoop-client-api-*.jar")); \
+    print(jar.stem.rsplit("-", 1)[1])'
+
+$(JARS)/s3a/.resolved: deploy/jvm/s3a/pom.xml $(VENV)/.installed | java-check
+	@rm -rf $(JARS)/s3a && mkdir -p $(JARS)/s3a
+	cd deploy/jvm/s3a && $(MVN) dependency:copy-dependencies -DincludeScope=runtime \
+	    -Dhadoop.version=$$($(HADOOP_VERSION)) -DoutputDirectory=$(abspath $(JARS))/s3a
 	@touch $@
 
 demo: setup

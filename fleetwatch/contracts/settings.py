@@ -65,6 +65,21 @@ Duration = Annotated[
 ]
 
 
+def _checkpoint_uri(value: str) -> str:
+    """A Hadoop filesystem URI as it is, a local path made absolute."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", value)
+    if scheme is None:
+        return str(Path(value).expanduser().resolve())
+    if scheme.group(1).lower() in ("s3", "s3n"):
+        raise ValueError(f"spark.checkpoint_dir {value!r}: Hadoop reaches S3 as s3a://, not s3://")
+    if not value.startswith(f"{scheme.group(1)}:/"):
+        raise ValueError(f"spark.checkpoint_dir {value!r} is not a URI (scheme://…) nor a path")
+    return value.rstrip("/")
+
+
+CheckpointUri = Annotated[str, Field(min_length=1), AfterValidator(_checkpoint_uri)]
+
+
 KafkaStage = Literal["gateway", "scorer", "trainer", "api"]
 """The stages that are Kafka clients, each of which may have an account of its own."""
 
@@ -309,8 +324,11 @@ class SparkSettings(_Part):
     """``local[N]`` by default; a ``spark://`` or ``yarn`` master to run on a cluster."""
     shuffle_partitions: int = Field(2, ge=1)
     trigger_interval: str = "1 second"
-    checkpoint_dir: Path | None = None
-    """Default: ``{run_dir}/checkpoints``."""
+    checkpoint_dir: CheckpointUri | None = None
+    """Where the jobs keep their checkpoints (offsets, commits, state): a local path, or a
+    Hadoop filesystem URI every executor reaches (``s3a://bucket/prefix`` with
+    :class:`ObjectStoreSettings`, ``hdfs://namenode/path``, ``abfss://…``, ``file:///…``).
+    Default: ``{run_dir}/checkpoints``."""
     jars_dir: Path | None = None
     """Default: ``{home}/.cache/jvm/spark-kafka`` (filled by ``make setup``)."""
     driver_memory: str = "1g"
@@ -330,8 +348,9 @@ class SparkSettings(_Part):
     the offset and commit logs and the state store's changelog files, each micro-batch, on
     every reading's path. Hadoop's FileSystem API (write to a temporary file, rename) is the
     cheaper of it and Spark's default, FileContext-based manager on a local disk; both are
-    atomic by rename on a local or HDFS checkpoint. ``None`` leaves Spark's default (e.g. for
-    an object store, where rename is a copy)."""
+    atomic by rename on a local or HDFS checkpoint. ``None`` leaves Spark's default. An
+    ``s3a://`` checkpoint, where rename is a copy, gets Spark's abortable-stream manager instead
+    (:mod:`fleetwatch.streaming.object_store`)."""
     local_file_system: str | None = "com.globalmentor.apache.hadoop.fs.BareLocalFileSystem"
     """Hadoop's ``FileSystem`` for ``file:`` paths (``spark.hadoop.fs.file.impl``), when the
     session launches its own JVM in local mode (not under ``spark-submit``, nor on a
@@ -424,6 +443,11 @@ class ScoreSettings(_Part):
     many. It is a
     hyperparameter of the detector a device starts with (the trainer's, and ``fleetwatch
     detect``'s): a device keeps the one it started with."""
+    device_calibration: bool = False
+    """One calibrated decision per device (``models/device_tail.py``): the device's strongest
+    evidence across its metrics and members judged against one tail that holds
+    ``false_alerts_per_device_day`` for the device as a whole. Off: each member decides on its
+    own. A hyperparameter of a new device's detector, as the budget is."""
     new_normal_after_s: float = Field(600.0, ge=0)
     """A metric's shift that lasts this long becomes its new normal: one alert at the change,
     none after (0: never; a lasting shift then stays an alert). A fault shorter than this
@@ -561,6 +585,35 @@ class MlflowSettings(_Part):
     """Registered fleet models are named ``{model_prefix}-{scope}``."""
 
 
+class ObjectStoreSettings(_Part):
+    """The S3-compatible store behind ``s3a://`` checkpoints (Hadoop's S3A connector)."""
+
+    endpoint: str | None = None
+    """The store's URL (``http://minio:9000``); unset for AWS S3 itself."""
+    region: str | None = None
+    """The buckets' region; unset lets the connector find it (AWS S3)."""
+    path_style_access: bool = False
+    """Address a bucket as ``{endpoint}/{bucket}`` instead of ``{bucket}.{endpoint}``: most
+    S3-compatible servers need it."""
+    access_key: SecretStr | None = None
+    secret_key: SecretStr | None = None
+    """The store's credentials, both or neither (from the environment or ``.env``, never the
+    command line). Neither: the connector's own chain (``AWS_ACCESS_KEY_ID`` /
+    ``AWS_SECRET_ACCESS_KEY``, an instance or pod role)."""
+    jars_dir: Path | None = None
+    """hadoop-aws, its AWS SDK bundle and Spark's cloud checkpoint manager. Default:
+    ``{home}/.cache/jvm/s3a`` (filled by ``make setup``)."""
+
+    @model_validator(mode="after")
+    def _both_keys_or_neither(self) -> ObjectStoreSettings:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError(
+                "object_store.access_key and object_store.secret_key go together: set both "
+                "or neither"
+            )
+        return self
+
+
 class PrometheusSettings(_Part):
     """The local Prometheus that ``fleetwatch stack up --with-prometheus`` runs (Debian's
     ``prometheus`` binary, config and data under ``{run_dir}/prometheus``)."""
@@ -603,6 +656,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     mlflow: MlflowSettings = MlflowSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
+    object_store: ObjectStoreSettings = ObjectStoreSettings()
 
     @property
     def run_path(self) -> Path:
@@ -617,8 +671,13 @@ class Settings(BaseSettings):
         return self.spark.jars_dir or self.jvm_cache / "spark-kafka"
 
     @property
-    def checkpoint_root(self) -> Path:
-        return self.spark.checkpoint_dir or self.run_path / "checkpoints"
+    def checkpoint_root(self) -> str:
+        """The checkpoints' root: a Hadoop filesystem URI, or an absolute local path."""
+        return self.spark.checkpoint_dir or str(self.run_path / "checkpoints")
+
+    @property
+    def s3a_jars_dir(self) -> Path:
+        return self.object_store.jars_dir or self.jvm_cache / "s3a"
 
     @property
     def database_url(self) -> str:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.streaming import object_store
+from fleetwatch.streaming.object_store import CHECKPOINT_FILE_MANAGER
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,7 +30,6 @@ def kafka_connector_jars(settings: Settings) -> list[str]:
 
 
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
 def session_conf(settings: Settings) -> dict[str, str]:
@@ -50,11 +51,23 @@ def session_conf(settings: Settings) -> dict[str, str]:
     if settings.spark.java_options:
         conf["spark.driver.extraJavaOptions"] = settings.spark.java_options
         conf["spark.executor.extraJavaOptions"] = settings.spark.java_options
+    conf.update(object_store.object_store_conf(settings))  # on s3a://, its own file manager
     conf.update(settings.spark.conf)
     return conf
 
 
 LOCAL_FS_JAR = "hadoop-bare-naked-local-fs-*.jar"
+
+
+def launch_conf(settings: Settings) -> dict[str, str]:
+    """The confs that only the driver's launch can set, when this process launches it: the
+    local file system's (:func:`local_file_system_conf`) and the driver's class path."""
+    conf = local_file_system_conf(settings)
+    class_path = [conf.get("spark.driver.extraClassPath", "")]
+    class_path += object_store.driver_class_path(settings)
+    if entries := [c for c in class_path if c]:
+        conf["spark.driver.extraClassPath"] = ":".join(entries)
+    return conf
 
 
 def local_file_system_conf(settings: Settings) -> dict[str, str]:
@@ -92,12 +105,13 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if not conf.contains("spark.master"):  # not under spark-submit: this call starts the JVM
         builder = builder.master(settings.spark.master)
-        for key, value in local_file_system_conf(settings).items():
+        for key, value in launch_conf(settings).items():
             builder = builder.config(key, value)
     builder = builder.config("spark.jars", ",".join(kafka_connector_jars(settings)))
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    object_store.set_credentials(session, settings)
     session.sparkContext.setLogLevel("WARN")
     logger.info("spark session %s on %s", app_name, session.sparkContext.master)
     return session

@@ -267,7 +267,7 @@ def test_the_spark_drivers_settings_are_real_settings_and_their_metrics_ports_th
         settings = settings_from(env, monkeypatch, tmp_path)
         assert settings.spark.shuffle_partitions >= 1
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-        assert settings.checkpoint_root == Path(mounts["checkpoints"])
+        assert settings.checkpoint_root == mounts["checkpoints"]
 
 
 def test_the_spark_driver_may_start_its_executors_and_every_pod_shares_the_checkpoints() -> None:

@@ -17,7 +17,7 @@ def test_nested_settings_come_from_the_environment(
     assert settings.kafka.bootstrap_servers == "broker-a:9092,broker-b:9092"
     assert settings.topics.alerts == "alerts.test"
     assert settings.run_path == tmp_path.resolve()
-    assert settings.checkpoint_root == tmp_path.resolve() / "checkpoints"
+    assert settings.checkpoint_root == str(tmp_path.resolve() / "checkpoints")
 
 
 def test_settings_are_frozen() -> None:

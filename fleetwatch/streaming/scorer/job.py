@@ -44,6 +44,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.runtime import serve_metrics
 from fleetwatch.streaming import buckets
+from fleetwatch.streaming.checkpoint_files import HadoopFiles
 from fleetwatch.streaming.checkpoints import resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
@@ -200,7 +201,12 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
         settings,
         topics.telemetry_raw,
         starting=resume_offsets(
-            settings.checkpoint_root, "score", PLAN_VERSION, topics.telemetry_raw, settings.kafka
+            settings.checkpoint_root,
+            "score",
+            PLAN_VERSION,
+            topics.telemetry_raw,
+            settings.kafka,
+            HadoopFiles(spark),
         ),
         max_offsets_per_trigger=settings.score.max_offsets_per_trigger,
     )
@@ -213,7 +219,7 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
         .writeStream.format("kafka")
         .queryName(QUERY_NAME)
         .options(**spark_options(settings.kafka))
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint)
         .trigger(processingTime=settings.score.trigger_interval)
         .start()
     )

@@ -15,7 +15,6 @@ the late topic, and :func:`diff` shows it.
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from fleetwatch.contracts.topics import TopicSpec, topic_specs
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.stack.topics import ensure_topics
+from fleetwatch.streaming.checkpoint_files import HadoopFiles, join
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.scorer.job import params_stream, scored_frame, scorer_input
 from fleetwatch.streaming.scorer.output import Role
@@ -72,7 +72,7 @@ def replay(
     params = params_stream(spark, settings)
     lateness, lifts = settings.score.allowed_lateness, settings.topics.quarantine_lifts
     out = scored_frame(scorer_input(raw, params, lateness, lifts), settings)
-    checkpoint = settings.checkpoint_root / f"replay-{uuid.uuid4().hex[:12]}"
+    checkpoint = join(settings.checkpoint_root, f"replay-{uuid.uuid4().hex[:12]}")
     query = (
         out.where(F.col("role") == Role.ALERTS.value)
         .select("key", "value")
@@ -80,7 +80,7 @@ def replay(
         .queryName("fleetwatch-replay")
         .options(**spark_options(settings.kafka))
         .option("topic", output_topic)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )
@@ -102,7 +102,7 @@ def replay(
         len(progress),
         sum(p.numInputRows for p in progress),
     )
-    shutil.rmtree(checkpoint, ignore_errors=True)
+    HadoopFiles(spark).delete(checkpoint)
 
 
 def read_events(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:

@@ -67,7 +67,8 @@ from fleetwatch.contracts.identifiers import FLEET_KEY_PREFIX
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.registry import Tuning, default_detector
 from fleetwatch.runtime import serve_metrics
-from fleetwatch.streaming.checkpoints import resume_offsets, versioned
+from fleetwatch.streaming.checkpoint_files import CheckpointFiles, HadoopFiles, join
+from fleetwatch.streaming.checkpoints import LOCAL, resume_offsets, versioned
 from fleetwatch.streaming.kafka_io import kafka_stream, kafka_table
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import wait_for_query, watch
@@ -105,7 +106,7 @@ class Backfill:
     to_ms: int | None = None
     files: Path | None = None
 
-    def checkpoint(self, root: Path) -> Path:
+    def checkpoint(self, root: str) -> str:
         """Its own checkpoint: the same backfill resumes where it stopped, others start fresh."""
         what = f"{self.from_ms}-{self.to_ms}-{self.files.resolve() if self.files else ''}"
         digest = hashlib.sha256(what.encode()).hexdigest()[:12]
@@ -157,11 +158,12 @@ def source(spark: SparkSession, settings: Settings, backfill: Backfill | None) -
             from_timestamp_ms=backfill.from_ms,
             max_offsets_per_trigger=limit,
         )
-    starting = resume_offsets(settings.checkpoint_root, JOB, PLAN_VERSION, topic, settings.kafka)
+    root, store = settings.checkpoint_root, HadoopFiles(spark)
+    starting = resume_offsets(root, JOB, PLAN_VERSION, topic, settings.kafka, store)
     return kafka_stream(spark, settings, topic, starting=starting, max_offsets_per_trigger=limit)
 
 
-def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) -> dict[str, Any]:
+def run_config(settings: Settings, backfill: Backfill | None, checkpoint: str) -> dict[str, Any]:
     """What the observer is told at start (JSON-able)."""
     mode = "live" if backfill is None else ("files" if backfill.files else "backfill")
     return {
@@ -179,7 +181,7 @@ def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) 
             "kind": default_detector().kind,
             "hyper": default_detector(Tuning.of(settings.score)).hyper_json(),
         },
-        "checkpoint": str(checkpoint),
+        "checkpoint": checkpoint,
     }
 
 
@@ -187,22 +189,22 @@ def run_config(settings: Settings, backfill: Backfill | None, checkpoint: Path) 
 class Training:
     query: StreamingQuery
     publisher: BatchPublisher
-    checkpoint: Path
+    checkpoint: str
+    files: CheckpointFiles = LOCAL
 
     def stop(self, timeout_s: float = 120.0) -> None:
         """Stop after the last batch handled is committed (or the query ended by itself)."""
         last = self.publisher.close()
-        commit = None if last is None else self.checkpoint / "commits" / str(last)
+        commit = None if last is None else join(self.checkpoint, "commits", str(last))
+
+        def pending() -> bool:
+            return commit is not None and not self.files.exists(commit)
+
         deadline = time.monotonic() + timeout_s
-        while (
-            commit is not None
-            and not commit.exists()
-            and self.query.isActive
-            and time.monotonic() < deadline
-        ):
+        while pending() and self.query.isActive and time.monotonic() < deadline:
             if wait_for_query(self.query, 1):
                 break  # ended; failure() tells a refused batch from a real failure
-        if commit is not None and not commit.exists() and self.query.isActive:
+        if pending() and self.query.isActive:
             logger.warning("batch %d not committed after %.0fs; stopping anyway", last, timeout_s)
         if self.query.isActive:
             self.query.stop()
@@ -243,7 +245,7 @@ def start(
     writer = (
         updates.writeStream.queryName(f"fleetwatch-{JOB}")
         .foreachBatch(publisher)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint)
     )
     writer = (
         writer.trigger(processingTime=settings.train.trigger_interval)
@@ -258,7 +260,7 @@ def start(
         settings.topics.model_params,
         checkpoint,
     )
-    return Training(query, publisher, checkpoint)
+    return Training(query, publisher, checkpoint, HadoopFiles(spark))
 
 
 def run(
