@@ -272,6 +272,12 @@ class CpuShares:
         elapsed, now = time.monotonic() - t0, self._sample()
         return {k: round((v - before.get(k, 0.0)) / elapsed, 2) for k, v in now.items()}
 
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds each used since :meth:`start`."""
+        assert self._at is not None, "start() first"
+        before = self._at[1]
+        return {k: v - before.get(k, 0.0) for k, v in self._sample().items()}
+
 
 def bench_name(script: str | Path) -> str:
     """A bench's name from its script's path: ``bench/quality/realdata.py`` gives
@@ -304,8 +310,10 @@ def write_results(
     figures: Mapping[str, Any],
     results_dir: Path = RESULTS,
     argv: Sequence[str] | None = None,
+    name: str | None = None,
 ) -> Path:
-    """Write a bench's figures to ``{results_dir}/{bench_name(script)}.json``, replacing the
+    """Write a bench's figures to ``{results_dir}/{bench_name(script)}.json`` (or
+    ``{name}.json``, for a mode of a bench that measures something else), replacing the
     file of its previous run, with what they were measured on: the command line, the start and
     end times (UTC), the 1-, 5- and 15-minute load averages at the start (when the bench
     imported this module) and at the end, the CPUs, the git revision and whether the code it
@@ -316,7 +324,7 @@ def write_results(
         "status", "--porcelain", "--untracked-files=no", "--", "fleetwatch", "bench", "deploy"
     )
     record = {
-        "bench": bench_name(script),
+        "bench": name or bench_name(script),
         "command": _command(Path(script), sys.argv[1:] if argv is None else argv),
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -36,12 +36,26 @@ each run. A fresh scorer's micro-batches shorten for minutes as its JIT compiler
 Spark's code, so each phase also gives the p50 of its batches in its first, middle and last
 third (``batch_p50_ms_by_third``): a falling row is a scorer still warming up.
 
+What a reading costs: each phase gives the cores every process used (gateway, Mosquitto,
+Kafka, the scorer's driver, JVM and workers, the trainer's with ``--trainer``, and the load
+generator as ``bench``), the same as CPU microseconds per reading offered
+(``cpu_us_per_reading``), and ``pipeline_cores``: their sum without the load generator.
+
+``--find-rate`` steps the offered rate up (``--rate-from``, ``--step``, ``--rate-to``) until a
+run misses the objective (p99 > 1 s, a probe spike without an alert, the rate not offered, or a
+backlog left when publishing stops) and reports the highest rate that held it in
+``HOLD_RUNS`` consecutive runs, each with a fresh scorer: the sustainable rate at the latency
+objective (results file ``pipeline-sustainable_rate.json``).
+
     python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max] [--warmup S]
+        [--trainer]
+    python bench/pipeline/under_load.py --find-rate [--seconds 30] [--rate-from 2000]
 
 Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 "p99_over_p50_1k", "p99_over_p50_5k", "jit_cores" ([1k], [5k]),
-"load_avg_1m", "max_throughput_rps",
-"cold_throughput_rps", "peak_rss_mb", ...}
+"load_avg_1m", "max_throughput_rps", "cold_throughput_rps", "peak_rss_mb",
+"pipeline_cores_1k", "pipeline_cores_5k", "cpu_us_per_reading_1k", "cpu_us_per_reading_5k"};
+with ``--find-rate``: {"sustainable_rps", "rates": [per rate: p50, p99, cores, load]}.
 """
 
 from __future__ import annotations
@@ -88,6 +102,12 @@ from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 DEVICES, SPIKE_EVERY, BACKLOG, BATCH, WARM = 1000, 25, 1_200_000, 50_000, 0.25
 PROBES, PROBE_SPIKE_EVERY = 20, 5
+OBJECTIVE_MS = 1000.0
+"""The latency objective: a spike's alert p99 within a second of its publish."""
+HOLD_RUNS = 3
+"""Consecutive runs a rate must hold the objective in to count as sustainable."""
+OFFERED_SHARE = 0.95
+"""A run offered its rate when the load generator kept 95 % of it."""
 
 
 class Probes(threading.Thread):
@@ -183,7 +203,12 @@ def worker_starts(log: Path) -> int:
 
 
 def latency_phases(
-    settings: Settings, seconds: int, rates: list[float], noise: str, warmup_s: int
+    settings: Settings,
+    seconds: int,
+    rates: list[float],
+    noise: str,
+    warmup_s: int,
+    trainer: bool = False,
 ) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
@@ -194,6 +219,10 @@ def latency_phases(
     env["FLEETWATCH_SPARK__JAVA_OPTIONS"] = f"{java} -Xlog:gc:file={gc_log}:time".strip()
     gateway = stage(env, run_dir, "gateway", "gateway")
     scorer = stage(env, run_dir, "score", "score")
+    stage_procs = [gateway, scorer]
+    if trainer:
+        stage_procs.append(stage(env, run_dir, "train", "train"))
+    stages = dict(zip(("gateway", "scorer", "trainer"), (p.pid for p in stage_procs), strict=False))
     kafka = settings.kafka
     prefix = probe_prefix(tag)
     ingest = Watch(kafka, topics.telemetry_raw, prefix, only_open=False)
@@ -209,7 +238,7 @@ def latency_phases(
     sampler = threading.Thread(target=sample, daemon=True)
     out: dict[str, Any] = {}
     brokers = {c.name: c.pid for c in Stack(settings).status() if c.pid}
-    shares = CpuShares({"scorer": scorer.pid, "gateway": gateway.pid, **brokers}, ["scorer"])
+    shares = CpuShares({**stages, **brokers}, ["scorer", "trainer"])
     try:
         checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
         wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
@@ -246,7 +275,10 @@ def latency_phases(
                 done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
                 return all(done.get(p, 0) >= end for p, end in ends.items())
 
+            published_until = now_ms()
             wait(caught_up, 300, "the scorer to catch up")
+            caught_up_ms = now_ms() - published_until
+            cpu_s = shares.seconds()  # the catch-up's work is the readings' too
             time.sleep(2)  # the last batch's alerts reach the consumer
             hi = now_ms()
             label = label or f"{int(DEVICES * rate / 1000)}k"
@@ -258,8 +290,9 @@ def latency_phases(
             phase = [b for b in batches(progress) if lo <= b.start_ms <= hi]  # not warm-up's
             pauses = [p for p in gc_pauses(gc_log) if lo <= p[0] <= hi]
             parts = decompose(sent, ingest.arrived, alerts.arrived, phase, pauses)
+            offered = totals.sent / max(1e-3, (published_until - lo) / 1000)
             out[label] = {
-                "offered_rps": round(totals.sent / max(1e-3, (hi - lo) / 1000), 1),
+                "offered_rps": round(offered, 1),
                 "readings": totals.sent,
                 "probe_spikes": len(sent),
                 "probe_spikes_without_alert": missed,
@@ -270,6 +303,9 @@ def latency_phases(
                 "ingest_p99_ms": percentile(base, 99),
                 "load_avg_1m": load_avg_1m(),
                 "cores": cores,
+                "cpu_us_per_reading": cpu_per_reading(cpu_s, totals.sent),
+                "pipeline_cores": pipeline_cores(cores),
+                "catch_up_ms": caught_up_ms,
                 "python_worker_starts": worker_starts(run_dir / "score.log") - workers_before,
                 "batch_p50_ms_by_third": by_third(phase),
             }
@@ -283,13 +319,42 @@ def latency_phases(
             probes.stop.set()
         ingest.stop.set()
         alerts.stop.set()
-        for p in (gateway, scorer):
+        running = [p for p in stage_procs if p.poll() is None]
+        for p in running:
             p.send_signal(signal.SIGTERM)
-        for p in (gateway, scorer):
+        for p in running:
             p.wait(120)
         end_gateway_session(settings, env)
         delete_topics(kafka, topics.model_dump().values())
     out["peak_rss_mb"] = round(peak[0], 1)
+    return out
+
+
+STAGE_PARTS = ("gateway", "mosquitto", "kafka", "scorer", "trainer")
+"""The pipeline's processes in :class:`CpuShares` (a Spark job by its driver, JVM and workers;
+its JVM's ``_jit`` and ``_gc`` threads are part of the JVM's figure and are not added again)."""
+
+
+def pipeline_cores(cores: dict[str, float]) -> float:
+    """Cores (or CPU seconds) the pipeline used, without the load generator (``bench``)."""
+    return round(
+        sum(
+            v
+            for k, v in cores.items()
+            if k.startswith(STAGE_PARTS) and not k.endswith(("_jit", "_gc"))
+        ),
+        3,
+    )
+
+
+def cpu_per_reading(cpu_s: dict[str, float], readings: int) -> dict[str, float]:
+    """CPU microseconds per reading of every process (and of the pipeline without the load
+    generator, ``pipeline``): its CPU from the phase's start until the scorer caught up,
+    over the readings published."""
+    if readings <= 0:
+        return {}
+    out = {k: round(v * 1e6 / readings, 1) for k, v in cpu_s.items()}
+    out["pipeline"] = round(pipeline_cores(cpu_s) * 1e6 / readings, 1)
     return out
 
 
@@ -405,7 +470,52 @@ def summary(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
         "load_avg_1m": [r[label]["load_avg_1m"] for r in runs],
         "jit_cores": [r[label]["cores"].get("scorer_jvm_jit") for r in runs],
         "worst_p99_ms": max((x for x in p99 if x is not None), default=None),
+        "pipeline_cores": [r[label]["pipeline_cores"] for r in runs],
+        "cpu_us_per_reading": [r[label]["cpu_us_per_reading"] for r in runs],
     }
+
+
+def holds(phase: dict[str, Any], rate: float) -> bool:
+    """A phase met the latency objective at ``rate`` readings/s: every probe spike alerted,
+    p99 ≤ ``OBJECTIVE_MS``, the load generator offered the rate and the scorer had no backlog
+    left when publishing stopped (it caught up within one trigger's worth of time)."""
+    p99 = phase["p99_ms"]
+    return (
+        p99 is not None
+        and p99 <= OBJECTIVE_MS
+        and phase["probe_spikes_without_alert"] == 0
+        and phase["offered_rps"] >= OFFERED_SHARE * rate
+        and phase["catch_up_ms"] <= OBJECTIVE_MS
+    )
+
+
+def find_rate(
+    settings: Settings, args: argparse.Namespace
+) -> tuple[float | None, list[dict[str, Any]]]:
+    """Step the offered rate up by ``--step`` from ``--from`` until a run misses the objective;
+    the sustainable rate is the highest at which ``HOLD_RUNS`` consecutive runs (a fresh scorer
+    each) all held it."""
+    held: float | None = None
+    tried: list[dict[str, Any]] = []
+    rate = float(args.rate_from)
+    while rate <= args.rate_to:
+        phases = []
+        for i in range(HOLD_RUNS):
+            run = latency_phases(
+                settings, args.seconds, [rate / DEVICES], args.noise, args.warmup, args.trainer
+            )
+            label = next(k for k in run if k not in ("warmup", "peak_rss_mb"))
+            phases.append(run[label])
+            ok = holds(run[label], rate)
+            print(f"rate {rate:.0f}/s run {i + 1}: holds {ok} (load {load_avg_1m()})", flush=True)
+            if not ok:
+                break
+        tried.append({"rate": rate, "phases": phases, "held": len(phases) == HOLD_RUNS})
+        if not tried[-1]["held"] or not holds(phases[-1], rate):
+            break
+        held = rate
+        rate += args.step
+    return held, tried
 
 
 def main() -> None:
@@ -419,7 +529,19 @@ def main() -> None:
     parser.add_argument(
         "--warmup", type=int, default=15, help="seconds at 1,000/s before the first phase"
     )
+    parser.add_argument("--trainer", action="store_true", help="run the trainer beside them")
+    parser.add_argument(
+        "--find-rate",
+        action="store_true",
+        help="step the rate up until p99 > 1 s: the highest rate held in 3 consecutive runs",
+    )
+    parser.add_argument("--rate-from", type=float, default=2000.0, help="readings/s")
+    parser.add_argument("--rate-to", type=float, default=20000.0, help="readings/s")
+    parser.add_argument("--step", type=float, default=2000.0, help="readings/s")
     args = parser.parse_args()
+    if args.find_rate:
+        rate_main(args)
+        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = Settings()
     stack = Stack(settings)
@@ -429,7 +551,11 @@ def main() -> None:
     try:
         for i in range(args.repeat):
             print(f"run {i + 1} of {args.repeat} (load {load_avg_1m()})", flush=True)
-            runs.append(latency_phases(settings, args.seconds, [1.0, 5.0], args.noise, args.warmup))
+            runs.append(
+                latency_phases(
+                    settings, args.seconds, [1.0, 5.0], args.noise, args.warmup, args.trainer
+                )
+            )
         top = {} if args.skip_max else max_throughput(settings)
     finally:
         if not was_up:
@@ -455,9 +581,47 @@ def main() -> None:
         "max_throughput_rps": top.get("max_throughput_rps"),
         "cold_throughput_rps": top.get("cold_throughput_rps"),
         "peak_rss_mb": max(max(r["peak_rss_mb"] for r in runs), top.get("max_peak_rss_mb", 0.0)),
+        "trainer": args.trainer,
+        "pipeline_cores_1k": phases["1k"]["pipeline_cores"],
+        "pipeline_cores_5k": phases["5k"]["pipeline_cores"],
+        "cpu_us_per_reading_1k": phases["1k"]["cpu_us_per_reading"],
+        "cpu_us_per_reading_5k": phases["5k"]["cpu_us_per_reading"],
     }
     print(json.dumps(headline))
     write_results(__file__, headline)
+
+
+def rate_main(args: argparse.Namespace) -> None:
+    settings = Settings()
+    stack = Stack(settings)
+    was_up = all(c.pid for c in stack.status())
+    stack.up()
+    try:
+        held, tried = find_rate(settings, args)
+    finally:
+        if not was_up:
+            stack.down()
+    print(json.dumps({"tried": tried}))
+    headline = {
+        "sustainable_rps": held,
+        "objective_p99_ms": OBJECTIVE_MS,
+        "runs_per_rate": HOLD_RUNS,
+        "trainer": args.trainer,
+        "seconds": args.seconds,
+        "rates": [
+            {
+                "rate": t["rate"],
+                "held": t["held"],
+                "p50_ms": [ph["p50_ms"] for ph in t["phases"]],
+                "p99_ms": [ph["p99_ms"] for ph in t["phases"]],
+                "pipeline_cores": [ph["pipeline_cores"] for ph in t["phases"]],
+                "load_avg_1m": [ph["load_avg_1m"] for ph in t["phases"]],
+            }
+            for t in tried
+        ],
+    }
+    print(json.dumps(headline))
+    write_results(__file__, headline, name="pipeline-sustainable_rate")
 
 
 if __name__ == "__main__":
