@@ -4,6 +4,7 @@ larger than its brokers, and answers configs with the broker defaults where a to
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -237,6 +238,23 @@ def test_the_command_twice_reports_the_topics_and_succeeds(
     second = runner.invoke(app, ["topics", "create", "--partitions", "4"])
     assert second.exit_code == 0, second.output
     assert "0 created, 10 already there" in second.output
+
+
+def test_the_command_reports_as_one_json_document(
+    cluster: tuple[FakeAdmin, list[dict[str, str]], Waits],
+) -> None:
+    admin, _, _ = cluster
+    admin.topics["alerts"] = Topic(partitions=1, replicas=1)
+    result = CliRunner().invoke(app, ["topics", "create", "--partitions", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)  # nothing else on stdout
+    assert len(document["created"]) == 9
+    assert {c["partitions"] for c in document["created"]} == {4}
+    created = {c["topic"]: c["config"] for c in document["created"]}
+    assert created["device.sessions"]["cleanup.policy"] == "compact,delete"
+    [alerts] = document["existing"]
+    assert alerts["topic"] == "alerts"
+    assert "1 partitions, not 4" in alerts["differences"]
 
 
 def test_the_command_takes_its_defaults_from_the_settings(
