@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.observability import dashboards
 from fleetwatch.observability.panels import PROMETHEUS_UID
@@ -81,6 +82,7 @@ def push(
             help="TLS to that PostgreSQL (default: the URL's ?sslmode=, else require)",
         ),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Publish the dashboards (same uids, overwritten: a new version each push) in the folder
     `fleetwatch`; create or update the datasources given an address. Each dashboard picks its
@@ -100,6 +102,9 @@ def push(
         )
     except FleetwatchError as exc:
         fail(str(exc))
+    if as_json:
+        print_json(dataclasses.asdict(report))
+        return
     for created in report.created:
         console.print(f"created {created}")
     for written in report.datasources:

@@ -392,6 +392,17 @@ def test_the_command_pushes_and_prints_what_it_wrote(grafana: tuple[FakeGrafana,
     assert state.datasources["fleetwatch-db"]["jsonData"]["sslmode"] == "disable"
 
 
+def test_the_command_reports_as_one_json_document(grafana: tuple[FakeGrafana, str]) -> None:
+    state, url = grafana
+    args = ["grafana", "push", "--url", url, "--token", state.token, "--json"]
+    result = CliRunner().invoke(app, [*args, "--prometheus-url", "http://p"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["datasources"] == [{"action": "created", "uid": "prometheus", "url": "http://p"}]
+    assert {d["uid"] for d in report["dashboards"]} == set(state.dashboards)
+    assert report["missing"] == ["fleetwatch-db"]
+
+
 def test_the_command_refuses_a_tls_mode_grafana_lacks(grafana: tuple[FakeGrafana, str]) -> None:
     state, url = grafana
     result = CliRunner().invoke(
