@@ -19,8 +19,8 @@ resolve). Printed per shape: alerts per device-day over the whole run and after 
 ``--budgets`` (``score.false_alerts_per_device_day``; default 1).
 
     python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
-        [--budgets 1,0.1,0.01] [--detectors KIND[,KIND...]]   (a combined detector of those
-        kinds; default: the default)
+        [--budgets 1,0.1,0.01] [--device-calibration] [--detectors KIND[,KIND...]]
+        (a combined detector of those kinds; default: the default)
 
 Last line: {"shapes": {shape: alerts_per_device_day}, "budget": the first budget, "worst":
 shape, "over_budget": [shapes], "after_day1": {shape: alerts_per_device_day},
@@ -131,7 +131,8 @@ def run_budget(
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float], int, float]:
     """Every shape at one budget: alerts per device-day, after day 1, alerting rows' share;
     the rows run and the engine's seconds."""
-    make = detector_factory(args.detectors, Tuning(false_alerts_per_day=budget))
+    tuning = Tuning(false_alerts_per_day=budget, device_calibration=args.device_calibration)
+    make = detector_factory(args.detectors, tuning)
     per_day: dict[str, float] = {}
     after: dict[str, float] = {}
     share: dict[str, float] = {}
@@ -173,6 +174,9 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--budgets", default="1", help="comma-separated budgets to run")
     parser.add_argument("--detectors", help="comma-separated detector kinds to combine")
+    parser.add_argument(
+        "--device-calibration", action="store_true", help="score.device_calibration on"
+    )
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     load_start = os.getloadavg()[0]
@@ -205,6 +209,7 @@ def main() -> None:
         "alert_row_share": {s: round(v, 5) for s, v in share.items()},
         "by_budget": by_budget,
         "detectors": args.detectors or "default",
+        "device_calibration": args.device_calibration,
         "days": args.days,
         "devices": args.devices,
         "rows": total_rows,

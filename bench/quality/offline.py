@@ -11,7 +11,7 @@ earlier batches minus ``score.allowed_lateness`` — and devices whose event-tim
 watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`).
 Every ``--train-s`` of arrival time, each device's readings since the previous step,
 de-duplicated by sequence number as the trainer does, are learned with
-:func:`fleetwatch.streaming.trainer.learning.learn_device`; the new parameters' ``model.params``
+:func:`fleetwatch.streaming.trainer.learning.learn_update`; the new parameters' ``model.params``
 records reach the next scorer batch. At ``--fleet-s`` of arrival time (default 120 s), and
 every ``--fleet-every-s`` after (default 60 s; negative: once), each scope's fleet model is
 pooled from the devices' parameters and its champion record put before the scorer, as a
@@ -66,6 +66,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.publish import pooled_by_scope
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
+from fleetwatch.models.registry import DEFAULT_TUNING, Tuning
 from fleetwatch.simulator import evaluate as ev
 from fleetwatch.simulator.errors import SimulatorError
 from fleetwatch.simulator.kinds import KINDS
@@ -83,7 +84,7 @@ from fleetwatch.streaming.scorer.bucket_step import (
 from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
-from fleetwatch.streaming.trainer.learning import learn_device
+from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE_S = 30.0
@@ -185,6 +186,8 @@ class Trainer:
     """The trainer's step: each device learns its new, de-duplicated readings."""
 
     dedup_ms: int
+    tuning: Tuning = DEFAULT_TUNING
+    """What a new device's detector starts with (the trainer job's ``Tuning.of(score)``)."""
     params: dict[str, str] = field(default_factory=dict)
     pending: dict[str, list[tuple[int, str, float]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -210,10 +213,11 @@ class Trainer:
         changed = {}
         for device_id, rows in self.pending.items():
             frame = pd.DataFrame(rows, columns=["event_ms", "metric", "value"])
-            new = learn_device(self.params.get(device_id), frame)
-            if new is not None:
-                self.params[device_id] = new
-                changed[device_id] = int(json.loads(new)["version"])
+            previous = self.params.get(device_id)
+            update = learn_update(previous, frame, detector_of(previous, self.tuning))
+            if update is not None:
+                self.params[device_id] = update.params_json
+                changed[device_id] = int(update.header["version"])
         self.pending.clear()
         horizon = self.newest_ms - self.dedup_ms
         while self.order and self.order[0][0] < horizon:
@@ -307,7 +311,7 @@ def replay(
     (``None``: once)."""
     _, start_ms = read_header(path)
     clocks = ClockOffsets()
-    trainer = Trainer(interval_ms(settings.score.dedup_window))
+    trainer = Trainer(interval_ms(settings.score.dedup_window), Tuning.of(settings.score))
     scorer = Scorer(settings, interval_ms(settings.score.allowed_lateness))
     truth: list[dict[str, Any]] = []
     kinds: dict[str, str] = {}

@@ -28,7 +28,8 @@ of each pair only.
 hyperparameters) instead of the default one, to compare candidates on the same files.
 
     python bench/quality/realdata.py --skab DIR [--limit N] [--train-rows 400] [--chunk-rows 50]
-        [--detectors KINDS]
+        [--detectors KINDS] [--split all|tuning|held-out]
+        [--device-calibration]
 
 Last line: {"outlier_f1", "far_pct", "mar_pct", "far_overrun_pct", "far_early_pct",
 "far_apart_pct" (``far_pct`` split by where the false rows lie: in an alert that outlasted its
@@ -68,11 +69,17 @@ from fleetwatch.evaluation.ranking import average_precision, saturated_share
 from fleetwatch.evaluation.skab import SKAB_TRAIN_ROWS, SkabTally, score_file
 from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.base import Detector
-from fleetwatch.models.registry import default_detector, detector_factory
+from fleetwatch.models.registry import Tuning, default_detector, detector_factory
 
 CATEGORIES = ("valve1", "valve2", "other")
 TUNING = ("valve1",)
 """The files detection may be tuned on; the rest (``valve2/``, ``other/``) are held out."""
+SPLITS = {
+    "all": CATEGORIES,
+    "tuning": TUNING,
+    "held-out": tuple(c for c in CATEGORIES if c not in TUNING),
+}
+"""``--split``: the categories each run reads."""
 TIME = "datetime"
 LABELS = ("anomaly", "changepoint")
 FLAG = "alert"
@@ -258,9 +265,19 @@ def main() -> None:
     parser.add_argument("--train-rows", type=int, default=SKAB_TRAIN_ROWS)
     parser.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--detectors", help="comma-separated detector kinds to combine")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="all",
+        help="tuning: valve1/ only (what may be tuned on); held-out: valve2/ and other/; all",
+    )
+    parser.add_argument(
+        "--device-calibration", action="store_true", help="score.device_calibration on"
+    )
     args = parser.parse_args()
-    make = detector_factory(args.detectors)
+    make = detector_factory(args.detectors, Tuning(device_calibration=args.device_calibration))
     files = skab_files(args.skab, args.limit) if args.skab and args.skab.is_dir() else []
+    files = [(c, p) for c, p in files if c in SPLITS[args.split]]
     if not files:
         print(WHERE)
         return
@@ -332,6 +349,8 @@ def main() -> None:
         "train_rows": args.train_rows,
         "chunk_rows": args.chunk_rows,
         "detectors": args.detectors or "default",
+        "split": args.split,
+        "device_calibration": args.device_calibration,
         "loadavg_1m": round(load_start, 2),
         "loadavg_1m_end": round(os.getloadavg()[0], 2),
         "categories": {category: figures(tally) for category, tally in per_category.items()},

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from fleetwatch.models.base import Detector, Readings, ScoringMemory, detector_class
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
+from fleetwatch.models.device_tail import DeviceTail
 from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.level import NEW_NORMAL_AFTER_S, LevelShiftDetector
@@ -71,14 +72,23 @@ class CombinedDetector(Detector):
     per_metric: ClassVar[bool] = False
 
     def __init__(
-        self, detectors: Sequence[Detector] | None = None, adapt_s: float | None = 300.0
+        self,
+        detectors: Sequence[Detector] | None = None,
+        adapt_s: float | None = 300.0,
+        device_budget: float | None = None,
     ) -> None:
         self.detectors: list[Detector] = default_members() if detectors is None else list(detectors)
         if not self.detectors:
             raise HyperParameterError("a combined detector needs at least one member")
         if adapt_s is not None and not adapt_s > 0:
             raise HyperParameterError(f"adapt_s must be > 0 or None, got {adapt_s}")
+        if device_budget is not None and not device_budget > 0:
+            raise HyperParameterError(f"device_budget must be > 0 or None, got {device_budget}")
         self.adapt_s = adapt_s
+        self.device_budget = device_budget
+        self.device_tail = None if device_budget is None else DeviceTail(device_budget)
+        """The device's one decision (:mod:`~fleetwatch.models.device_tail`), held to
+        ``device_budget`` false alerts a day; ``None``: each member decides on its own."""
         self.alerting: dict[str, int] = {}
         """Metric → event time since which every reading of it alerted (the gate's memory)."""
         self.adapting_until: int | None = None
@@ -87,10 +97,13 @@ class CombinedDetector(Detector):
         """The last batch scored, the version it was scored with and each member's surprise."""
 
     def hyper_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "detectors": [{"kind": d.kind, "hyper": d.hyper_json()} for d in self.detectors],
             "adapt_s": self.adapt_s,
         }
+        if self.device_budget is not None:  # parameters without it read as before
+            out["device_budget"] = self.device_budget
+        return out
 
     @classmethod
     def from_hyper(cls, hyper: Mapping[str, Any]) -> CombinedDetector:
@@ -98,7 +111,12 @@ class CombinedDetector(Detector):
             specs = list(hyper["detectors"])
             members = [detector_class(s["kind"]).from_hyper(s["hyper"]) for s in specs]
             adapt = hyper.get("adapt_s", 300.0)
-            return cls(members, None if adapt is None else float(adapt))
+            budget = hyper.get("device_budget")
+            return cls(
+                members,
+                None if adapt is None else float(adapt),
+                None if budget is None else float(budget),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise HyperParameterError(f"bad combined hyperparameters {dict(hyper)!r}") from exc
 
@@ -114,6 +132,7 @@ class CombinedDetector(Detector):
         one a batch lacks keeps its streak from earlier batches. With no per-metric member, the
         joint member's alerts are left out."""
         each = self._surprises(batch)
+        self._scored = (batch, self.version, each)  # the device's tail learns from them too
         own = [s for m, s in zip(self.detectors, each, strict=True) if m.per_metric]
         # what keeps a reading out is a per-metric member's alert: the joint member's alone
         # does not (with no per-metric member, it does)
@@ -174,6 +193,12 @@ class CombinedDetector(Detector):
         return list(names)
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
+        if self.device_tail is not None:  # judged with the parameters before the batch
+            streams = sum(
+                len(m.learned_metrics() or batch.names) if m.per_metric else 1
+                for m in self.detectors
+            )
+            self.device_tail.learn(batch.event_ms, self._surprises(batch), keep, streams)
         for member in self.detectors:
             member._learn_batch(batch, keep)
 
@@ -187,6 +212,8 @@ class CombinedDetector(Detector):
         ]
         surprise = np.stack([s.surprise for s in each])
         self._scored = (batch, self.version, list(surprise))
+        if self.device_tail is not None:
+            surprise = self.device_tail.calibrate(surprise)
         best = np.argmax(surprise, axis=0)[None, :]
         combined = np.take_along_axis(surprise, best, 0)[0]
 
@@ -206,7 +233,7 @@ class CombinedDetector(Detector):
 
     def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
         out: npt.NDArray[np.float64] = np.max(self._surprises(batch), axis=0)
-        return out
+        return out if self.device_tail is None else self.device_tail.calibrate(out)
 
     def _surprises(self, batch: Batch) -> list[npt.NDArray[np.float64]]:
         """Each member's surprise on ``batch``: those of the last :meth:`_score` when it was of
@@ -222,6 +249,7 @@ class CombinedDetector(Detector):
             "members": members,
             "alerting": dict(sorted(self.alerting.items())),
             "adapting_until": self.adapting_until,
+            **({} if self.device_tail is None else {"device_tail": self.device_tail.state()}),
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
@@ -229,10 +257,23 @@ class CombinedDetector(Detector):
         self.alerting = {str(m): int(t) for m, t in state.get("alerting", {}).items()}
         until = state.get("adapting_until")
         self.adapting_until = None if until is None else int(until)
+        if self.device_budget is not None:
+            tail = state.get("device_tail")
+            self.device_tail = (
+                DeviceTail(self.device_budget)
+                if tail is None
+                else DeviceTail.load(self.device_budget, tail)
+            )
         members = list(state["members"])
         if len(members) != len(self.detectors):
             raise ParamsError(f"{len(members)} member parameters for {len(self.detectors)} members")
         self.detectors = [_member(d, p) for d, p in zip(self.detectors, members, strict=True)]
+
+
+def device_tail_of(detector: Detector | None) -> DeviceTail | None:
+    """The device's one decision, when its detector makes one (a combined detector with a
+    ``device_budget``)."""
+    return detector.device_tail if isinstance(detector, CombinedDetector) else None
 
 
 def _member(built: Detector, params: Mapping[str, Any]) -> Detector:

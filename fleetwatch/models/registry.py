@@ -54,6 +54,9 @@ class Tuning:
     """``score.false_alerts_per_device_day``."""
     new_normal_after_s: float | None = NEW_NORMAL_AFTER_S
     """``score.new_normal_after_s`` (``None``: never)."""
+    device_calibration: bool = False
+    """``score.device_calibration``: one calibrated decision per device, holding the budget
+    (:mod:`~fleetwatch.models.device_tail`)."""
 
     def __post_init__(self) -> None:
         if not self.false_alerts_per_day > 0:
@@ -67,7 +70,11 @@ class Tuning:
 
     @classmethod
     def of(cls, score: ScoreSettings) -> Tuning:
-        return cls(score.false_alerts_per_device_day, score.new_normal_after_s or None)
+        return cls(
+            score.false_alerts_per_device_day,
+            score.new_normal_after_s or None,
+            score.device_calibration,
+        )
 
 
 DEFAULT_TUNING = Tuning()
@@ -76,7 +83,9 @@ DEFAULT_TUNING = Tuning()
 def default_detector(tuning: Tuning = DEFAULT_TUNING) -> CombinedDetector:
     """What the scorer runs per device: the default members, combined, held to
     ``tuning.false_alerts_per_day`` false alerts a device-day."""
-    return CombinedDetector(default_members(tuning.false_alerts_per_day, tuning.new_normal_after_s))
+    members = default_members(tuning.false_alerts_per_day, tuning.new_normal_after_s)
+    budget = tuning.false_alerts_per_day if tuning.device_calibration else None
+    return CombinedDetector(members, device_budget=budget)
 
 
 def detector_factory(kinds: str | None, tuning: Tuning = DEFAULT_TUNING) -> Callable[[], Detector]:

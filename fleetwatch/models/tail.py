@@ -431,6 +431,12 @@ class StreamTail:
             return False
         return float(self.peaks[_bin(self.summary.tail().u) :].sum()) >= MIN_PEAKS
 
+    def excursions_seen(self) -> float:
+        """The decayed count of ended excursions above the body's ``u``."""
+        if self.summary.weight < MIN_HISTORY:
+            return 0.0
+        return float(self.peaks[_bin(self.summary.tail().u) :].sum())
+
     def p(self, budget: float, span: float, streams: int) -> float:
         """The per-reading probability that spends ``budget`` over the day's readings, an
         excursion lasting ``span`` readings, shared by ``streams`` streams."""

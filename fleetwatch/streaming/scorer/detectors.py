@@ -22,6 +22,8 @@ from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.contracts.model_params import decode
 from fleetwatch.fleet.tails import tails_of
 from fleetwatch.models.base import Detector
+from fleetwatch.models.combiner import device_tail_of
+from fleetwatch.models.device_tail import DeviceTail
 from fleetwatch.models.errors import ModelError
 from fleetwatch.models.params import loads
 from fleetwatch.models.registry import load_params
@@ -152,6 +154,9 @@ class Chosen(NamedTuple):
     """The detectors to run (:func:`members_for`; ``None``: the fixed baseline)."""
     prior: Detector | None
     """What the fleet knows of the device's states (:func:`fleet_prior`)."""
+    device: DeviceTail | None = None
+    """The device's one decision, when its detector makes one
+    (:mod:`~fleetwatch.models.device_tail`)."""
 
 
 def choose(
@@ -169,7 +174,7 @@ def choose(
     found = champion_of(st, rows, mode, fleet)
     members = members_for(detector, mode, found)
     borrow_tails(members, found)
-    return Chosen(members, fleet_prior(found))
+    return Chosen(members, fleet_prior(found), device_tail_of(detector) if members else None)
 
 
 def detector_for(device_id: str, version: int, params_json: str | None) -> Detector | None:

@@ -16,7 +16,8 @@ import numpy.typing as npt
 from fleetwatch.models.base import Detector, ScoringMemory
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.calibration import ALERT_SCORE
+from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT, score_from_surprise
+from fleetwatch.models.device_tail import DeviceTail
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.scores import Reason, Scores, judges_value
 from fleetwatch.streaming.scorer.detectors import Member
@@ -34,6 +35,7 @@ def observations(
     prior: Detector | None = None,
     moves: Moves | None = None,
     row_scores: dict[int, float] | None = None,
+    device: DeviceTail | None = None,
 ) -> list[Observation]:
     """Scored rows as lifecycle observations, per detector kind, in event-time order. A row
     comes back when it is not calm, or when an episode of its key (``active``) is under way —
@@ -60,7 +62,11 @@ def observations(
     metric a break is blamed on: :meth:`~fleetwatch.models.base.Detector.score`).
 
     ``row_scores``, when given, gets every reading's score by ``seq``, calm or not
-    (:func:`_top_scores`: file mode's row scores; the lifecycle needs only the observations)."""
+    (:func:`_top_scores`: file mode's row scores; the lifecycle needs only the observations).
+
+    ``device``: the device's one decision (:mod:`~fleetwatch.models.device_tail`), when its
+    detector makes one: every member's scores are then on the device's own calibration
+    (:func:`device_decided`)."""
     seq, event_ms, received = rows["seq"], rows["event_ms"], rows["received_ms"]
     if not members:
         base = _baseline_observations(rows, baseline, None, seq, event_ms, received, active)
@@ -77,7 +83,9 @@ def observations(
     # explanation: per-metric members are scored first
     suspicion = np.zeros(len(frame))
     raw = None if row_scores is None else np.zeros(len(frame))
-    for m_index in sorted(range(len(members)), key=lambda i: not members[i][0].per_metric):
+    order = sorted(range(len(members)), key=lambda i: not members[i][0].per_metric)
+    each: dict[int, Scores] = {}
+    for m_index in order:
         member, label = members[m_index]
         # Late readings come without the scorer's memory: their windows start empty and their
         # lines are the parameters', never what an earlier call on the cached detector left
@@ -90,6 +98,12 @@ def observations(
             scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
             member.remember(frame, memory)
+        each[m_index] = scores
+    if device is not None:
+        each = {i: device_decided(scores, device) for i, scores in each.items()}
+    for m_index in order:
+        member, label = members[m_index]
+        scores = each[m_index]
         if raw is not None:
             raw = np.maximum(raw, scores.score)
         if label is None:
@@ -126,6 +140,16 @@ def observations(
     if row_scores is not None and raw is not None:
         _top_scores(row_scores, seq, raw, scored)
     return scored
+
+
+def device_decided(scores: Scores, device: DeviceTail) -> Scores:
+    """``scores`` on the device's calibration: a row alerts when the device's evidence there
+    passes the device's threshold. What the fleet held calm (:func:`fleet_checked`) stays under
+    the alert level: its surprise is taken from its score."""
+    held = scores.score < score_from_surprise(scores.surprise) - 1e-12
+    surprise = np.where(held, S_ALERT * scores.score / (1.0 - scores.score), scores.surprise)
+    calibrated = device.calibrate(surprise)
+    return replace(scores, score=score_from_surprise(calibrated), surprise=calibrated)
 
 
 def _top_scores(

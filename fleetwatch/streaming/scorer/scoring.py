@@ -66,11 +66,14 @@ def score(
     (:func:`~fleetwatch.streaming.scorer.observations.observations`)."""
     assert batch.kept is not None
     lifecycle = resume(device_id, st, now_ms, policy.min_readings, policy.clear_readings)
-    members, prior = choose(device_id, st, params_json, batch.kept, policy.fleet_model, fleet)
+    members, prior, device = choose(
+        device_id, st, params_json, batch.kept, policy.fleet_model, fleet
+    )
     older = batch.older
     if older is not None:
         lifecycle.late_readings(older["seq"], older["event_ms"], older["received_ms"])
-        lifecycle.follow_late(observations(older, members, policy.baseline, set(), prior=prior))
+        late = observations(older, members, policy.baseline, set(), prior=prior, device=device)
+        lifecycle.follow_late(late)
     in_order = batch.in_order
     if in_order is not None and len(in_order):
         active = set(lifecycle.episodes)
@@ -85,7 +88,9 @@ def score(
         )
         moves = Moves(st["familiar_moves"], policy.familiar_hold_ms)
         baseline = policy.baseline
-        found = observations(in_order, members, baseline, active, memory, prior, moves, row_scores)
+        found = observations(
+            in_order, members, baseline, active, memory, prior, moves, row_scores, device
+        )
         lifecycle.follow(found)
         _slide(memory.recent, in_order, _lookback(members))
     st["episodes"] = lifecycle.dump()
