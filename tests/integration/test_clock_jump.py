@@ -49,6 +49,9 @@ def test_a_clock_jumping_ahead_makes_no_other_device_late(
 
     with isolated.mqtt_client() as client:
         isolated.await_gateway(client)
+        # the gateway's probes, however many it took, are in the log once it has settled;
+        # from here on the log holds exactly them and the readings published below
+        probes = sum(stable_end(isolated, raw, 60).values())
 
         def publish(device: str, skew_ms: int = 0) -> None:
             seqs[device] += 1
@@ -59,9 +62,15 @@ def test_a_clock_jumping_ahead_makes_no_other_device_late(
             ).wait_for_publish(10)
 
         def scored() -> None:
-            """Wait until the scorer has committed a batch past every record in the log (its
-            watermark for the next batch then includes them)."""
-            ends = stable_end(isolated, raw, 60)
+            """Wait until every reading published is in the log and the scorer has committed a
+            batch past all of them (its watermark for the next batch then includes them)."""
+            expected = probes + sum(seqs.values())
+
+            def all_in() -> dict[int, int] | None:
+                ends = isolated.end_offsets(raw)
+                return ends if sum(ends.values()) == expected else None
+
+            ends = wait_until(all_in, 60, f"{expected} records in {raw}", interval_s=0.1)
             wait_until(
                 lambda: committed_offsets(checkpoint, raw) == ends, 120, "the scorer to commit"
             )
