@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 
 import numpy as np
+import pandas as pd
 
+from fleetwatch.filemode.scoring import detect_frame
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT
 from fleetwatch.models.combiner import CombinedDetector, device_tail_of
 from fleetwatch.models.device_tail import DeviceTail, reading_statistic
@@ -118,3 +121,27 @@ def test_device_decided_keeps_what_the_fleet_held_calm() -> None:
     assert out.score[0] >= ALERT_SCORE
     assert out.score[1] < ALERT_SCORE
     assert out.score[2] < out.score[1]
+
+
+def test_file_mode_decides_per_device_and_the_same_twice() -> None:
+    rng = np.random.default_rng(3)
+    n = 1_500
+    values = rng.standard_t(3, (n, 3))
+    values[1_200:1_210, 0] += 40.0
+    frame = pd.DataFrame(
+        {
+            "timestamp": 1_767_600_000_000 + np.arange(n, dtype=np.int64) * 1000,
+            "a": values[:, 0],
+            "b": values[:, 1],
+            "c": values[:, 2],
+        }
+    )
+    on = partial(default_detector, Tuning(device_calibration=True))
+    first = detect_frame(frame, "timestamp", None, ["a", "b", "c"], make=on)
+    again = detect_frame(frame, "timestamp", None, ["a", "b", "c"], make=on)
+    assert first["anomaly_score"].tolist() == again["anomaly_score"].tolist()
+    assert first["alert"].tolist() == again["alert"].tolist()
+    assert first["alert"].iloc[1_200:1_215].any()
+    assert first["alert_metric"].iloc[1_200:1_215].eq("a").any()
+    off = detect_frame(frame, "timestamp", None, ["a", "b", "c"])
+    assert off["anomaly_score"].tolist() != first["anomaly_score"].tolist()
