@@ -86,7 +86,10 @@ class CombinedDetector(Detector):
             raise HyperParameterError(f"device_budget must be > 0 or None, got {device_budget}")
         self.adapt_s = adapt_s
         self.device_budget = device_budget
-        self.device_tail = None if device_budget is None else DeviceTail(device_budget)
+        self._memory = _tail_memory(self.detectors) if device_budget is not None else 0.0
+        self.device_tail = (
+            None if device_budget is None else DeviceTail(device_budget, self._memory)
+        )
         """The device's one decision (:mod:`~fleetwatch.models.device_tail`), held to
         ``device_budget`` false alerts a day; ``None``: each member decides on its own."""
         self.alerting: dict[str, int] = {}
@@ -260,14 +263,25 @@ class CombinedDetector(Detector):
         if self.device_budget is not None:
             tail = state.get("device_tail")
             self.device_tail = (
-                DeviceTail(self.device_budget)
+                DeviceTail(self.device_budget, self._memory)
                 if tail is None
-                else DeviceTail.load(self.device_budget, tail)
+                else DeviceTail.load(self.device_budget, self._memory, tail)
             )
         members = list(state["members"])
         if len(members) != len(self.detectors):
             raise ParamsError(f"{len(members)} member parameters for {len(self.detectors)} members")
         self.detectors = [_member(d, p) for d, p in zip(self.detectors, members, strict=True)]
+
+
+def _tail_memory(members: Sequence[Detector]) -> float:
+    """The longest tail memory (``tail_halflife``, readings) among ``members``: what the device's
+    own tail remembers. A device decision needs a member with a tail of its own."""
+    memory = max(
+        (float(m.hyperparameters().get("tail_halflife", 0.0)) for m in members), default=0.0
+    )
+    if not memory > 0:
+        raise HyperParameterError("device_budget needs a member with a tail (tail_halflife)")
+    return memory
 
 
 def device_tail_of(detector: Detector | None) -> DeviceTail | None:

@@ -43,18 +43,17 @@ from fleetwatch.models.tail import MIN_PEAKS, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
 
-HALFLIFE = 2000.0
-"""Values of ``D`` (readings) over which the body's counts halve: the members' own tail memory
-(``tail_halflife``), so the device forgets at the pace its evidence does."""
-
 
 class DeviceTail:
     """The calibration of one device's evidence as a whole, for a budget of ``budget`` false
-    alerts a day."""
+    alerts a day, remembering about ``halflife`` readings: its members' own tail memory, so the
+    device forgets at the pace its evidence does."""
 
-    def __init__(self, budget: float, tail: StreamTail | None = None, streams: int = 1) -> None:
+    def __init__(
+        self, budget: float, halflife: float, tail: StreamTail | None = None, streams: int = 1
+    ) -> None:
         self.budget = budget
-        self.tail = StreamTail(HALFLIFE) if tail is None else tail
+        self.tail = StreamTail(halflife) if tail is None else tail
         self.streams = streams
         """How many member streams (a per-metric member's metrics, a joint member) ``D`` is
         the largest of."""
@@ -112,8 +111,9 @@ class DeviceTail:
         return {**self.tail.state(), "streams": self.streams}
 
     @classmethod
-    def load(cls, budget: float, state: dict[str, Any]) -> DeviceTail:
-        return cls(budget, StreamTail.load(HALFLIFE, state), int(state.get("streams", 1)))
+    def load(cls, budget: float, halflife: float, state: dict[str, Any]) -> DeviceTail:
+        tail = StreamTail.load(halflife, state)
+        return cls(budget, halflife, tail, int(state.get("streams", 1)))
 
 
 def reading_statistic(

@@ -8,11 +8,14 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fleetwatch.filemode.scoring import detect_frame
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT
 from fleetwatch.models.combiner import CombinedDetector, device_tail_of
 from fleetwatch.models.device_tail import DeviceTail, reading_statistic
+from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.registry import Tuning, default_detector, load_params
 from fleetwatch.models.scores import Scores
 from fleetwatch.models.tail import MIN_PEAKS
@@ -20,12 +23,15 @@ from fleetwatch.streaming.scorer.episodes import CALM_SCORE
 from fleetwatch.streaming.scorer.observations import device_decided
 from tests.unit import signals
 
+MEMORY = 2000.0
+"""The device tail's memory in these tests (readings)."""
+
 
 def _fed(budget: float, n: int, streams: int, seed: int = 0) -> DeviceTail:
     """A device tail fed ``n`` readings, one a second, of the largest of ``streams`` members'
     exponential surprises (calibrated noise)."""
     rng = np.random.default_rng(seed)
-    device = DeviceTail(budget)
+    device = DeviceTail(budget, MEMORY)
     for start in range(0, n, 500):
         times = np.arange(start, min(start + 500, n), dtype=np.int64) * 1000
         each = [rng.exponential(1.0, times.size) for _ in range(streams)]
@@ -50,7 +56,7 @@ def test_a_young_device_is_held_to_the_prior_of_its_budget_and_streams() -> None
         device.threshold(), S_ALERT * (1 + math.log(8) / math.log(per_day)), rel_tol=1e-3
     )
     # a smaller budget is a stricter prior only through the members' own scale: never looser
-    assert DeviceTail(0.01, device.tail, 8).threshold() <= device.threshold()
+    assert DeviceTail(0.01, MEMORY, device.tail, 8).threshold() <= device.threshold()
     assert device.threshold() >= S_ALERT
 
 
@@ -85,6 +91,17 @@ def test_a_combined_detector_with_a_device_budget_round_trips_its_tail() -> None
     assert tail is not None
     assert before is not None
     assert tail.threshold() == before.threshold()
+
+
+def test_the_device_remembers_as_long_as_its_members_tails() -> None:
+    detector = default_detector(Tuning(device_calibration=True))
+    tail = device_tail_of(detector)
+    assert tail is not None
+    assert tail.tail.summary.halflife == max(
+        float(m.hyperparameters().get("tail_halflife", 0.0)) for m in detector.members()
+    )
+    with pytest.raises(HyperParameterError):
+        CombinedDetector([FlatlineDetector()], device_budget=1.0)
 
 
 def test_without_the_setting_parameters_are_as_before() -> None:
