@@ -4,8 +4,8 @@ nor doubles anything (offsets are committed after the rows).
 Upserts are idempotent, so the rows alone cannot tell a restart that resumed from its committed
 offsets from one that read everything again: the restarted process's count of records
 materialised (``fleetwatch_api_materialised_records_total``, per process) can. And a kill
-while the rows of polled records cannot be written (the test holds the database's write lock)
-must find those records' offsets uncommitted, and their rows there after the restart."""
+while the rows of polled records cannot be written (a trigger the test adds fails them) must
+find those records' offsets uncommitted, and their rows there after the restart."""
 
 from __future__ import annotations
 
@@ -57,13 +57,20 @@ def committed(isolated: Isolated, topic: str) -> int:
 
 
 @contextmanager
-def write_lock(database: Path) -> Iterator[None]:
-    """Hold SQLite's write lock: the API reads on, and its writes wait (then fail and retry)."""
+def failing_inserts(database: Path, table: str) -> Iterator[None]:
+    """Every insert into ``table`` fails, as a write to a locked database does: with an
+    ``OperationalError`` (the trigger reads a table that does not exist), a failure of the
+    database, not a record the store refuses. The API reads on, and its write fails at once
+    and on each retry until the trigger is dropped (holding SQLite's write lock fails it too,
+    but only after the API's 30 s busy timeout)."""
     db = sqlite3.connect(database, isolation_level=None, timeout=30)
     try:
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            f"CREATE TRIGGER failed_by_the_test BEFORE INSERT ON {table} "
+            "BEGIN SELECT * FROM not_there_while_the_test_says; END"
+        )
         yield
-        db.execute("ROLLBACK")
+        db.execute("DROP TRIGGER failed_by_the_test")
     finally:
         db.close()
 
@@ -199,7 +206,7 @@ def test_records_are_materialised_and_a_restart_neither_loses_nor_doubles(
     database = Path(isolated.env["FLEETWATCH_RUN_DIR"]) / "api.db"
     log = Path(isolated.env["FLEETWATCH_RUN_DIR"]) / "api-again.log"
     later = make_alert(device, 7, 7_000, "update", 1, start_ms=5_000, metric="vibration")
-    with write_lock(database):
+    with failing_inserts(database, "alert_events"):
         produce(isolated, t.alerts, [(device, later.model_dump_json().encode())])
         wait_until(
             lambda: "materialiser: a step failed" in log.read_text(),
