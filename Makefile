@@ -106,7 +106,7 @@ demo: setup
 
 # Test temp dirs live in the run dir: pytest's shared /tmp/pytest-of-$USER is rotated by any
 # other pytest session on the machine, which would delete a running test's files.
-PYTEST := $(VENV)/bin/pytest --basetemp=.run/pytest
+PYTEST := mkdir -p .run && $(VENV)/bin/pytest --basetemp=.run/pytest
 
 # The full suite prints its 25 slowest tests: it is held under 25 minutes. The unit tests run on
 # two workers (pytest-xdist; each test has its own temp dir and ports); the Spark and integration
