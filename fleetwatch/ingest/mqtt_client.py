@@ -24,9 +24,15 @@ partial write as for any packet); packets that paho acts on once written — a Q
 (``on_publish``) and a disconnect (the socket is closed) — are written on their own, as paho
 does. What the client does with a packet is paho's own, unchanged.
 
-It overrides four of paho's internal methods, ``_sock_recv``, ``loop_read``, ``_packet_queue``
-and ``_packet_write``; the ``paho-mqtt`` version range in pyproject.toml is the range it was
-checked against.
+paho also builds an MQTT v5 ``Properties`` object for every PUBLISH it receives, filling
+tables of every property's name and type and clearing each name again, whether the packet has
+properties or not. :class:`BufferedClient` decodes a QoS 0 or 1 PUBLISH without properties (what
+devices send) itself, giving every such message the same empty ``Properties``; anything else
+is paho's to decode, as before.
+
+It overrides five of paho's internal methods, ``_sock_recv``, ``loop_read``, ``_packet_queue``,
+``_packet_write`` and ``_handle_publish``; the ``paho-mqtt`` version range in pyproject.toml is
+the range it was checked against.
 """
 
 from __future__ import annotations
@@ -36,10 +42,16 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 READ_BYTES = 65_536
 WAKE = b"0"
 """What paho writes to its socket pair to break its thread's ``select``."""
+
+
+NO_PROPERTIES = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+"""The properties of every PUBLISH received without any (shared: not to be changed)."""
 
 
 def _plain(packet: Any) -> bool:
@@ -119,3 +131,41 @@ class BufferedClient(mqtt.Client):
             joined = b"".join(parts)
             queue.appendleft({**first, "packet": joined, "to_process": len(joined)})
         return super()._packet_write()
+
+    def _handle_publish(self) -> MQTTErrorCode:
+        # paho's own for a QoS 0 or 1 PUBLISH of MQTT v5 without properties, decoded here
+        header: int = self._in_packet["command"]
+        packet: bytes | bytearray = self._in_packet["packet"]
+        qos = (header & 0x06) >> 1
+        start = 2 + int.from_bytes(packet[:2], "big")  # after the topic
+        end = start + 2 if qos else start  # after the message id
+        if (
+            self._protocol != mqtt.MQTTv5
+            or qos > 1
+            or len(packet) <= end
+            or packet[end] != 0  # properties, or a malformed packet: paho's to decode
+        ):
+            return super()._handle_publish()
+        topic = bytes(packet[2:start])
+        message = mqtt.MQTTMessage(int.from_bytes(packet[start:end], "big"), topic)
+        message.dup = bool(header & 0x08)
+        message.qos = qos
+        message.retain = bool(header & 0x01)
+        message.properties = NO_PROPERTIES
+        message.payload = bytes(packet[end + 1 :])
+        self._easy_log(
+            mqtt.MQTT_LOG_DEBUG,
+            "Received PUBLISH (d%d, q%d, r%d, m%d), '%s', properties=%s, ...  (%d bytes)",
+            message.dup,
+            qos,
+            message.retain,
+            message.mid,
+            topic.decode(errors="replace"),
+            NO_PROPERTIES,
+            len(message.payload),
+        )
+        message.timestamp = mqtt.time_func()
+        self._handle_on_message(message)
+        if qos == 0 or self._manual_ack:
+            return MQTTErrorCode.MQTT_ERR_SUCCESS
+        return self._send_puback(message.mid)

@@ -215,3 +215,55 @@ def test_the_network_thread_is_woken_only_for_a_queue_that_was_empty(writer) -> 
     assert _received(broker, len(expected)) == expected
     client.ack(6, 1)  # the queue is empty again: this one wakes it
     assert len(wake.sent) == 2
+
+
+def publish_body(topic: bytes, qos: int, mid: int, props: bytes, payload: bytes) -> bytes:
+    return (
+        struct.pack("!H", len(topic))
+        + topic
+        + (struct.pack("!H", mid) if qos else b"")
+        + (varint(len(props)) + props + payload)
+    )
+
+
+@pytest.mark.parametrize("manual_ack", [True, False])
+@pytest.mark.parametrize(
+    ("header", "body"),
+    [
+        (0x32, publish_body(b"fw/d1/telemetry", 1, 7, b"", b'{"v":1}')),
+        (0x30, publish_body(b"fw/d1/telemetry", 0, 0, b"", b"x")),
+        (0x3B, publish_body(b"fw/d1/telemetry", 1, 65535, b"", b"")),  # dup, retain
+        (0x32, publish_body("fw/dé/telemetry".encode(), 1, 1, b"", b"\x00\xff")),
+        (0x32, publish_body(b"fw/d1/telemetry", 1, 9, b"\x01\x01", b"y")),  # with properties
+        (0x32, publish_body(b"", 1, 9, b"\x23\x00\x05", b"y")),  # a topic alias
+        (0x34, publish_body(b"fw/d1/telemetry", 2, 3, b"", b"z")),  # QoS 2
+        (0x32, b"\x00\x05fw/d"),  # malformed: shorter than its topic
+    ],
+)
+def test_a_publish_is_decoded_as_paho_decodes_it(
+    header: int, body: bytes, manual_ack: bool
+) -> None:
+    """What the client decodes itself (QoS 0 or 1, no properties) and what it leaves to paho
+    reach the callback as paho's own client hands them over."""
+
+    def packed(msg: mqtt.MQTTMessage) -> bytes | None:
+        return None if msg.properties is None else msg.properties.pack()  # type: ignore[no-untyped-call]
+
+    def receive(cls: type[mqtt.Client]) -> tuple[object, ...]:
+        client = cls(
+            CallbackAPIVersion.VERSION2, client_id="t", protocol=mqtt.MQTTv5, manual_ack=manual_ack
+        )
+        got: list[mqtt.MQTTMessage] = []
+        client.on_message = lambda _c, _u, msg: got.append(msg)
+        client._in_packet = {**client._in_packet, "command": header, "packet": bytearray(body)}
+        try:
+            rc: object = client._handle_publish()
+        except Exception as exc:  # noqa: BLE001 - the same failure is the point
+            rc = type(exc)
+        return (
+            rc,
+            [(m.topic, m.mid, m.qos, m.dup, m.retain, m.payload, packed(m)) for m in got],
+            [p["packet"] for p in client._out_packet],
+        )
+
+    assert receive(BufferedClient) == receive(mqtt.Client)
