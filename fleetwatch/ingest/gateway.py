@@ -62,10 +62,16 @@ logger = logging.getLogger(__name__)
 SESSION_EXPIRY_S = 7 * 24 * 3600
 RECONNECT_MIN_S, RECONNECT_MAX_S = 1, 2
 """paho's reconnect back-off (its default grows to 2 minutes)."""
+METRICS_EVERY_S = 0.1
+"""How often the main loop publishes the metrics counted per message and record."""
 
 
 @dataclass
 class Counters:
+    """What the gateway has done, logged now and then. Each figure is written by one thread
+    alone (MQTT's: ``messages`` to ``acks_forwarded``; the main loop's: the rest), so the hot
+    paths add to it without a lock; :meth:`add` takes one for anyone else."""
+
     messages: int = 0
     accepted: int = 0
     clamped: int = 0
@@ -148,8 +154,6 @@ class _PendingAck:
         self.failed = False
         self.refused = refused
         self.metrics = metrics
-        if metrics is not None:
-            metrics.in_flight.inc()
 
     def __call__(self, err: KafkaError | None, record: Message) -> None:
         if self.metrics is not None:
@@ -166,10 +170,10 @@ class _PendingAck:
         if self.remaining > 0:
             return
         if self.metrics is not None:
-            self.metrics.in_flight.dec()
+            self.metrics.settled()
         if not self.failed and self.qos > 0:
             self.client.ack(self.mid, self.qos)
-            self.counters.add("acked")
+            self.counters.acked += 1
 
 
 class Gateway:
@@ -207,6 +211,9 @@ class Gateway:
         self.client.on_message = self._on_message
         self.client.on_unsubscribe = self._on_unsubscribe
         self._telemetry_suffix = "/telemetry"
+        self._root = settings.mqtt.root
+        self._max_bytes = settings.gateway.max_payload_bytes
+        self._raw_topic = settings.topics.telemetry_raw
         self._retiring = False
         self._unsubscribed = threading.Event()
         self._last_message = time.monotonic()
@@ -274,35 +281,30 @@ class Gateway:
             return  # not acknowledged: the broker delivers it again to the next session
         received = self.clock()
         self._last_message = time.monotonic()
-        self.counters.add("messages")
-        root = self.settings.mqtt.root
-        if msg.topic.endswith(self._telemetry_suffix):
-            outcome = handle(
-                msg.topic,
-                msg.payload,
-                received,
-                root,
-                self.settings.gateway.max_payload_bytes,
-                self.clocks,
-            )
-            device_id = _device_of(msg.topic, root)
+        counters = self.counters
+        counters.messages += 1
+        topic = msg.topic  # paho decodes it at every access
+        root = self._root
+        telemetry = topic.endswith(self._telemetry_suffix)
+        if telemetry:
+            outcome = handle(topic, msg.payload, received, root, self._max_bytes, self.clocks)
+            device_id = _device_of(topic, root)
             sent = max((a.sent_ms for a in outcome.accepted if a.sent_ms is not None), default=None)
             if device_id is not None and not self.rates.admit(device_id, sent):
                 outcome = self._rate_limited(device_id, msg, received)
-            self.counters.add("accepted", len(outcome.accepted))
-            clamped = sum(a.clamped for a in outcome.accepted)
-            if clamped:
-                self.counters.add("clamped", clamped)
-            target = self.settings.topics.telemetry_raw
+            counters.accepted += len(outcome.accepted)
+            counters.clamped += sum(a.clamped for a in outcome.accepted)
+            target = self._raw_topic
         else:
-            outcome = handle_ack(msg.topic, msg.payload, received, root)
-            self.counters.add("acks_forwarded", len(outcome.accepted))
+            outcome = handle_ack(topic, msg.payload, received, root)
+            counters.acks_forwarded += len(outcome.accepted)
             target = self.settings.topics.device_command_acks
-        self.counters.add("rejected", sum(dl.readings for dl in outcome.rejected))
-        self.metrics.handled(outcome, target == self.settings.topics.telemetry_raw)
+        if outcome.rejected:
+            counters.rejected += sum(dl.readings for dl in outcome.rejected)
+        self.metrics.handled(outcome, telemetry)
         pending = _PendingAck(
             client,
-            self.counters,
+            counters,
             msg.mid,
             msg.qos,
             _size(outcome),
@@ -404,21 +406,28 @@ class Gateway:
     # -- lifecycle (main thread) -----------------------------------------------------------
     def run(self, stop: threading.Event, report_every_s: float = 30.0) -> None:
         self._connect()
-        last_report = last_sweep = time.monotonic()
+        last_report = last_sweep = last_flush = time.monotonic()
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
                 self._redirect_refused()
                 self.relay.pump()
-                self.metrics.producer_queue.set(len(self.producer))
-                if time.monotonic() - last_sweep >= 1.0:
-                    last_sweep = time.monotonic()
+                now = time.monotonic()
+                if now - last_flush >= METRICS_EVERY_S:
+                    last_flush = now
+                    self._flush_metrics()
+                if now - last_sweep >= 1.0:
+                    last_sweep = now
                     self.over_rate.sweep()  # a device no longer over its rate leaves the gauge
-                if time.monotonic() - last_report >= report_every_s:
-                    last_report = time.monotonic()
+                if now - last_report >= report_every_s:
+                    last_report = now
                     logger.info("%s", self.counters)
         finally:
             self.close()
+
+    def _flush_metrics(self) -> None:
+        self.metrics.producer_queue.set(len(self.producer))
+        self.metrics.flush()
 
     def retire(self, stop: threading.Event, idle_s: float = 2.0) -> int:
         """End this worker's session without losing what the broker queued for it.
@@ -432,6 +441,7 @@ class Gateway:
             while not stop.is_set():
                 self.producer.poll(0.05)
                 self._redirect_refused()
+                self._flush_metrics()
                 quiet = time.monotonic() - self._last_message > idle_s
                 drained = len(self.producer) == 0 and not self._refused
                 if self._unsubscribed.is_set() and quiet and drained:
@@ -444,6 +454,7 @@ class Gateway:
             self.client.disconnect(properties=end)
             self.client.loop_stop()
             self.relay.close()
+            self._flush_metrics()
         logger.info("retired %s after draining %d messages", self.client_id, self.counters.messages)
         return self.counters.messages
 
@@ -475,6 +486,7 @@ class Gateway:
         self.relay.close()
         self.client.disconnect()
         self.client.loop_stop()
+        self._flush_metrics()
         logger.info("gateway stopped: %s", self.counters)
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -141,24 +143,36 @@ class GatewayMetrics:
             multiprocess_mode="livesum",
         )
         self._dead = {reason: self.dead_lettered.labels(reason) for reason in DEAD_LETTER_REASONS}
+        # counted per message and record in plain integers, published by :meth:`flush`
+        self._offsets = _Buckets(self.clock_offset)
+        self._latencies = _Buckets(self.produce_latency)
+        self._from_mqtt = _Counts()
+        """Counted on MQTT's thread (:meth:`handled`)."""
+        self._from_kafka = _Counts()
+        """Counted on the main thread (:meth:`delivered`, :meth:`settled`)."""
+        self._opened = self._settled = 0
 
     def handled(self, outcome: Outcome, telemetry: bool) -> None:
-        """One MQTT message's outcome: what was accepted, clamped, dead-lettered and why."""
-        self.messages.inc()
-        if outcome.accepted:
+        """One MQTT message's outcome: what was accepted, clamped, dead-lettered and why. The
+        message is in flight until :meth:`settled`."""
+        counts = self._from_mqtt.pending
+        counts[self.messages] += 1
+        self._opened += 1
+        accepted = outcome.accepted
+        if accepted:
             if telemetry:
-                self.accepted.inc(len(outcome.accepted))
+                counts[self.accepted] += len(accepted)
                 clamped = 0
-                for ok in outcome.accepted:
-                    self.clock_offset.observe(abs(ok.clock_offset_ms) / 1000)
+                for ok in accepted:
+                    self._offsets.observe(counts, abs(ok.clock_offset_ms) / 1000)
                     clamped += ok.clamped
                 if clamped:
-                    self.clamped.inc(clamped)
+                    counts[self.clamped] += clamped
             else:
-                self.acks_forwarded.inc(len(outcome.accepted))
+                counts[self.acks_forwarded] += len(accepted)
         for dl in outcome.rejected:
             for kind, readings in dl.kinds.items():
-                self._dead[kind].inc(readings)
+                counts[self._dead[kind]] += readings
 
     def delivered(self, err: KafkaError | None, record: Message) -> None:
         """A delivery report: its latency, or its error."""
@@ -167,11 +181,61 @@ class GatewayMetrics:
             return
         latency = record.latency()
         if latency is not None:
-            self.produce_latency.observe(latency)
+            self._latencies.observe(self._from_kafka.pending, latency)
+
+    def settled(self) -> None:
+        """Every record of a message :meth:`handled` has its delivery report."""
+        self._settled += 1
 
     def refused(self) -> None:
         """A record Kafka refused for good goes to the dead-letter topic instead."""
         self._dead[KAFKA_REFUSED].inc()
+
+    def flush(self) -> None:
+        """Publish what was counted since the last flush (from the main loop, a few times a
+        second): a Prometheus counter costs a lock, and a file write in multiprocess mode, per
+        increment, so messages and records are counted in plain integers and added here."""
+        for counts in (self._from_mqtt, self._from_kafka):
+            for target, added in counts.added():
+                target.inc(added)
+        self.in_flight.set(self._opened - self._settled)
+
+
+class _Counts:
+    """Amounts one thread adds to (``pending[target] += n``) and :meth:`added` hands to
+    another, by what they are to be added to (a counter, a histogram's bucket or sum). No
+    lock: only the counting thread writes ``pending``, and copying it is atomic."""
+
+    __slots__ = ("_published", "pending")
+
+    def __init__(self) -> None:
+        self.pending: defaultdict[Any, float] = defaultdict(int)
+        self._published: dict[Any, float] = {}
+
+    def added(self) -> list[tuple[Any, float]]:
+        """What was added since the last call."""
+        now = self.pending.copy()
+        published = self._published
+        self._published = now
+        return [(t, n - published.get(t, 0)) for t, n in now.items() if n != published.get(t, 0)]
+
+
+class _Buckets:
+    """Where an observation of ``histogram`` goes: its bucket and its sum, to add to later
+    (:class:`_Counts`), as ``Histogram.observe`` would add at once."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, histogram: Histogram) -> None:
+        # prometheus_client's own bucket values (the last is +Inf) and sum; the unit tests
+        # hold a flushed histogram to one observed value by value
+        self._buckets: list[Any] = histogram._buckets
+        self._sum: Any = histogram._sum
+        self._bounds = histogram._upper_bounds
+
+    def observe(self, counts: defaultdict[Any, float], value: float) -> None:
+        counts[self._buckets[bisect_left(self._bounds, value)]] += 1
+        counts[self._sum] += value
 
 
 class OverRate:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
+from fleetwatch.ingest.accept import Accepted, Outcome
 from fleetwatch.ingest.commands import CommandRelay
 from fleetwatch.ingest.gateway import Gateway
 from fleetwatch.ingest.metrics import (
@@ -87,6 +88,7 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> tuple[Gateway, list[tuple[Any, .
 
 
 def value(metrics: GatewayMetrics, name: str, **labels: str) -> float:
+    metrics.flush()  # as the gateway's main loop does a few times a second
     found = metrics.registry.get_sample_value(name, labels)
     return 0.0 if found is None else found
 
@@ -262,3 +264,36 @@ def test_label_sets_are_bounded_from_the_start() -> None:
     assert {name for s in samples for name in s.labels} == {"reason", "error", "le"}
     reasons = {s.labels["reason"] for s in samples if "reason" in s.labels}
     assert reasons == set(DEAD_LETTER_REASONS), "every reason exported from the start, at 0"
+
+
+def test_counted_per_message_and_published_in_batches_as_if_observed_one_by_one() -> None:
+    """The clock offsets and produce latencies are counted in plain integers and added to the
+    histograms at a flush: the same figures as observing each value at once."""
+    batched, direct = GatewayMetrics(CollectorRegistry()), GatewayMetrics(CollectorRegistry())
+    offsets_ms = [0, 5, 10, 50, 250, 999, 1000, 7_200_000, 86_400_000, 10**12]
+    latencies = [0.0, 0.0005, 0.001, 0.004, 0.05, 3.0, 1e4]
+    outcome = Outcome(accepted=[Accepted(b"d1", b"{}", 1, 1, False, ms) for ms in offsets_ms])
+    for half in (outcome.accepted[:4], outcome.accepted[4:]):
+        batched.handled(Outcome(accepted=half), telemetry=True)
+        batched.flush()
+    for seconds in latencies:
+        batched.delivered(None, Delivered("t", b"k", b"v", seconds))  # type: ignore[arg-type]
+    batched.settled()
+    for ms in offsets_ms:
+        direct.clock_offset.observe(ms / 1000)
+    for seconds in latencies:
+        direct.produce_latency.observe(seconds)
+    direct.messages.inc(2)
+    direct.accepted.inc(len(offsets_ms))
+    direct.in_flight.set(1)
+    assert value(batched, "fleetwatch_gateway_in_flight_messages") == 1, "two in, one settled"
+
+    def samples(m: GatewayMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in m.registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(batched) == samples(direct)
