@@ -15,7 +15,8 @@ at the broker), then the consumer connects and the drain is timed.
     python bench/micro/gateway.py
 
 Last line: {"baseline_mqtt_rps", "baseline_cpu_us_per_msg", "gateway_rps": {"1": .., "2": ..},
-"gateway_cpu_us_per_msg": {"1": .., "2": ..}, "backpressure": {...}}
+"gateway_cpu_us_per_msg": {"1": .., "2": ..}, "gateway_cpu_vs_baseline": {"1": .., "2": ..},
+"backpressure": {...}}
 (CPU: user + system seconds of the draining process tree, over the drain, per message.)
 """
 
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+from confluent_kafka import KafkaException
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -95,8 +97,12 @@ def publish(settings: Settings, messages: list[tuple[str, bytes]]) -> float:
 
 
 def raw_count(settings: Settings) -> int:
-    """Records on ``telemetry.raw`` so far."""
-    return sum(end_offsets(settings.kafka, settings.topics.telemetry_raw).values())
+    """Records on ``telemetry.raw`` so far (0 while Kafka cannot say: a broker that has just
+    come back may not lead its partitions yet)."""
+    try:
+        return sum(end_offsets(settings.kafka, settings.topics.telemetry_raw).values())
+    except KafkaException:
+        return 0
 
 
 def wait_for(probe, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
@@ -226,14 +232,16 @@ def main() -> None:
 
             sampler = threading.Thread(target=sample)
             sampler.start()
-            publish(settings, payloads(settings, BACKLOG, offset=total))
-            time.sleep(5)  # let the gateway take all it will take while Kafka is away
-            held = rss_mb(proc.pid)
-            broker.start()
-            broker.wait_ready()
-            catch_up = wait_for(lambda: raw_count(settings) >= total + BACKLOG, 600)
-            sampling.set()
-            sampler.join()
+            try:
+                publish(settings, payloads(settings, BACKLOG, offset=total))
+                time.sleep(5)  # let the gateway take all it will take while Kafka is away
+                held = rss_mb(proc.pid)
+                broker.start()
+                broker.wait_ready()
+                catch_up = wait_for(lambda: raw_count(settings) >= total + BACKLOG, 600)
+            finally:
+                sampling.set()
+                sampler.join()
             stop(proc)
             pressure = {
                 "backlog": BACKLOG,
@@ -252,6 +260,7 @@ def main() -> None:
         "baseline_cpu_us_per_msg": round(base_cpu, 1),
         "gateway_rps": {k: round(v) for k, v in rates.items()},
         "gateway_cpu_us_per_msg": {k: round(v, 1) for k, v in cpus.items()},
+        "gateway_cpu_vs_baseline": {k: round(v / base_cpu, 2) for k, v in cpus.items()},
         "backpressure": pressure,
     }
     print(json.dumps(figures))
