@@ -88,22 +88,28 @@ def local_file_system_conf(settings: Settings) -> dict[str, str]:
     return {"spark.hadoop.fs.file.impl": impl, "spark.driver.extraClassPath": str(jars[-1])}
 
 
+def under_spark_submit() -> bool:
+    """Whether ``spark-submit`` started this process, whose JVM then runs already with the
+    master and confs given there (it hands the Python driver its gateway's port). A
+    ``SparkConf`` made before the context cannot tell: it reads the JVM's confs only once a
+    context has attached to it."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """A session with the Kafka connector on the classpath and the workers on this interpreter.
 
     Under ``spark-submit`` the master given there wins over ``settings.spark.master``.
     """
     # lazy: pyspark is imported only where Spark runs
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     # PySpark's context takes the worker interpreter from the environment, not from the conf:
     # without it the workers start a python that lacks pandas. An operator's value wins.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    conf = SparkConf()
     builder = SparkSession.builder.appName(app_name)
-    if not conf.contains("spark.master"):  # not under spark-submit: this call starts the JVM
+    if not under_spark_submit():  # getOrCreate() starts the JVM, with these
         builder = builder.master(settings.spark.master)
         for key, value in launch_conf(settings).items():
             builder = builder.config(key, value)

@@ -5,6 +5,10 @@ cluster::
         --jars "$(ls .cache/jvm/spark-kafka/*.jar | paste -sd,)" \\
         "$(python -c 'import fleetwatch.streaming.submit as m; print(m.__file__)')" score|train
 
+With checkpoints on ``s3a://`` the driver needs Hadoop's S3A connector on its class path too:
+``--driver-class-path '.cache/jvm/s3a/*'`` (the executors get it from the session's confs;
+:mod:`fleetwatch.streaming.object_store`).
+
 The master given to spark-submit wins over ``FLEETWATCH_SPARK__MASTER``. The executors need
 fleetwatch installed (``pip install`` it into the same environment on every node, or ship it
 with ``--py-files``) and ``PYSPARK_PYTHON`` pointing at that environment's python. The trainer
