@@ -6,9 +6,9 @@ import pytest
 
 from fleetwatch.contracts.errors import ConfigurationError
 from fleetwatch.contracts.settings import Settings, SparkSettings
+from fleetwatch.streaming.object_store import CHECKPOINT_FILE_MANAGER
 from fleetwatch.streaming.spark_session import (
     CHANGELOG,
-    CHECKPOINT_FILE_MANAGER,
     ROCKSDB_PROVIDER,
     local_file_system_conf,
     session_conf,
