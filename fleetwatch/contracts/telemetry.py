@@ -14,6 +14,12 @@ Unknown fields are refused in v1. A payload may also be a JSON array of such rea
 
 The gateway appends to ``telemetry.raw`` (key = device id, record timestamp = ``event_ms``)
 a :class:`TelemetryRecord`: the reading plus the device id and the gateway receive time.
+
+The pydantic models are the contract and word its errors. The gateway checks each reading on
+a compiled path first (:func:`decode_readings`, msgspec, the same rules as
+:class:`Reading` from the same constants) and falls back to the model for the reason of a
+payload it refuses; it writes records with :func:`encode_record`, byte for byte what
+``TelemetryRecord.model_dump_json(exclude_none=True)`` gives.
 """
 
 from __future__ import annotations
@@ -22,10 +28,16 @@ import json
 import types
 from typing import Annotated, Any, get_args, get_origin
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.contracts.identifiers import DeviceId, MetricName
+from fleetwatch.contracts.identifiers import (
+    DEVICE_ID_PATTERN,
+    METRIC_NAME_PATTERN,
+    DeviceId,
+    MetricName,
+)
 
 SCHEMA_VERSION = 1
 
@@ -40,12 +52,16 @@ DEVICE_METRICS = 64
 """Metric names a device may have, by default (``score.max_metrics``): the scorer refuses a
 reading's names beyond them, and the trainer does not learn them."""
 
+READING_METRICS = 64
+"""The most metrics one reading carries."""
+
 EpochMs = Annotated[int, Field(ge=0, lt=10**14)]
 Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MetricValue = Annotated[float, Field(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
 LABEL_LENGTH = 64
 """The longest ``firmware`` or ``status`` a reading carries."""
-Label = Annotated[str, StringConstraints(max_length=LABEL_LENGTH, pattern=r"^[^\x00]*$")]
+LABEL_PATTERN = r"^[^\x00]*$"
+Label = Annotated[str, StringConstraints(max_length=LABEL_LENGTH, pattern=LABEL_PATTERN)]
 
 
 class Reading(BaseModel):
@@ -57,7 +73,9 @@ class Reading(BaseModel):
     seq: Seq
     ts: EpochMs
     sent: EpochMs
-    metrics: Annotated[dict[MetricName, MetricValue], Field(min_length=1, max_length=64)]
+    metrics: Annotated[
+        dict[MetricName, MetricValue], Field(min_length=1, max_length=READING_METRICS)
+    ]
     firmware: Label | None = None
     status: Label | None = None
     device_id: DeviceId | None = None
@@ -124,6 +142,102 @@ def first_problem(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
     where = ".".join(str(p) for p in err["loc"]) or "payload"
     return f"{where}: {err['msg']}"
+
+
+def _whole(pattern: str) -> str:
+    """``pattern`` for Python's ``re.search`` as pydantic's regex engine reads it: its ``$``
+    is the end of the text, where Python's also matches before a final newline."""
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
+
+
+_EpochMs = Annotated[int, msgspec.Meta(ge=0, lt=10**14)]
+_MetricName = Annotated[str, msgspec.Meta(pattern=_whole(METRIC_NAME_PATTERN))]
+_MetricValue = Annotated[float, msgspec.Meta(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
+_Label = Annotated[str, msgspec.Meta(max_length=LABEL_LENGTH, pattern=_whole(LABEL_PATTERN))]
+_DeviceId = Annotated[str, msgspec.Meta(pattern=_whole(DEVICE_ID_PATTERN))]
+
+
+class CompiledReading(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """:class:`Reading` compiled: the same fields, order and rules (msgspec's JSON decoder is
+    strict as the model is: no float for an int, no bool for a number, no NaN or infinity).
+    It accepts only what :class:`Reading` accepts, with the same values; the unit tests hold
+    it to that. What it refuses, :class:`Reading` says why."""
+
+    v: Annotated[int, msgspec.Meta(ge=1, le=SCHEMA_VERSION)]
+    seq: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    ts: _EpochMs
+    sent: _EpochMs
+    metrics: Annotated[
+        dict[_MetricName, _MetricValue], msgspec.Meta(min_length=1, max_length=READING_METRICS)
+    ]
+    firmware: _Label | None = None
+    status: _Label | None = None
+    device_id: _DeviceId | None = None
+
+
+_READINGS = msgspec.json.Decoder(CompiledReading | list[CompiledReading])
+
+
+def decode_readings(payload: bytes | bytearray) -> CompiledReading | list[CompiledReading] | None:
+    """A payload of one reading or a batch of them, decoded and checked in one pass; ``None``
+    when it is anything else (broken JSON, a reading :class:`Reading` refuses, or something
+    this path leaves to :class:`Reading`, such as a byte-order mark): the model says why."""
+    try:
+        return _READINGS.decode(payload)
+    except msgspec.MsgspecError:
+        return None
+
+
+class _Record(msgspec.Struct, omit_defaults=True):
+    """:class:`TelemetryRecord` as it goes on the wire: its fields in its order, ``None``
+    left out."""
+
+    v: int
+    device_id: str
+    seq: int
+    event_ms: int
+    device_event_ms: int
+    device_sent_ms: int
+    received_ms: int
+    clock_offset_ms: int
+    metrics: dict[str, float]
+    firmware: str | None = None
+    status: str | None = None
+
+
+_encode_record = msgspec.json.Encoder().encode
+
+
+def encode_record(
+    device_id: str,
+    seq: int,
+    event_ms: int,
+    device_event_ms: int,
+    device_sent_ms: int,
+    received_ms: int,
+    clock_offset_ms: int,
+    metrics: dict[str, float],
+    firmware: str | None = None,
+    status: str | None = None,
+) -> bytes:
+    """The ``telemetry.raw`` value of a reading already checked (against :class:`Reading`,
+    its device id against the topic's): the bytes :func:`encode` gives for the same
+    :class:`TelemetryRecord`, without building and checking one."""
+    return _encode_record(
+        _Record(
+            SCHEMA_VERSION,
+            device_id,
+            seq,
+            event_ms,
+            device_event_ms,
+            device_sent_ms,
+            received_ms,
+            clock_offset_ms,
+            metrics,
+            firmware,
+            status,
+        )
+    )
 
 
 def encode(record: TelemetryRecord) -> bytes:

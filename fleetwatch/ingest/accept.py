@@ -24,7 +24,13 @@ from functools import lru_cache
 from pydantic import ValidationError
 
 from fleetwatch.contracts.identifiers import is_device_id
-from fleetwatch.contracts.telemetry import Reading, TelemetryRecord, encode, first_problem
+from fleetwatch.contracts.telemetry import (
+    CompiledReading,
+    Reading,
+    decode_readings,
+    encode_record,
+    first_problem,
+)
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.ingest.errors import PayloadRejected, RejectKind
 
@@ -165,12 +171,18 @@ def _batch_dead_letter(
 
 
 def _readings(payload: bytes | bytearray, max_bytes: int) -> object:
+    """A reading, or a batch of them: checked already (:class:`CompiledReading`) where the
+    compiled path takes them; else parsed JSON for :func:`_validate`, which says what is
+    wrong with it."""
     if not payload:
         raise PayloadRejected("empty payload", "empty")
     if len(payload) > max_bytes:
         raise PayloadRejected(
             f"payload of {len(payload)} bytes exceeds the {max_bytes}-byte limit", "too_large"
         )
+    checked = decode_readings(payload)
+    if checked is not None and (not isinstance(checked, list) or 0 < len(checked) <= MAX_BATCH):
+        return checked
     try:
         parsed = json.loads(payload)
     except (ValueError, RecursionError) as exc:
@@ -193,7 +205,9 @@ def _readings(payload: bytes | bytearray, max_bytes: int) -> object:
     )
 
 
-def _validate(item: object) -> Reading:
+def _validate(item: object) -> Reading | CompiledReading:
+    if isinstance(item, CompiledReading):
+        return item
     if not isinstance(item, dict):
         raise PayloadRejected(f"a reading is a JSON object, got {type(item).__name__}", "schema")
     try:
@@ -202,7 +216,9 @@ def _validate(item: object) -> Reading:
         raise PayloadRejected(first_problem(exc), "schema") from exc
 
 
-def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOffsets) -> Accepted:
+def _record(
+    device_id: str, reading: Reading | CompiledReading, received_ms: int, clocks: ClockOffsets
+) -> Accepted:
     if reading.device_id is not None and reading.device_id != device_id:
         raise PayloadRejected(
             f"device_id {reading.device_id!r} in the payload is not {device_id!r} of the topic",
@@ -232,21 +248,19 @@ def _record(device_id: str, reading: Reading, received_ms: int, clocks: ClockOff
         event_ms = received_ms
     if event_ms < EARLIEST_EVENT_MS:
         raise PayloadRejected(f"corrected event time {event_ms} is before 2020-01-01", "too_early")
-    record = TelemetryRecord(
-        device_id=device_id,
-        seq=reading.seq,
-        event_ms=event_ms,
-        device_event_ms=reading.ts,
-        device_sent_ms=reading.sent,
-        received_ms=received_ms,
-        clock_offset_ms=offset,
-        metrics=reading.metrics,
-        firmware=reading.firmware,
-        status=reading.status,
+    value = encode_record(
+        device_id,
+        reading.seq,
+        event_ms,
+        reading.ts,
+        reading.sent,
+        received_ms,
+        offset,
+        reading.metrics,
+        reading.firmware,
+        reading.status,
     )
-    return Accepted(
-        device_id.encode(), encode(record), event_ms, reading.seq, clamped, offset, reading.sent
-    )
+    return Accepted(device_id.encode(), value, event_ms, reading.seq, clamped, offset, reading.sent)
 
 
 def dead_letter(
