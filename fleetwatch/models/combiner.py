@@ -9,10 +9,12 @@ members are confident), and by the union bound its false-alert rate per row is a
 of the members' rates (``D · ALERT_P`` under their models). A Bonferroni correction
 (``s - ln D``) would make ``p`` a valid p-value, but it would hide the CUSUM, whose sums are
 reset as soon as they reach the common alert level and so never exceed it by ``ln D`` on a
-small shift. The explanation of a row is that of the most surprised member; a joint member
-(not per metric) is told what the per-metric members found of each reading, for which metric it
-blames a break of its pattern on (:meth:`~fleetwatch.models.base.Detector.score`'s
-``suspicion``).
+small shift. With a ``device_budget`` the device decides once instead: every member's surprise
+is mapped through one tail of the device's strongest evidence, which holds that budget for the
+device as a whole (:mod:`~fleetwatch.models.device_tail`). The explanation of a row is that of
+the most surprised member; a joint member (not per metric) is told what the per-metric members
+found of each reading, for which metric it blames a break of its pattern on
+(:meth:`~fleetwatch.models.base.Detector.score`'s ``suspicion``).
 
 Members learn from the same batch with the same exclusion mask; when none is given, the combined
 pre-batch alerts of the per-metric members are excluded from every member, so a spike seen by one
