@@ -248,7 +248,7 @@ def test_a_hostile_fleet_changes_nothing_for_the_normal_one(
     assert len(reserved_dead) == 1
     assert b"not a valid device id" in reserved_dead[0].headers["fw.reason"]
     oversized = next(d for d in at_gateway if d.key == f"{hostile_prefix}oversized".encode())
-    assert len(oversized.value) <= 512 * 1024  # the dead letter is capped, not the whole 1.5 MB
+    assert len(oversized.value) <= 512 * 1024  # the dead letter is capped, not the whole 600 KB
     # only the flood went over its rate; the thief's readings all went through as its own
     limited = Counter(
         d.key.decode() if d.key else ""

@@ -94,7 +94,7 @@ def hostile_payload(name: str, index: int, now_ms: int) -> bytes:
 
 def messages(isolated: Isolated, normal: list[str], prefix: str) -> Iterator[Message]:
     """The normal fleet round by round, a hostile device's message every HOSTILE_EVERY-th,
-    cycling through every hostile case but the 1.5 MB one (endless: the test stops it)."""
+    cycling through every hostile case but the oversized one (endless: the test stops it)."""
     cases = [
         (name, i)
         for name, payloads in hostile.mqtt_messages(0).items()
