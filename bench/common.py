@@ -310,10 +310,8 @@ def write_results(
     figures: Mapping[str, Any],
     results_dir: Path = RESULTS,
     argv: Sequence[str] | None = None,
-    name: str | None = None,
 ) -> Path:
-    """Write a bench's figures to ``{results_dir}/{bench_name(script)}.json`` (or
-    ``{name}.json``, for a mode of a bench that measures something else), replacing the
+    """Write a bench's figures to ``{results_dir}/{bench_name(script)}.json``, replacing the
     file of its previous run, with what they were measured on: the command line, the start and
     end times (UTC), the 1-, 5- and 15-minute load averages at the start (when the bench
     imported this module) and at the end, the CPUs, the git revision and whether the code it
@@ -324,7 +322,7 @@ def write_results(
         "status", "--porcelain", "--untracked-files=no", "--", "fleetwatch", "bench", "deploy"
     )
     record = {
-        "bench": name or bench_name(script),
+        "bench": bench_name(script),
         "command": _command(Path(script), sys.argv[1:] if argv is None else argv),
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -183,6 +183,21 @@ BENCHES: tuple[Bench, ...] = (
             Figure("publish → alert p99 at 1,000 readings/s", key("p99_ms_1k"), "ms", 0),
             Figure("publish → alert p99 at 5,000 readings/s", key("p99_ms_5k"), "ms", 0),
             Figure("scorer sustained throughput", key("max_throughput_rps"), "readings/s", 0),
+            Figure(
+                "pipeline CPU per reading at 5,000/s, worst run",
+                lambda f: max(run["pipeline"] for run in f["cpu_us_per_reading_5k"]),
+                "µs",
+                0,
+            ),
+        ),
+    ),
+    Bench(
+        "pipeline-sustainable_rate",
+        "python bench/pipeline/sustainable_rate.py",
+        (
+            Figure(
+                "rate held at p99 ≤ 1 s, 3 runs in a row", key("sustainable_rps"), "readings/s", 0
+            ),
         ),
     ),
     Bench(
@@ -201,7 +216,15 @@ BENCHES: tuple[Bench, ...] = (
     Bench(
         "pipeline-hostile",
         "python bench/pipeline/hostile.py",
-        (Figure("readings lost beside hostile devices", key("lost"), digits=0),),
+        (
+            Figure("readings lost beside hostile devices", key("lost"), digits=0),
+            Figure(
+                "normal p99 beside a 50x flood, over the same run alone",
+                key("flood_normal_p99_ratio"),
+                "times",
+                2,
+            ),
+        ),
     ),
 )
 

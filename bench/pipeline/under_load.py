@@ -41,21 +41,17 @@ Kafka, the scorer's driver, JVM and workers, the trainer's with ``--trainer``, a
 generator as ``bench``), the same as CPU microseconds per reading offered
 (``cpu_us_per_reading``), and ``pipeline_cores``: their sum without the load generator.
 
-``--find-rate`` steps the offered rate up (``--rate-from``, ``--step``, ``--rate-to``) until a
-run misses the objective (p99 > 1 s, a probe spike without an alert, the rate not offered, or a
-backlog left when publishing stops) and reports the highest rate that held it in
-``HOLD_RUNS`` consecutive runs, each with a fresh scorer: the sustainable rate at the latency
-objective (results file ``pipeline-sustainable_rate.json``).
+:func:`find_rate` steps the offered rate up until a run misses the objective (p99 > 1 s, a
+probe spike without an alert, the rate not offered, or a backlog left when publishing stops):
+``bench/pipeline/sustainable_rate.py`` runs it.
 
     python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max] [--warmup S]
         [--trainer]
-    python bench/pipeline/under_load.py --find-rate [--seconds 30] [--rate-from 2000]
 
 Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 "p99_over_p50_1k", "p99_over_p50_5k", "jit_cores" ([1k], [5k]),
 "load_avg_1m", "max_throughput_rps", "cold_throughput_rps", "peak_rss_mb",
-"pipeline_cores_1k", "pipeline_cores_5k", "cpu_us_per_reading_1k", "cpu_us_per_reading_5k"};
-with ``--find-rate``: {"sustainable_rps", "rates": [per rate: p50, p99, cores, load]}.
+"pipeline_cores_1k", "pipeline_cores_5k", "cpu_us_per_reading_1k", "cpu_us_per_reading_5k"}.
 """
 
 from __future__ import annotations
@@ -530,18 +526,7 @@ def main() -> None:
         "--warmup", type=int, default=15, help="seconds at 1,000/s before the first phase"
     )
     parser.add_argument("--trainer", action="store_true", help="run the trainer beside them")
-    parser.add_argument(
-        "--find-rate",
-        action="store_true",
-        help="step the rate up until p99 > 1 s: the highest rate held in 3 consecutive runs",
-    )
-    parser.add_argument("--rate-from", type=float, default=2000.0, help="readings/s")
-    parser.add_argument("--rate-to", type=float, default=20000.0, help="readings/s")
-    parser.add_argument("--step", type=float, default=2000.0, help="readings/s")
     args = parser.parse_args()
-    if args.find_rate:
-        rate_main(args)
-        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = Settings()
     stack = Stack(settings)
@@ -589,39 +574,6 @@ def main() -> None:
     }
     print(json.dumps(headline))
     write_results(__file__, headline)
-
-
-def rate_main(args: argparse.Namespace) -> None:
-    settings = Settings()
-    stack = Stack(settings)
-    was_up = all(c.pid for c in stack.status())
-    stack.up()
-    try:
-        held, tried = find_rate(settings, args)
-    finally:
-        if not was_up:
-            stack.down()
-    print(json.dumps({"tried": tried}))
-    headline = {
-        "sustainable_rps": held,
-        "objective_p99_ms": OBJECTIVE_MS,
-        "runs_per_rate": HOLD_RUNS,
-        "trainer": args.trainer,
-        "seconds": args.seconds,
-        "rates": [
-            {
-                "rate": t["rate"],
-                "held": t["held"],
-                "p50_ms": [ph["p50_ms"] for ph in t["phases"]],
-                "p99_ms": [ph["p99_ms"] for ph in t["phases"]],
-                "pipeline_cores": [ph["pipeline_cores"] for ph in t["phases"]],
-                "load_avg_1m": [ph["load_avg_1m"] for ph in t["phases"]],
-            }
-            for t in tried
-        ],
-    }
-    print(json.dumps(headline))
-    write_results(__file__, headline, name="pipeline-sustainable_rate")
 
 
 if __name__ == "__main__":
