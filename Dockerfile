@@ -4,7 +4,8 @@
 # Built from the repository root: `docker build -t fleetwatch:0.1.0 .` (deploy/compose.yaml
 # builds it too). Three stages: the Python package in a virtualenv (its dependencies as
 # requirements/runtime.lock pins them), the JVM jars from Maven Central (as `make setup` resolves
-# them), and the runtime with Python 3.11 and a JRE 17.
+# them: the Kafka and S3A connectors for Spark, the JMX exporter), and the runtime with Python
+# 3.11 and a JRE 17.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
@@ -21,23 +22,34 @@ COPY requirements/runtime.lock ./requirements/
 RUN /opt/fleetwatch/venv/bin/pip install --require-hashes --no-deps -r requirements/runtime.lock
 COPY pyproject.toml README.md ./
 COPY fleetwatch ./fleetwatch
-# The Spark Kafka connector must match pyspark exactly: its version is read from the package
-# installed here, as the Makefile reads it from the checkout's virtualenv.
+# The Spark Kafka connector must match pyspark exactly, and Hadoop's S3A connector the Hadoop
+# client jars of the pyspark wheel: both versions are read from the package installed here, as
+# the Makefile reads them from the checkout's virtualenv.
 RUN /opt/fleetwatch/venv/bin/pip install . --no-deps \
  && /opt/fleetwatch/venv/bin/pip check \
  && /opt/fleetwatch/venv/bin/python -c 'import pyspark; print(pyspark.__version__)' \
-      > /opt/fleetwatch/spark.version
+      > /opt/fleetwatch/spark.version \
+ && /opt/fleetwatch/venv/bin/python -c 'import pathlib, pyspark; \
+      jar = next(pathlib.Path(pyspark.__file__).parent.glob("jars/hadoop-client-api-*.jar")); \
+      print(jar.stem.rsplit("-", 1)[1])' > /opt/fleetwatch/hadoop.version
 
-# -- 2. the JVM jars: Spark's Kafka connector (+ the local file system), the JMX exporter ----
+# -- 2. the JVM jars: Spark's Kafka connector (+ the local file system), Hadoop's S3A
+#       connector (checkpoints on s3a://), the JMX exporter ------------------------------------
 FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /build
 COPY deploy/jvm ./jvm
 COPY --from=python-build /opt/fleetwatch/spark.version ./spark.version
+COPY --from=python-build /opt/fleetwatch/hadoop.version ./hadoop.version
 RUN mvn -B -q -s /build/jvm/settings.xml -Dmaven.repo.local=/build/m2 \
       -f jvm/spark-kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
       -Dspark.version="$(cat /build/spark.version)" \
       -DoutputDirectory=/jars/spark-kafka \
  && test -f /jars/spark-kafka/spark-sql-kafka-0-10_2.13-"$(cat /build/spark.version)".jar
+RUN mvn -B -q -s /build/jvm/settings.xml -Dmaven.repo.local=/build/m2 \
+      -f jvm/s3a/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+      -Dhadoop.version="$(cat /build/hadoop.version)" \
+      -DoutputDirectory=/jars/s3a \
+ && test -f /jars/s3a/hadoop-aws-"$(cat /build/hadoop.version)".jar
 RUN mvn -B -q -s /build/jvm/settings.xml -Dmaven.repo.local=/build/m2 \
       -f jvm/jmx-exporter/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
       -Dmdep.stripVersion=true -DoutputDirectory=/jars/jmx-exporter
@@ -62,10 +74,12 @@ RUN groupadd --system --gid 10001 fleetwatch \
  && chown fleetwatch:fleetwatch /var/lib/fleetwatch /opt/fleetwatch/export
 COPY --from=python-build /opt/fleetwatch/venv /opt/fleetwatch/venv
 COPY --from=jars /jars/spark-kafka /opt/fleetwatch/jars/spark-kafka
+COPY --from=jars /jars/s3a /opt/fleetwatch/jars/s3a
 COPY --from=jars /jars/jmx-exporter /opt/fleetwatch/jars/jmx-exporter
 COPY --chmod=0755 deploy/spark/entrypoint.sh /opt/fleetwatch/bin/spark-entrypoint
-# FLEETWATCH_SPARK__JARS_DIR: where the code looks for the connector (Settings.spark_jars_dir;
-# outside a checkout its default would be the working directory's .cache/jvm/spark-kafka).
+# FLEETWATCH_SPARK__JARS_DIR / FLEETWATCH_OBJECT_STORE__JARS_DIR: where the code looks for the
+# Kafka and S3A connectors (Settings.spark_jars_dir, .s3a_jars_dir; outside a checkout their
+# defaults would be under the working directory's .cache/jvm/).
 # SPARK_HOME: the installed pyspark, for spark-submit and the Spark-on-Kubernetes pods.
 ENV PATH=/opt/fleetwatch/venv/bin:$PATH \
     JAVA_HOME=/opt/java \
@@ -74,6 +88,7 @@ ENV PATH=/opt/fleetwatch/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     FLEETWATCH_RUN_DIR=/var/lib/fleetwatch \
     FLEETWATCH_SPARK__JARS_DIR=/opt/fleetwatch/jars/spark-kafka \
+    FLEETWATCH_OBJECT_STORE__JARS_DIR=/opt/fleetwatch/jars/s3a \
     FLEETWATCH_API__HOST=0.0.0.0
 USER 10001:10001
 WORKDIR /var/lib/fleetwatch

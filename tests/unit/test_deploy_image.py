@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.streaming.object_store import S3A_JAR
 from fleetwatch.streaming.spark_session import LOCAL_FS_JAR, kafka_connector_jars
 from tests.unit.deploy_support import (
     DEPLOY,
@@ -68,6 +70,47 @@ def test_the_jars_stage_resolves_the_connector_as_the_makefile_does() -> None:
     assert '-Dspark.version="$(cat /build/spark.version)"' in jars
     assert "-s /build/jvm/settings.xml" in jars
     assert "WORKDIR /build" in [f"{i.keyword} {i.args}" for i in stage_of("jars")]
+
+
+def _spaced(text: str) -> str:
+    return " ".join(text.replace("\\\n", " ").split())
+
+
+def test_the_jars_stage_resolves_the_s3a_connector_as_the_makefile_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile[makefile.index("$(JARS)/s3a/.resolved:") :].split("\n\n")[0]
+    goal = "dependency:copy-dependencies -DincludeScope=runtime"
+    assert f"cd deploy/jvm/s3a && $(MVN) {goal}" in recipe
+    assert "-Dhadoop.version=$$($(HADOOP_VERSION))" in recipe
+    probe = re.search(r"HADOOP_VERSION = \$\(abspath \$\(PY\)\) -c '([^']*)'", makefile)
+    assert probe
+    # the Dockerfile: the Hadoop version probed as the Makefile probes it, from the pyspark its
+    # first stage installed, handed to the same pom and goal
+    python_build = _spaced(runs("python-build"))
+    assert f"-c '{_spaced(probe.group(1))}' > /opt/fleetwatch/hadoop.version" in python_build
+    assert ("python-build", "/opt/fleetwatch/hadoop.version", "./hadoop.version") in copies("jars")
+    jars = runs("jars")
+    assert f"-f jvm/s3a/pom.xml {goal}" in jars
+    assert '-Dhadoop.version="$(cat /build/hadoop.version)"' in jars
+    assert "-DoutputDirectory=/jars/s3a " in jars
+    # …and the build fails without the jar the code requires (object_store.S3A_JAR)
+    assert f"test -f /jars/s3a/{S3A_JAR.split('*')[0]}" in jars
+    # the probe runs as it stands in the Dockerfile, here on the checkout's pyspark
+    (docker_probe,) = re.findall(r"-c '([^']*hadoop-client-api[^']*)'", python_build)
+    version = subprocess.run(
+        [sys.executable, "-c", docker_probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+    # the runtime: the jars where Settings.s3a_jars_dir points, which the image's env sets
+    (s3a_dest,) = [
+        dest for stage, src, dest in copies("runtime") if (stage, src) == ("jars", "/jars/s3a")
+    ]
+    env = image_env()
+    assert env["FLEETWATCH_OBJECT_STORE__JARS_DIR"] == s3a_dest
+    isolate(monkeypatch, tmp_path, {k: v for k, v in env.items() if k.startswith("FLEETWATCH_")})
+    assert Settings().s3a_jars_dir == Path(s3a_dest)
 
 
 def test_the_runtime_puts_the_connector_where_the_code_reads_it(
