@@ -1,6 +1,6 @@
 """A Spark standalone cluster and an S3-compatible store, each started here for one test.
 
-The cluster is a master and one worker started from the installed pyspark distribution's own
+The cluster is a master and two workers started from the installed pyspark distribution's own
 classes (``spark-class org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), on
 loopback. The store is moto's S3 server (``moto[s3]``, a dev dependency that ``make setup``
 installs, served by gunicorn): it speaks S3's REST API (signed requests, path-style buckets,
@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +66,38 @@ class S3Store:
     bucket: str
     access_key: str
     secret_key: str
+    server: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+    log: Path | None = None
+
+    def ready(self, timeout_s: float = 60) -> None:
+        """Wait for the server to answer, and make the bucket."""
+
+        def bucket_made() -> bool:
+            assert self.server is None or self.server.poll() is None, (
+                f"the S3 server exited; see {self.log}"
+            )
+            try:
+                self._client.create_bucket(Bucket=self.bucket)
+            except EndpointConnectionError:
+                return False
+            return True
+
+        wait_until(bucket_made, timeout_s, "the S3 server to take a bucket", 0.1)
 
     def uri(self, key: str) -> str:
         return f"s3a://{self.bucket}/{key}"
 
-    def client(self) -> Any:
+    @cached_property
+    def _client(self) -> Any:
+        """One client (making one costs more than the requests the test's polls make)."""
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
-            config=Config(s3={"addressing_style": "path"}),
+            # a server not up yet is polled again by ready(), not retried with back-off here
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
         )
 
     def _key(self, uri: str) -> str:
@@ -85,9 +106,7 @@ class S3Store:
         return uri[len(prefix) :].rstrip("/")
 
     def _list(self, prefix: str, delimiter: str = "") -> tuple[list[str], list[str]]:
-        reply = self.client().list_objects_v2(
-            Bucket=self.bucket, Prefix=prefix, Delimiter=delimiter
-        )
+        reply = self._client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, Delimiter=delimiter)
         keys = [o["Key"] for o in reply.get("Contents", [])]
         folders = [p["Prefix"] for p in reply.get("CommonPrefixes", [])]
         return keys, folders
@@ -104,7 +123,7 @@ class S3Store:
         return sorted({p[len(prefix) :].strip("/") for p in keys + folders} - {""})
 
     def read_text(self, path: str) -> str:
-        reply = self.client().get_object(Bucket=self.bucket, Key=self._key(path))
+        reply = self._client.get_object(Bucket=self.bucket, Key=self._key(path))
         return str(reply["Body"].read().decode())
 
     def delete(self, path: str) -> None:
@@ -114,27 +133,18 @@ class S3Store:
 @contextlib.contextmanager
 def s3_store(logs: Path, bucket: str, access_key: str, secret_key: str) -> Iterator[S3Store]:
     """moto's S3 server (:mod:`tests.integration.s3_server`, one process: its buckets are in
-    memory) on a free loopback port, with ``bucket`` made."""
+    memory) on a free loopback port, started: :meth:`S3Store.ready` waits for it and makes
+    ``bucket`` (so that other processes can start meanwhile)."""
     port = free_port()
+    log = logs / "s3.log"
     proc = started(
         [str(Path(sys.executable).parent / "gunicorn"), "--bind", f"127.0.0.1:{port}",
          "--workers", "1", "--threads", "8", "--access-logfile", "-",
          "--no-control-socket", "tests.integration.s3_server:app"],
-        logs / "s3.log",
+        log,
     )  # fmt: skip
     try:
-        store = S3Store(f"http://127.0.0.1:{port}", bucket, access_key, secret_key)
-
-        def bucket_made() -> bool:
-            assert proc.poll() is None, f"the S3 server exited; see {logs / 's3.log'}"
-            try:
-                store.client().create_bucket(Bucket=bucket)
-            except EndpointConnectionError:
-                return False
-            return True
-
-        wait_until(bucket_made, 60, "the S3 server to take a bucket", 0.1)
-        yield store
+        yield S3Store(f"http://127.0.0.1:{port}", bucket, access_key, secret_key, proc, log)
     finally:
         stop(proc)
 
@@ -154,14 +164,18 @@ class Cluster:
     def alive_workers(self) -> int:
         return sum(1 for w in self.status()["workers"] if w["state"] == "ALIVE")
 
-    def active_apps(self) -> int:
-        return len(self.status()["activeapps"])
+    def active_apps(self, name: str | None = None) -> int:
+        """Applications running (named ``name``, when given)."""
+        return sum(1 for a in self.status()["activeapps"] if name in (None, a["name"]))
 
 
 @contextlib.contextmanager
-def standalone_cluster(logs: Path, cores: int = 2, memory: str = "2g") -> Iterator[Cluster]:
-    """A master and one worker with ``cores`` and ``memory`` for executors, on loopback."""
-    port, ui, worker_ui = free_port(), free_port(), free_port()
+def standalone_cluster(
+    logs: Path, workers: int = 2, cores: int = 2, memory: str = "2g"
+) -> Iterator[Cluster]:
+    """A master and ``workers`` workers, each with ``cores`` and ``memory`` for executors, on
+    loopback. The daemons start at once; the master is told of each worker by the worker."""
+    port, ui = free_port(), free_port()
     env = dict(os.environ)
     env.update(
         {
@@ -172,33 +186,39 @@ def standalone_cluster(logs: Path, cores: int = 2, memory: str = "2g") -> Iterat
             "SPARK_NO_DAEMONIZE": "1",
         }
     )
-    master = started(
-        [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master",
-         "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
-        logs / "spark-master.log",
-        env,
-    )  # fmt: skip
     url = f"spark://127.0.0.1:{port}"
-    worker = started(
-        [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker",
-         "--host", "127.0.0.1", "--webui-port", str(worker_ui), "--cores", str(cores),
-         "--memory", memory, "--work-dir", str(logs / "spark-work"), url],
-        logs / "spark-worker.log",
-        env,
-    )  # fmt: skip
+    daemons = {
+        "master": started(
+            [str(BIN / "spark-class"), "org.apache.spark.deploy.master.Master",
+             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+            logs / "spark-master.log",
+            env,
+        )
+    }  # fmt: skip
+    for n in range(1, workers + 1):
+        daemons[f"worker-{n}"] = started(
+            [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+             "--host", "127.0.0.1", "--webui-port", str(free_port()), "--cores", str(cores),
+             "--memory", memory, "--work-dir", str(logs / f"spark-work-{n}"), url],
+            logs / f"spark-worker-{n}.log",
+            env,
+        )  # fmt: skip
     try:
         cluster = Cluster(url, f"http://127.0.0.1:{ui}/json/")
 
-        def worker_alive() -> bool:
-            for proc, name in ((master, "master"), (worker, "worker")):
+        def workers_alive() -> bool:
+            for name, proc in daemons.items():
                 assert proc.poll() is None, f"the {name} exited; see {logs}/spark-{name}.log"
             try:
-                return cluster.alive_workers() == 1
+                return cluster.alive_workers() == workers
             except (httpx.HTTPError, json.JSONDecodeError):
                 return False
 
-        wait_until(worker_alive, 90, "the worker to register with the master", 0.2)
+        wait_until(workers_alive, 90, f"{workers} workers to register with the master", 0.2)
         yield cluster
     finally:
-        stop(worker)
-        stop(master)
+        for proc in daemons.values():  # all at once, then each waited for
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in daemons.values():
+            stop(proc)
