@@ -174,7 +174,7 @@ def standalone_cluster(
     logs: Path, workers: int = 2, cores: int = 2, memory: str = "2g"
 ) -> Iterator[Cluster]:
     """A master and ``workers`` workers, each with ``cores`` and ``memory`` for executors, on
-    loopback. The daemons start at once; the master is told of each worker by the worker."""
+    loopback; the workers start once the master leads."""
     port, ui = free_port(), free_port()
     env = dict(os.environ)
     env.update(
@@ -195,26 +195,31 @@ def standalone_cluster(
             env,
         )
     }  # fmt: skip
-    for n in range(1, workers + 1):
-        daemons[f"worker-{n}"] = started(
-            [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker",
-             "--host", "127.0.0.1", "--webui-port", str(free_port()), "--cores", str(cores),
-             "--memory", memory, "--work-dir", str(logs / f"spark-work-{n}"), url],
-            logs / f"spark-worker-{n}.log",
-            env,
-        )  # fmt: skip
+    cluster = Cluster(url, f"http://127.0.0.1:{ui}/json/")
+
+    def up(count: int) -> bool:
+        for name, proc in daemons.items():
+            assert proc.poll() is None, f"the {name} exited; see {logs}/spark-{name}.log"
+        try:
+            status = cluster.status()
+        except (httpx.HTTPError, json.JSONDecodeError):
+            return False
+        alive = sum(1 for w in status["workers"] if w["state"] == "ALIVE")
+        return bool(status["status"] == "ALIVE" and alive == count)
+
     try:
-        cluster = Cluster(url, f"http://127.0.0.1:{ui}/json/")
-
-        def workers_alive() -> bool:
-            for name, proc in daemons.items():
-                assert proc.poll() is None, f"the {name} exited; see {logs}/spark-{name}.log"
-            try:
-                return cluster.alive_workers() == workers
-            except (httpx.HTTPError, json.JSONDecodeError):
-                return False
-
-        wait_until(workers_alive, 90, f"{workers} workers to register with the master", 0.2)
+        # the workers once the master leads: a worker that registers before is answered
+        # "standby" and tries again only after a randomised 5-15 s
+        wait_until(lambda: up(0), 60, "the master to lead", 0.2)
+        for n in range(1, workers + 1):
+            daemons[f"worker-{n}"] = started(
+                [str(BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+                 "--host", "127.0.0.1", "--webui-port", str(free_port()), "--cores", str(cores),
+                 "--memory", memory, "--work-dir", str(logs / f"spark-work-{n}"), url],
+                logs / f"spark-worker-{n}.log",
+                env,
+            )  # fmt: skip
+        wait_until(lambda: up(workers), 90, f"{workers} workers to register with the master", 0.2)
         yield cluster
     finally:
         for proc in daemons.values():  # all at once, then each waited for

@@ -107,6 +107,8 @@ def submitted(
             "FLEETWATCH_OBJECT_STORE__REGION": "us-east-1",
             "FLEETWATCH_OBJECT_STORE__ACCESS_KEY": ACCESS_KEY,
             "FLEETWATCH_OBJECT_STORE__SECRET_KEY": SECRET_KEY,
+            # one stateful task per batch, so one Python worker per job: two jobs share 2 cores
+            "FLEETWATCH_SPARK__SHUFFLE_PARTITIONS": "1",
             **(env or {}),
         }
     )
