@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from fleetwatch.cli.common import fail, load_settings
+from fleetwatch.cli.common import AsJson, fail, load_settings, print_json
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.runtime import stop_event
 from fleetwatch.simulator import evaluate as ev
@@ -97,6 +98,7 @@ def run(
         Path | None, typer.Option(help="append the labelled truth here (JSON lines)")
     ] = None,
     quiet: Annotated[bool, typer.Option(help="no live progress display")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Publish a simulated fleet to {root}/{device_id}/telemetry; devices obey their commands."""
     settings = load_settings()
@@ -142,6 +144,8 @@ def run(
         f"from {scenario.devices} devices",
         highlight=False,
     )
+    if as_json:
+        print_json({**dataclasses.asdict(totals), "devices": scenario.devices})
     if totals.unacked:
         fail(f"{totals.unacked} QoS 1 publishes were never acknowledged")
 
@@ -216,6 +220,7 @@ def record(
     duration: Annotated[float | None, typer.Option(min=0.001)] = None,
     seed: Annotated[int | None, typer.Option()] = None,
     anomalies_per_hour: Annotated[float | None, typer.Option(min=0)] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Write a whole run (every payload and the truth) to a file, without a broker."""
     load_settings()
@@ -227,6 +232,8 @@ def record(
     except (SimulatorError, OSError) as exc:
         fail(str(exc))
     console.print(f"sim: recorded {messages} messages and {truths} truth records to {out}")
+    if as_json:
+        print_json({"recording": str(out), "messages": messages, "truth_records": truths})
 
 
 @app.command()
@@ -237,6 +244,7 @@ def replay(
     ] = 1.0,
     qos: Annotated[int, typer.Option(min=0, max=1)] = 1,
     truth: Annotated[Path | None, typer.Option(help="write the recording's truth here")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Publish a recording again, exactly, at its original speed or faster."""
     settings = load_settings()
@@ -270,3 +278,5 @@ def replay(
         conn.close()
         writer.close(scenario, start_ms, start_ms)
     console.print(f"sim: replayed {n} messages from {recording}")
+    if as_json:
+        print_json({"recording": str(recording), "messages": n})

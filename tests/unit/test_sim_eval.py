@@ -133,3 +133,15 @@ def test_a_device_wide_alert_matches_an_anomaly_of_any_of_its_metrics() -> None:
     assert not matches(after_gap, shift, 2_000)  # outside the shift's time
     assert not matches(AlertEvent("d3", "temperature", 85_000), shift, 2_000)
     assert matches(AlertEvent("d3", "*", 85_000), shift, 2_000)
+
+
+def test_sim_record_reports_as_one_json_document(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    args = ["sim", "record", str(out), "--devices", "3", "--count", "5", "--seed", "2", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # the human line goes to stderr
+    assert report["recording"] == str(out)
+    assert report["messages"] == 15
+    written = out.read_text().splitlines()
+    assert len(written) > report["messages"]  # a header and truth records beside the messages
