@@ -237,6 +237,11 @@ def load(results: Path) -> dict[str, dict[str, Any]]:
 
 
 def value_text(value: Any, figure: Figure) -> str:
+    if value is None:  # the run skipped it (under_load.py --skip-max)
+        return NOT_MEASURED
+    if isinstance(value, list):  # one value per run
+        bare = Figure(figure.label, figure.pick, "", figure.digits)
+        return f"{' / '.join(value_text(v, bare) for v in value)} {figure.unit}".rstrip()
     if isinstance(value, bool) or not isinstance(value, int | float):
         text = str(value)
     elif figure.digits is None:

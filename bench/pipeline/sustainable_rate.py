@@ -56,7 +56,8 @@ def main() -> None:
             stack.down()
     print(json.dumps({"tried": tried}))
     headline = {
-        "sustainable_rps": held,
+        # no rate held: below the first one tried
+        "sustainable_rps": held if held is not None else f"below {args.rate_from:,.0f}",
         "objective_p99_ms": OBJECTIVE_MS,
         "runs_per_rate": HOLD_RUNS,
         "trainer": args.trainer,

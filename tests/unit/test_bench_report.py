@@ -7,7 +7,18 @@ from typing import Any
 import pytest
 
 from bench.common import ROOT, bench_name, write_results
-from bench.report import BEGIN, BENCHES, END, NOT_MEASURED, Bench, Figure, key, main, worst
+from bench.report import (
+    BEGIN,
+    BENCHES,
+    END,
+    NOT_MEASURED,
+    Bench,
+    Figure,
+    key,
+    main,
+    value_text,
+    worst,
+)
 
 README = f"""# fleetwatch
 
@@ -141,3 +152,11 @@ def test_every_bench_of_the_table_is_a_script_and_the_table_fits() -> None:
         group, name = bench.name.split("-", 1)
         assert (ROOT / "bench" / group / f"{name}.py").is_file(), bench.name
     assert sum(len(b.figures) for b in BENCHES) + 2 <= 36
+
+
+def test_a_figure_of_each_run_shows_every_run() -> None:
+    figure = Figure("p99", key("p99"), "ms", 0)
+    assert value_text([984.6, 1051.7], figure) == "985 / 1,052 ms"
+    assert value_text("below 1,000", Figure("rate", key("r"), "readings/s")) == (
+        "below 1,000 readings/s"
+    )
