@@ -24,6 +24,8 @@ from fleetwatch.contracts.telemetry import Seq
 AlertStatus = Literal["open", "update", "resolve", "withdraw"]
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+RULE_KIND = "rule"
+"""The ``detector`` of an alert raised by an operator's rule (:mod:`fleetwatch.contracts.rules`)."""
 ALERT_KINDS: tuple[str, ...] = (
     "cusum",
     "flatline",
@@ -33,12 +35,14 @@ ALERT_KINDS: tuple[str, ...] = (
     "fixed-baseline",
     "dropout",
     "state",
+    RULE_KIND,
     "other",
 )
 """The detector kinds an alert can name (``detector``): each registered detector's but the
-combiner's, the fixed baseline, ``dropout`` (a gap between readings) and ``state`` (a
-device-wide move). Counts and metrics label alerts by these; another kind (a detector added
-later) counts as ``other`` until it is added here (a unit test holds the list to the registry)."""
+combiner's, the fixed baseline, ``dropout`` (a gap between readings), ``state`` (a
+device-wide move) and ``rule`` (an operator's rule, :mod:`fleetwatch.contracts.rules`).
+Counts and metrics label alerts by these; another kind (a detector added later) counts as
+``other`` until it is added here (a unit test holds the list to the registry)."""
 
 
 class Alert(BaseModel):
@@ -75,6 +79,10 @@ class Alert(BaseModel):
     model: str | None = None
     """The registered fleet model (``name/version``, the scope's ``champion``) that scored the
     event, when it was not the device's own parameters (see ``score.fleet_model``)."""
+    rule_id: str | None = None
+    """The operator's rule that raised it (``detector`` is ``rule``)."""
+    rule_version: int | None = None
+    """The version of that rule the event was judged by."""
 
 
 def alert_id(device_id: str, metric: str, detector: str, start_ms: int) -> str:

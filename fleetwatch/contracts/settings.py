@@ -317,6 +317,8 @@ class TopicSettings(_Part):
     device_sessions: str = "device.sessions"
     device_commands: str = "device.commands"
     device_command_acks: str = "device.command-acks"
+    rules: str = "rules"
+    """Operators' rules (:mod:`fleetwatch.contracts.rules`): the API writes, the scorer follows."""
 
 
 class SparkSettings(_Part):

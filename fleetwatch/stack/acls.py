@@ -98,7 +98,7 @@ def stage_grants(settings: Settings, stage: KafkaStage) -> set[Grant]:
     if stage == "scorer":
         written = [t.alerts, t.device_state, t.device_sessions, t.telemetry_late]
         return (
-            _topics([t.telemetry_raw, t.model_params, t.quarantine_lifts], _READ)
+            _topics([t.telemetry_raw, t.model_params, t.quarantine_lifts, t.rules], _READ)
             | _topics([*written, t.telemetry_deadletter], _WRITE)
             | {_group(SPARK_GROUPS, prefixed=True)}
         )
@@ -114,7 +114,7 @@ def stage_grants(settings: Settings, stage: KafkaStage) -> set[Grant]:
         groups.add(_group(settings.api.webhooks.consumer_group))
     return (
         _topics([*materialised, t.model_params, t.telemetry_raw, t.telemetry_deadletter], _READ)
-        | _topics([t.device_commands, t.telemetry_deadletter, t.quarantine_lifts], _WRITE)
+        | _topics([t.device_commands, t.telemetry_deadletter, t.quarantine_lifts, t.rules], _WRITE)
         | groups
     )
 

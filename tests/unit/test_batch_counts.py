@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleetwatch.contracts.alerts import ALERT_KINDS
+from fleetwatch.contracts.alerts import ALERT_KINDS, RULE_KIND
 from fleetwatch.models.baseline import FixedBaseline
 from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.buckets import BUCKETS
@@ -93,7 +93,7 @@ def test_count_rows_follow_the_records_and_carry_no_topic() -> None:
 def test_the_names_are_a_fixed_bounded_list_covering_every_registered_detector() -> None:
     named = {*KINDS} - {"combined"} | {FixedBaseline.kind, DROPOUT, DEVICE_WIDE_KIND}
     assert len(ALERT_KINDS) == len(set(ALERT_KINDS))
-    assert set(ALERT_KINDS) == named | {"other"}, "every kind the scorer can name, no other"
+    assert set(ALERT_KINDS) == named | {RULE_KIND, "other"}, "every kind an alert names, no other"
     alerts = 3 * 3 * len(ALERT_KINDS)
     assert len(COUNT_NAMES) == len(set(COUNT_NAMES)) == len(READING_COUNTS) + alerts + BUCKETS
 

@@ -42,7 +42,12 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
         t.device_command_acks,
     }
     assert topics_with(gateway, "READ") == {t.device_commands}
-    assert topics_with(scorer, "READ") == {t.telemetry_raw, t.model_params, t.quarantine_lifts}
+    assert topics_with(scorer, "READ") == {
+        t.telemetry_raw,
+        t.model_params,
+        t.quarantine_lifts,
+        t.rules,
+    }
     assert topics_with(scorer, "WRITE") == {
         t.alerts,
         t.device_state,
@@ -56,6 +61,7 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
         t.device_commands,
         t.telemetry_deadletter,
         t.quarantine_lifts,
+        t.rules,
     }
     # nobody but the gateway writes telemetry, nobody but the trainer model.params
 
@@ -64,6 +70,7 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
 
     assert writers(t.telemetry_raw) == {"gateway"}
     assert writers(t.model_params) == {"trainer"}
+    assert writers(t.rules) == {"api"}
     # every topic someone writes, someone reads (but the late readings, for people); the API
     # reads the dead letters for the devices the gateway rate-limits
     read = set().union(*(topics_with(stage_grants(s, st), "READ") for st in STAGES))
