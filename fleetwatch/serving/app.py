@@ -77,26 +77,12 @@ def create_app(
         if materialise:
             running.append(Materialiser(db, settings, metrics))
             if hooks.enabled:
-                running.append(
-                    Dispatcher(
-                        db,
-                        metrics,
-                        settings.kafka,
-                        settings.topics.alerts,
-                        hooks.consumer_group or f"{settings.api.consumer_group}-webhooks",
-                        settings.api.consumer_session_timeout_s,
-                    )
-                )
+                running.append(Dispatcher(db, settings, metrics))
         if run_workers:
             running.append(CommandTracker(db, kafka, metrics))
             if hooks.enabled:
-                running.append(
-                    DeliveryWorker(
-                        db,
-                        Sender(db, hooks, metrics, resolver, transport),
-                        hooks.concurrency,
-                    )
-                )
+                delivering = Sender(db, hooks, metrics, resolver, transport)
+                running.append(DeliveryWorker(db, delivering, hooks.concurrency))
         for worker in running:
             worker.start()
         metrics.watch_fleet(db)

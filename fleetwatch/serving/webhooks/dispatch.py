@@ -9,7 +9,7 @@ import logging
 from confluent_kafka import Consumer, Message
 
 from fleetwatch.contracts.alerts import Alert
-from fleetwatch.contracts.settings import KafkaSettings
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.serving.decode import decode_alert
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
 from fleetwatch.serving.metrics import Metrics
@@ -44,20 +44,18 @@ def fan_out(store: Store, alerts: list[Alert]) -> int:
 class Dispatcher(Worker):
     name = "webhook-dispatch"
 
-    def __init__(
-        self,
-        store: Store,
-        metrics: Metrics,
-        kafka: KafkaSettings,
-        topic: str,
-        group: str,
-        session_timeout_s: float,
-    ) -> None:
+    def __init__(self, store: Store, settings: Settings, metrics: Metrics) -> None:
+        """Reads ``topics.alerts`` in the consumer group ``api.webhooks.consumer_group``
+        (default: the API's group with ``-webhooks``)."""
         super().__init__()
         self.store = store
         self.metrics = metrics
-        self.consumer = Consumer(consumer_config(kafka, group, session_timeout_s))
-        self.consumer.subscribe([topic])
+        api = settings.api
+        group = api.webhooks.consumer_group or f"{api.consumer_group}-webhooks"
+        self.consumer = Consumer(
+            consumer_config(settings.kafka, group, api.consumer_session_timeout_s)
+        )
+        self.consumer.subscribe([settings.topics.alerts])
 
     def step(self) -> float:
         messages = poll(self.consumer)
