@@ -22,10 +22,10 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 
-from fleetwatch.contracts.settings import KafkaSettings, Settings
+from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.kafka_config import LOGIN_MODULES, client_config, quoted
 from fleetwatch.stack.acls import apply_acls, bindings, scram_accounts, upsert_scram_accounts
-from fleetwatch.stack.processes import ManagedProcess, port_in_use
+from fleetwatch.stack.processes import StackService, port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +49,13 @@ logger.kafka.level = INFO
 """
 
 
-class KafkaBroker:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.proc = ManagedProcess("kafka", settings.run_path)
-        self.dir = settings.run_path / "kafka"
+class KafkaBroker(StackService):
+    name = "kafka"
+    config_name = "server.properties"
 
     @property
     def classpath(self) -> Path:
         return self.settings.jvm_cache / "kafka"
-
-    @property
-    def config_file(self) -> Path:
-        return self.dir / "server.properties"
 
     @property
     def broker_secret_file(self) -> Path:

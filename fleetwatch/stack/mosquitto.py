@@ -14,7 +14,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.mqtt_config import configure, connect_failure
 from fleetwatch.stack.credentials import Credentials, login, reload_broker
-from fleetwatch.stack.processes import ManagedProcess, port_in_use
+from fleetwatch.stack.processes import StackService, port_in_use
 
 BROKER_PAYLOAD_FACTOR = 4
 """The broker's ``max_packet_size`` is this many times ``gateway.max_payload_bytes``. Below it
@@ -42,15 +42,9 @@ def mosquitto_binary() -> str | None:
     return "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
 
 
-class MosquittoBroker:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.proc = ManagedProcess("mosquitto", settings.run_path)
-        self.dir = settings.run_path / "mosquitto"
-
-    @property
-    def config_file(self) -> Path:
-        return self.dir / "mosquitto.conf"
+class MosquittoBroker(StackService):
+    name = "mosquitto"
+    config_name = "mosquitto.conf"
 
     def render_config(self) -> str:
         """Two listeners on loopback: the devices' on ``mqtt.port``, where a login's client id

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.errors import StackError
 
 logger = logging.getLogger(__name__)
@@ -129,6 +131,23 @@ class ManagedProcess:
 
     def fail(self, reason: str) -> StackError:
         return StackError(f"{self.name}: {reason} (log: {self.log_file})")
+
+
+class StackService:
+    """A process of the local stack: its :class:`ManagedProcess` named ``name``, and its own
+    folder ``{run_path}/{name}``, where its configuration file ``config_name`` is written."""
+
+    name: ClassVar[str]
+    config_name: ClassVar[str]
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.proc = ManagedProcess(self.name, settings.run_path)
+        self.dir = settings.run_path / self.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / self.config_name
 
 
 def _alive(pid: int) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from fleetwatch.contracts.settings import Settings
-from fleetwatch.stack.processes import ManagedProcess, port_in_use
+from fleetwatch.stack.processes import StackService, port_in_use
 
 STAGE_JOBS = ("gateway", "scorer", "trainer", "api")
 """Jobs whose targets come from files (``targets/{job}.json``); the broker's is static."""
@@ -60,15 +60,9 @@ def default_targets(settings: Settings) -> dict[str, list[str]]:
     return targets
 
 
-class PrometheusServer:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.proc = ManagedProcess("prometheus", settings.run_path)
-        self.dir = settings.run_path / "prometheus"
-
-    @property
-    def config_file(self) -> Path:
-        return self.dir / "prometheus.yml"
+class PrometheusServer(StackService):
+    name = "prometheus"
+    config_name = "prometheus.yml"
 
     @property
     def data_dir(self) -> Path:
