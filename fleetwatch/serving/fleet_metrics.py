@@ -28,13 +28,7 @@ from fleetwatch.serving.schemas.commands import CommandStatus
 from fleetwatch.serving.schemas.devices import DeviceStatus
 from fleetwatch.serving.schemas.webhooks import DeliveryStatus
 from fleetwatch.serving.store import Store, now_ms
-from fleetwatch.serving.tables import (
-    AlertRow,
-    CommandRow,
-    DeliveryRow,
-    DeviceRow,
-    DeviceStateRow,
-)
+from fleetwatch.serving.tables import AlertRow, CommandRow, DeliveryRow, DeviceRow, DeviceStateRow
 
 logger = logging.getLogger(__name__)
 
