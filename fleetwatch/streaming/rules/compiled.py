@@ -1,0 +1,45 @@
+"""A rule as the rules query runs it: the SQL the projection evaluates per reading, and what
+the per-device step does with the values (:mod:`~fleetwatch.streaming.rules.conditions`
+makes one from a :class:`~fleetwatch.contracts.rules.RuleRecord` with Spark's parser)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetwatch.contracts.alerts import Severity
+from fleetwatch.streaming.rules.having import Tree
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    id: str
+    version: int
+    name: str
+    severity: Severity
+    when: str
+    """The condition as the operator wrote it."""
+    devices: frozenset[str] | None
+    """The devices judged; ``None``: every device."""
+    metrics: tuple[str, ...]
+    """The metrics the condition names, in the order it names them."""
+    metric: str
+    """The metric an alert names: the first the condition names, ``*`` when it names none."""
+    values: tuple[str, ...]
+    """SQL the projection evaluates per reading: without a window, the condition's value as a
+    number (its left side when it is a comparison) — the alert's evidence; with one, each
+    aggregate's argument (``1`` for ``count(*)``)."""
+    condition: str | None = None
+    """SQL of the condition per reading (a rule without a window)."""
+    window_ms: tuple[int, int] | None = None
+    """(size, slide) of a windowed rule."""
+    aggregates: tuple[str, ...] = ()
+    """Each aggregate's function, in the order of :attr:`values`."""
+    having: Tree | None = None
+    """The condition above its aggregates (:mod:`~fleetwatch.streaming.rules.having`)."""
+    evidence: Tree | None = None
+    """The window's value an alert shows: the left side of the condition when it is a
+    comparison, else the first aggregate."""
+
+    @property
+    def windowed(self) -> bool:
+        return self.window_ms is not None
