@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,25 +23,25 @@ from fleetwatch.simulator.scenario import AnomalySpec
 # random streams
 _GAP, _KIND, _LEN, _MAG, _METRIC, _SIGN, _BURST = 101, 102, 103, 104, 105, 106, 107
 
-DURATION_READINGS: dict[str, tuple[int, int]] = {
-    "spike": (1, 1),
-    "dip": (1, 1),
-    "level_shift": (20, 60),
-    "drift": (30, 120),
-    "stuck": (20, 60),
-    "noise_burst": (10, 30),
-    "dropout": (10, 40),
-    "correlated": (10, 30),
-}
-MAGNITUDE_SCALES: dict[str, tuple[float, float]] = {
-    "spike": (5.0, 9.0),
-    "dip": (5.0, 9.0),
-    "level_shift": (3.0, 5.0),
-    "drift": (3.0, 6.0),
-    "stuck": (0.0, 0.0),
-    "noise_burst": (2.0, 4.0),
-    "dropout": (0.0, 0.0),
-    "correlated": (3.0, 5.0),
+
+class Extent(NamedTuple):
+    """The range an anomaly kind draws from."""
+
+    readings: tuple[int, int]
+    """How many readings it lasts: the fewest, the most."""
+    scales: tuple[float, float]
+    """How far it moves a metric, in the metric's scales: the least, the most."""
+
+
+EXTENTS: dict[str, Extent] = {
+    "spike": Extent((1, 1), (5.0, 9.0)),
+    "dip": Extent((1, 1), (5.0, 9.0)),
+    "level_shift": Extent((20, 60), (3.0, 5.0)),
+    "drift": Extent((30, 120), (3.0, 6.0)),
+    "stuck": Extent((20, 60), (0.0, 0.0)),
+    "noise_burst": Extent((10, 30), (2.0, 4.0)),
+    "dropout": Extent((10, 40), (0.0, 0.0)),
+    "correlated": Extent((10, 30), (3.0, 5.0)),
 }
 ALL_METRICS = ("dropout", "correlated")
 ONE_READING = ("spike", "dip")
@@ -142,7 +142,7 @@ class Planner:
         """Device's ``n``-th anomaly, from ``start_seq``; a stuck value is put on one of the
         metrics that ``still`` does not list, unless it lists them all (:func:`resting`)."""
         name = self.kinds[int(np.searchsorted(self.cumulative, self._u(_KIND, device, n)))]
-        low, high = DURATION_READINGS[name]
+        low, high = EXTENTS[name].readings
         length = low + int(self._u(_LEN, device, n) * (high - low + 1))
         if name in ALL_METRICS:
             columns = tuple(range(len(kind.metrics)))
@@ -151,7 +151,7 @@ class Planner:
             if name == "stuck":
                 among = [c for c in among if c not in still] or among
             columns = (among[int(self._u(_METRIC, device, n) * len(among))],)
-        mlow, mhigh = MAGNITUDE_SCALES[name]
+        mlow, mhigh = EXTENTS[name].scales
         size = mlow + (mhigh - mlow) * self._u(_MAG, device, n)
         if name in ONE_READING:
             size += max(0.0, smallest(kind, noise, columns[0]) - mlow)

@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from fleetwatch.simulator import evaluate as ev
-from fleetwatch.simulator.anomalies import MAGNITUDE_SCALES, smallest
+from fleetwatch.simulator.anomalies import EXTENTS, smallest
 from fleetwatch.simulator.engine import Fleet
 from fleetwatch.simulator.errors import ScenarioError
 from fleetwatch.simulator.kinds import KINDS
@@ -436,7 +436,7 @@ def test_spikes_stand_out_of_heavy_tailed_shocks() -> None:
     spikes and dips start higher; every other metric keeps the sizes it had."""
     vibration = KINDS["vibration"]
     floor = smallest(vibration, vibration.noise, 0)
-    low, high = MAGNITUDE_SCALES["spike"]
+    low, high = EXTENTS["spike"].scales
     assert floor > low
     assert all(
         smallest(kind, kind.noise, c) < low
