@@ -24,6 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from fleetwatch.contracts import wire
 from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.kafka_topic import end_offsets
 
@@ -151,9 +152,5 @@ class ReportFollower:
                 if not line.endswith(b"\n"):
                     break  # the rest of a line still being written
                 self._position += len(line)
-                try:
-                    report = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(report, dict):
+                if (report := wire.loads_object(line)) is not None:
                     self.handle(report)

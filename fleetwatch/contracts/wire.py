@@ -62,6 +62,16 @@ def loads(value: str | bytes | bytearray | None) -> Any:
     return parsed
 
 
+def loads_object(value: str | bytes | bytearray | None) -> dict[str, Any] | None:
+    """The JSON object a record holds, decoded as :func:`loads` decodes it; ``None`` for a
+    record that :func:`loads` refuses or whose value is not an object."""
+    try:
+        parsed = loads(value)
+    except RecordRejected:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 def is_utf8(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogates, which a reader given bytes that
     are not UTF-8 may hold, and which no writer can encode again)."""

@@ -24,6 +24,12 @@ def test_a_record_nested_a_hundred_thousand_deep_is_refused_before_parsing() -> 
             wire.loads(value)
 
 
+def test_a_record_that_is_not_a_bounded_json_object_reads_as_none() -> None:
+    assert wire.loads_object(b'{"a": [1]}\n') == {"a": [1]}
+    for value in (None, b"", b"\n", b"[1]", b"3", b"{", b"\xff", DEEP):
+        assert wire.loads_object(value) is None
+
+
 def test_depth_is_counted_outside_strings_only() -> None:
     text = json.dumps({"firmware": "[" * 500 + '\\"{' * 100, "seq": [[1]]})
     assert wire.depth(text.encode()) == 3

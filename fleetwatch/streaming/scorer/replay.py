@@ -109,15 +109,8 @@ def read_events(kafka: KafkaSettings, topic: str, timeout_s: float = 30.0) -> li
     """Every alert event on ``topic`` up to its current end (records that are not JSON
     objects are skipped); :class:`LookupError` when there is no such topic."""
     group = f"fleetwatch-replay-diff-{uuid.uuid4().hex[:8]}"
-    out: list[dict[str, Any]] = []
-    for _, value in read_to_end(kafka, topic, group, timeout_s):
-        try:
-            event = wire.loads(value)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
+    records = read_to_end(kafka, topic, group, timeout_s)
+    return [event for _, value in records if (event := wire.loads_object(value)) is not None]
 
 
 @dataclass
