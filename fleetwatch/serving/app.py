@@ -1,5 +1,6 @@
-"""The FastAPI application: routers, auth, metrics, and the background workers it runs
-(Kafka materialiser, command tracker, webhook dispatcher and delivery)."""
+"""The FastAPI application: routers, auth, metrics, the background workers it runs (Kafka
+materialiser, command tracker, webhook dispatcher and delivery), and the rule checker's child
+process once a rule is written."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from fleetwatch.serving.deps import Services
 from fleetwatch.serving.limits import BodyLimitMiddleware
 from fleetwatch.serving.materialiser import Materialiser
 from fleetwatch.serving.metrics import LatencyMiddleware, Metrics
-from fleetwatch.serving.routes import alerts, commands, devices, health, keys, webhooks
+from fleetwatch.serving.routes import alerts, commands, devices, health, keys, rules, webhooks
+from fleetwatch.serving.rules.checker import RuleCheck, RuleChecker
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.webhooks.delivery import DeliveryWorker, Sender
 from fleetwatch.serving.webhooks.dispatch import Dispatcher
@@ -32,11 +34,11 @@ from fleetwatch.serving.worker import Worker
 logger = logging.getLogger(__name__)
 
 DESCRIPTION = """Devices (registry, current state, sessions, recent readings, model), alert
-episodes (filter, acknowledge), commands to devices, alert webhooks, API keys.
+episodes (filter, acknowledge), commands to devices, operators' rules, alert webhooks, API keys.
 
 Authenticate with `Authorization: Bearer fwk_…` or `X-API-Key: fwk_…`. Scopes: `read`;
 `operate` (commands, acknowledging alerts; includes read); `admin` (keys, webhooks, device
-registry; includes operate). `/healthz`, `/readyz` and `/metrics` are open."""
+registry, rules; includes operate). `/healthz`, `/readyz` and `/metrics` are open."""
 
 
 def create_app(
@@ -47,9 +49,11 @@ def create_app(
     workers: bool | None = None,
     resolver: Resolver = resolve,
     transport: httpx.BaseTransport | None = None,
+    checker: RuleCheck | None = None,
 ) -> FastAPI:
     """``materialise=False`` consumes no Kafka (unit tests); ``workers`` (default: as
-    ``materialise``) runs the command tracker and webhook delivery."""
+    ``materialise``) runs the command tracker and webhook delivery; ``checker`` (default: Spark
+    in a child process, started by the first rule written) checks rules."""
     run_workers = materialise if workers is None else workers
     metrics = Metrics()
 
@@ -61,7 +65,9 @@ def create_app(
             settings.kafka,
             settings.topics.device_commands,
             settings.topics.quarantine_lifts,
+            settings.topics.rules,
         )
+        rule_checker = checker or RuleChecker(settings.run_path / "rule-checker.log")
         hooks = settings.api.webhooks
         sender = Sender(db, hooks, metrics, resolver, transport)
         app.state.services = Services(
@@ -72,6 +78,7 @@ def create_app(
             publisher=kafka,
             sender=sender,
             resolver=resolver,
+            checker=rule_checker,
         )
         running: list[Worker] = []
         if materialise:
@@ -94,6 +101,8 @@ def create_app(
             for worker in reversed(running):
                 worker.stop()
             sender.close()
+            if checker is None:
+                rule_checker.close()
             if publisher is None:
                 kafka.close()
             if store is None:
@@ -104,7 +113,7 @@ def create_app(
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(LatencyMiddleware, metrics=metrics)  # outermost: 413s are timed too
-    for router in (health, devices, alerts, commands, webhooks, keys):
+    for router in (health, devices, alerts, commands, rules, webhooks, keys):
         app.include_router(router.router)
 
     @app.exception_handler(OperationalError)

@@ -12,6 +12,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.serving.auth import Authenticator
 from fleetwatch.serving.control.publisher import CommandPublisher
 from fleetwatch.serving.metrics import Metrics
+from fleetwatch.serving.rules.checker import RuleCheck
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.webhooks.delivery import Sender
 from fleetwatch.serving.webhooks.urls import Resolver
@@ -28,6 +29,7 @@ class Services:
     publisher: CommandPublisher
     sender: Sender
     resolver: Resolver
+    checker: RuleCheck
 
 
 async def get_services(request: Request) -> Services:

@@ -156,6 +156,10 @@ class AlertRow(Base):
     band: Mapped[float] = mapped_column(Float)
     score: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(String(512))
+    rule_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The operator's rule that raised the episode (``detector`` ``rule``)."""
+    rule_version: Mapped[int | None] = mapped_column(BigInteger)
+    """The version of that rule the latest event was judged by."""
     acknowledged_by: Mapped[str | None] = mapped_column(String(128))
     acknowledged_ms: Mapped[int | None] = mapped_column(BigInteger)
     ack_comment: Mapped[str | None] = mapped_column(String(1024))
@@ -274,3 +278,35 @@ class AttemptRow(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(512))
     duration_ms: Mapped[float] = mapped_column(Float)
+
+
+class RuleRow(Base):
+    """An operator's rule as it stands: its newest version (a deletion is one too)."""
+
+    __tablename__ = "rules"
+
+    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The rule as written (:class:`fleetwatch.contracts.rules.RuleSpec`); ``None`` once
+    deleted."""
+    devices: Mapped[list[str] | None] = mapped_column(JSON)
+    """The selection last published on the ``rules`` topic (``None``: every device)."""
+    created_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)
+    """When the newest version was made."""
+    updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class RuleVersionRow(Base):
+    """Every version of every rule, as it was made."""
+
+    __tablename__ = "rule_versions"
+
+    rule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """``None``: this version deleted the rule."""
+    updated_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_by: Mapped[str] = mapped_column(String(128))

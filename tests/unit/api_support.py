@@ -1,4 +1,5 @@
-"""What the API's unit tests share: an in-memory store, an app on it, keys of each scope."""
+"""What the API's unit tests share: an in-memory store, an app on it, keys of each scope, and
+fakes for Kafka and the rule checker."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from fastapi.testclient import TestClient
 
 from fleetwatch.contracts.alerts import Alert, alert_id, event_id
 from fleetwatch.contracts.commands import Command
+from fleetwatch.contracts.rules import RuleSpec
 from fleetwatch.contracts.settings import ApiSettings, Settings
 from fleetwatch.serving.app import create_app
 from fleetwatch.serving.control.publisher import PublishFailed
+from fleetwatch.serving.rules.checker import CheckerUnavailable, RuleField, Verdict
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.keys import create_key
 
@@ -62,6 +65,8 @@ class FakePublisher:
 
     published: list[Command] = field(default_factory=list)
     lifts: list[tuple[str, int]] = field(default_factory=list)
+    rules: list[tuple[str, bytes | None]] = field(default_factory=list)
+    """``(rule_id, record value)``; ``None``: a tombstone."""
     failing: bool = False
     up: bool = True
 
@@ -75,8 +80,34 @@ class FakePublisher:
             raise PublishFailed("broker away (test)")
         self.lifts.append((device_id, lifted_ms))
 
+    def publish_rule(self, rule_id: str, value: bytes | None) -> None:
+        if self.failing:
+            raise PublishFailed("broker away (test)")
+        self.rules.append((rule_id, value))
+
     def reachable(self) -> bool:
         return self.up
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeChecker:
+    """Stands in for Spark's rule checker: a condition in ``refused`` is refused with its
+    ``(field, message)``; ``down`` (a reason) makes every check fail as unavailable."""
+
+    refused: dict[str, tuple[RuleField, str]] = field(default_factory=dict)
+    down: str | None = None
+    checked: list[RuleSpec] = field(default_factory=list)
+
+    def check(self, spec: RuleSpec) -> Verdict:
+        if self.down is not None:
+            raise CheckerUnavailable(self.down)
+        self.checked.append(spec)
+        if spec.when in self.refused:
+            return Verdict(False, *self.refused[spec.when])
+        return Verdict(True)
 
     def close(self) -> None:
         pass
@@ -88,6 +119,7 @@ class Api:
     store: Store
     publisher: FakePublisher
     keys: dict[str, str]
+    checker: FakeChecker = field(default_factory=FakeChecker)
 
     def as_(self, scope: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[scope]}"}
@@ -116,7 +148,15 @@ def running_api(tmp_path: Path, **api: Any) -> Iterator[Api]:
     store = memory_store()
     keys = add_keys(store)
     publisher = FakePublisher()
+    checker = FakeChecker()
     settings = Settings(run_dir=tmp_path, api=ApiSettings(**api))
-    app = create_app(settings, store=store, materialise=False, publisher=publisher, workers=False)
+    app = create_app(
+        settings,
+        store=store,
+        materialise=False,
+        publisher=publisher,
+        workers=False,
+        checker=checker,
+    )
     with TestClient(app) as client:
-        yield Api(client, store, publisher, keys)
+        yield Api(client, store, publisher, keys, checker)

@@ -17,7 +17,13 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from fleetwatch.contracts.settings import ApiSettings, Settings, WebhookSettings
 from fleetwatch.serving.app import create_app
-from tests.unit.api_support import FakePublisher, add_keys, make_alert, memory_store
+from tests.unit.api_support import (
+    FakeChecker,
+    FakePublisher,
+    add_keys,
+    make_alert,
+    memory_store,
+)
 
 STORE = memory_store()
 KEYS = add_keys(STORE)
@@ -29,6 +35,7 @@ APP = create_app(
     workers=False,
     resolver=lambda host, port: ["93.184.215.14"],
     transport=httpx.MockTransport(lambda request: httpx.Response(200)),
+    checker=FakeChecker(),
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 

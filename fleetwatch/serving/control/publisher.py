@@ -1,5 +1,5 @@
-"""Publishing a command to ``device.commands`` (or a quarantine lift to ``model.params``) and
-waiting until Kafka has it."""
+"""Publishing a command to ``device.commands`` (or a quarantine lift to
+``device.quarantine-lifts``, an operator's rule to ``rules``) and waiting until Kafka has it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from fleetwatch.contracts.commands import Command
 from fleetwatch.contracts.quarantine import lift_key, lift_value
+from fleetwatch.contracts.rules import rule_key
 from fleetwatch.contracts.settings import KafkaSettings
 from fleetwatch.kafka_config import client_config
 from fleetwatch.serving.errors import ServingError
@@ -27,6 +28,10 @@ class CommandPublisher(Protocol):
         """Return once the lift record is durable in Kafka; raise :class:`PublishFailed` if
         not."""
 
+    def publish_rule(self, rule_id: str, value: bytes | None) -> None:
+        """Return once a rule's record (``None``: its tombstone) is durable in Kafka under
+        ``rule:{rule_id}``; raise :class:`PublishFailed` if not."""
+
     def reachable(self) -> bool: ...
 
     def close(self) -> None: ...
@@ -34,10 +39,16 @@ class CommandPublisher(Protocol):
 
 class KafkaCommandPublisher:
     def __init__(
-        self, kafka: KafkaSettings, topic: str, lifts_topic: str, timeout_s: float = 5.0
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        lifts_topic: str,
+        rules_topic: str,
+        timeout_s: float = 5.0,
     ) -> None:
         self.topic = topic
         self.lifts_topic = lifts_topic
+        self.rules_topic = rules_topic
         self.timeout_s = timeout_s
         self.producer = Producer(
             client_config(
@@ -59,7 +70,10 @@ class KafkaCommandPublisher:
         key = lift_key(device_id)
         self._send(self.lifts_topic, key, lift_value(device_id, lifted_ms), "the lift")
 
-    def _send(self, topic: str, key: str, value: str, what: str) -> None:
+    def publish_rule(self, rule_id: str, value: bytes | None) -> None:
+        self._send(self.rules_topic, rule_key(rule_id), value, f"the rule {rule_id!r}")
+
+    def _send(self, topic: str, key: str, value: str | bytes | None, what: str) -> None:
         done = threading.Event()
         errors: list[KafkaError] = []
 
@@ -71,7 +85,10 @@ class KafkaCommandPublisher:
         try:
             with self._lock:
                 self.producer.produce(
-                    topic, key=key.encode(), value=value.encode(), on_delivery=delivered
+                    topic,
+                    key=key.encode(),
+                    value=value.encode() if isinstance(value, str) else value,
+                    on_delivery=delivered,
                 )
             deadline_polls = int(self.timeout_s * 20) + 20
             for _ in range(deadline_polls):

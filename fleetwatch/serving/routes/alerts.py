@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.contracts.alerts import Severity
+from fleetwatch.contracts.rules import RULE_ID_PATTERN
 from fleetwatch.serving.auth import Operator, Reader
 from fleetwatch.serving.deps import StoreDep
 from fleetwatch.serving.routes.params import (
@@ -46,6 +47,9 @@ async def list_alerts(
     device_id: Annotated[
         str | None, Query(pattern=DEVICE_ID_PATTERN, deprecated=True, description="= device")
     ] = None,
+    rule_id: Annotated[
+        str | None, Query(pattern=RULE_ID_PATTERN, description="Raised by this rule")
+    ] = None,
     severity: Severity | None = None,
     state: AlertState | None = None,
     acknowledged: bool | None = None,
@@ -57,6 +61,7 @@ async def list_alerts(
     """Alert episodes, newest start first; ``from``/``to`` bound the episode's start time."""
     where = repo.AlertFilter(
         device_id=device or device_id,
+        rule_id=rule_id,
         severity=severity,
         state=state,
         acknowledged=acknowledged,

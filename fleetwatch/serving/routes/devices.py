@@ -1,15 +1,22 @@
-"""Devices: the registry, each device's current state, sessions, readings and model."""
+"""Devices: the registry, each device's current state, sessions, readings and model.
+
+A registry change that moves the devices of a rule selecting by kind or tag publishes that
+rule again (:func:`fleetwatch.serving.rules.publish.republish_for`) before it is answered; if
+Kafka does not take it, the change is not made (503)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.deadletter import RATE_LIMITED_RUN_S
 from fleetwatch.serving.auth import Admin, Reader
 from fleetwatch.serving.control.publisher import PublishFailed
-from fleetwatch.serving.deps import ServicesDep, StoreDep
+from fleetwatch.serving.deps import Services, ServicesDep, StoreDep
 from fleetwatch.serving.routes.params import (
     AUTH,
     NOT_FOUND,
@@ -21,6 +28,7 @@ from fleetwatch.serving.routes.params import (
     found,
     json_response,
 )
+from fleetwatch.serving.rules.publish import RuleTooLarge, republish_for, rule_transaction
 from fleetwatch.serving.schemas.alerts import AlertPublic
 from fleetwatch.serving.schemas.devices import (
     DeviceCreate,
@@ -40,6 +48,7 @@ from fleetwatch.serving.schemas.devices import (
 )
 from fleetwatch.serving.store import Store, now_ms
 from fleetwatch.serving.store import devices as repo
+from fleetwatch.serving.store.rules import registry_terms
 from fleetwatch.serving.tables import RateLimitRow
 
 router = APIRouter(prefix="/devices", tags=["devices"], responses=AUTH)
@@ -110,19 +119,43 @@ def list_devices(
     return DevicesPublic(data=[_summary(v) for v in views], count=total, limit=limit, offset=offset)
 
 
+REGISTRY_CHANGE: dict[int | str, dict[str, Any]] = {
+    409: {"description": "A rule selecting by kind or tag would outgrow its record"},
+    503: {"description": "Kafka did not take the rules the change moves; nothing changed"},
+}
+
+
+@contextmanager
+def _registry_change(services: Services, device_id: str) -> Iterator[Session]:
+    """A transaction changing a device in the registry; the rules it moves are published again
+    before it commits."""
+    try:
+        with rule_transaction(services.store) as session:
+            before = registry_terms(session, device_id)
+            yield session
+            after = registry_terms(session, device_id)
+            republish_for(session, services.publisher, before | after)
+    except RuleTooLarge as exc:
+        raise HTTPException(409, detail=f"the change was not made: {exc}") from exc
+    except PublishFailed as exc:
+        raise HTTPException(
+            503, detail=f"the change was not made: the rules it moves were not published ({exc})"
+        ) from exc
+
+
 @router.post(
     "",
     response_model=DevicePublic,
     status_code=status.HTTP_201_CREATED,
-    responses={409: {"description": "Registered already"}},
+    responses={409: {"description": "Registered already"}, 503: REGISTRY_CHANGE[503]},
 )
-def register_device(body: DeviceCreate, store: StoreDep, _: Admin) -> DevicePublic:
+def register_device(body: DeviceCreate, services: ServicesDep, _: Admin) -> DevicePublic:
     """Register a device (a device already seen in its records is claimed)."""
     fields = body.model_dump(exclude={"device_id"})
-    with store.session() as session, session.begin():
+    with _registry_change(services, body.device_id) as session:
         if not repo.register(session, body.device_id, fields, now_ms()):
             raise HTTPException(409, detail=f"device {body.device_id!r} is registered already")
-    return load_device(store, body.device_id)
+    return load_device(services.store, body.device_id)
 
 
 @router.get("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
@@ -131,24 +164,26 @@ async def get_device(device_id: DevicePath, store: StoreDep, _: Reader) -> Respo
     return json_response(await store.read(load_device, store, device_id))
 
 
-@router.patch("/{device_id}", response_model=DevicePublic, responses=NOT_FOUND)
+@router.patch(
+    "/{device_id}", response_model=DevicePublic, responses={**NOT_FOUND, **REGISTRY_CHANGE}
+)
 def update_device(
-    device_id: DevicePath, body: DeviceUpdate, store: StoreDep, _: Admin
+    device_id: DevicePath, body: DeviceUpdate, services: ServicesDep, _: Admin
 ) -> DevicePublic:
     """Change kind, name, attributes or tags (``tags`` replaces the set)."""
-    with store.session() as session, session.begin():
+    with _registry_change(services, device_id) as session:
         if not repo.update_device(
             session, device_id, body.model_dump(exclude_unset=True), now_ms()
         ):
             raise _not_found(device_id)
-    return load_device(store, device_id)
+    return load_device(services.store, device_id)
 
 
-@router.delete("/{device_id}", status_code=204, responses=NOT_FOUND)
-def delete_device(device_id: DevicePath, store: StoreDep, _: Admin) -> Response:
+@router.delete("/{device_id}", status_code=204, responses={**NOT_FOUND, 503: REGISTRY_CHANGE[503]})
+def delete_device(device_id: DevicePath, services: ServicesDep, _: Admin) -> Response:
     """Forget a device, its state, sessions, readings and model (alerts and commands stay).
     A device that keeps reporting is discovered again."""
-    with store.session() as session, session.begin():
+    with _registry_change(services, device_id) as session:
         if not repo.delete_device(session, device_id):
             raise _not_found(device_id)
     return Response(status_code=204)

@@ -36,6 +36,12 @@ class AlertPublic(BaseModel):
     band: float
     score: float
     reason: str
+    rule_id: str | None = Field(
+        None, description="The operator's rule that raised it (detector `rule`)."
+    )
+    rule_version: int | None = Field(
+        None, description="The version of that rule the latest event was judged by."
+    )
     acknowledged_by: str | None
     acknowledged_ms: int | None
     ack_comment: str | None

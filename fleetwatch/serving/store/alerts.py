@@ -14,6 +14,7 @@ from fleetwatch.serving.tables import AlertEventRow, AlertRow, CommandRow
 @dataclass(frozen=True)
 class AlertFilter:
     device_id: str | None = None
+    rule_id: str | None = None
     severity: str | None = None
     state: str | None = None
     acknowledged: bool | None = None
@@ -24,6 +25,8 @@ class AlertFilter:
         out: list[ColumnElement[bool]] = []
         if self.device_id is not None:
             out.append(AlertRow.device_id == self.device_id)
+        if self.rule_id is not None:
+            out.append(AlertRow.rule_id == self.rule_id)
         if self.severity is not None:
             out.append(AlertRow.severity == self.severity)
         if self.state is not None:

@@ -254,6 +254,8 @@ EPISODE_UPDATES = [
     "band",
     "score",
     "reason",
+    "rule_id",
+    "rule_version",
 ]
 
 
@@ -281,6 +283,8 @@ def episode_row(a: Alert, now: int) -> dict[str, Any]:
         "band": a.band,
         "score": a.score,
         "reason": a.reason[:512],
+        "rule_id": a.rule_id,
+        "rule_version": a.rule_version,
         "acknowledged_by": None,
         "acknowledged_ms": None,
         "ack_comment": None,

@@ -1,0 +1,1 @@
+"""Operators' rules in the API: checked by Spark in a child process, published on ``rules``."""
