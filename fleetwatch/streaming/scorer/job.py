@@ -50,6 +50,7 @@ from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import stop_after_batch, watch
 from fleetwatch.streaming.readiness import QueryReadiness
+from fleetwatch.streaming.rules.job import RulesRunner
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics, counted
 from fleetwatch.streaming.scorer.errors import ScoringError
 from fleetwatch.streaming.scorer.processor import device_scorer
@@ -237,7 +238,8 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
 
 
 def run(settings: Settings, stop: threading.Event) -> None:
-    """Run until ``stop`` is set, then stop the query cleanly (the current batch completes).
+    """Run until ``stop`` is set, then stop the query cleanly (the current batch completes),
+    with the operators' rules judged beside it (:mod:`fleetwatch.streaming.rules.job`).
     Meanwhile its metrics, health and readiness (:mod:`~fleetwatch.streaming.readiness`) are
     served on ``score.metrics_port`` (unless 0)."""
     registry = CollectorRegistry()
@@ -251,7 +253,10 @@ def run(settings: Settings, stop: threading.Event) -> None:
             with progress_exported(spark, JOB, registry if port else None, (counts, log)):
                 query = start(spark, settings)
                 ready.follow(query)
+                rules = RulesRunner(settings)
+                rules.start(spark)
                 watch(query, stop)
+                rules.stop()
                 if query.isActive:
                     logger.info("stopping the scoring query after its current micro-batch")
                     if not stop_after_batch(query):

@@ -1,0 +1,116 @@
+"""The rules query's ``StatefulProcessor``: Spark's side of
+:func:`~fleetwatch.streaming.rules.step.judge`.
+
+Keyed by a bucket of devices (:func:`~fleetwatch.streaming.buckets.bucket_of`), as the scorer
+is, for the same reason: a state call is a round trip to the JVM. Per bucket, one ``ValueState``
+holds every device's rule state, pickled (JSON's types only), and one event-time timer stands
+at the earliest window end still to judge, so a window closes when the watermark passes it even
+for a device that sends nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from fleetwatch.contracts import clock
+from fleetwatch.streaming.rules.compiled import CompiledRule
+from fleetwatch.streaming.rules.step import BucketRules, Judged, Reading, judge, new_bucket
+
+OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING"
+
+
+def readings_of(frame: pd.DataFrame) -> list[Reading]:
+    """The operator's input rows (:func:`~fleetwatch.streaming.rules.projection.rule_values`)
+    → readings."""
+    out = []
+    for device, seq, event_ms, received_ms, entries in zip(
+        frame["device_id"],
+        frame["seq"],
+        frame["event_ms"],
+        frame["received_ms"],
+        frame["rules"],
+        strict=True,
+    ):
+        values = {
+            str(e["id"]): (_flag(e["fired"]), [_number(v) for v in e["values"]]) for e in entries
+        }
+        received = event_ms if received_ms is None or received_ms != received_ms else received_ms
+        out.append(Reading(str(device), int(seq), int(event_ms), int(received), values))
+    return out
+
+
+def alert_rows(judged: Judged, topic: str) -> pd.DataFrame:
+    rows = [
+        (topic, device, json.dumps(alert.model_dump(), separators=(",", ":"), allow_nan=False))
+        for device, alert in judged.alerts
+    ]
+    return pd.DataFrame(rows, columns=["topic", "key", "value"])
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None or value != value else bool(value)
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def rule_judge(rules: Sequence[CompiledRule], alerts_topic: str, expire_after_ms: int) -> Any:
+    """The processor for ``rules`` (built lazily: pyspark is imported only where Spark runs)."""
+    # lazy: pyspark is imported only where Spark runs
+    from pyspark.sql.streaming.stateful_processor import (
+        ExpiredTimerInfo,
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+    )
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    by_id: Mapping[str, CompiledRule] = {rule.id: rule for rule in rules}
+    schema = StructType([StructField("rules", BinaryType(), False)])
+
+    class BucketJudge(StatefulProcessor):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.handle = handle
+            self.state = handle.getValueState("rules", schema)
+
+        def _judge(
+            self, readings: list[Reading], timer_values: TimerValues
+        ) -> Iterator[pd.DataFrame]:
+            stored = self.state.get()
+            bucket: BucketRules = new_bucket() if stored is None else pickle.loads(stored[0])
+            armed = bucket["timer_ms"]
+            watermark = timer_values.getCurrentWatermarkInMs()
+            judged = judge(bucket, readings, by_id, watermark, clock.now_ms(), expire_after_ms)
+            due = bucket["timer_ms"]
+            if due != armed:
+                if armed is not None and armed > watermark:
+                    self.handle.deleteTimer(armed)
+                if due is not None:
+                    self.handle.registerTimer(due)
+            if bucket["devices"]:
+                self.state.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
+            else:
+                self.state.clear()
+            yield alert_rows(judged, alerts_topic)
+
+        def handleInputRows(
+            self, key: tuple[int], rows: Any, timerValues: TimerValues
+        ) -> Iterator[pd.DataFrame]:
+            readings = [r for chunk in rows for r in readings_of(chunk)]
+            yield from self._judge(readings, timerValues)
+
+        def handleExpiredTimer(
+            self, key: tuple[int], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+        ) -> Iterator[pd.DataFrame]:
+            yield from self._judge([], timerValues)
+
+        def close(self) -> None:
+            return None
+
+    return BucketJudge()

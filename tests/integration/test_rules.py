@@ -1,0 +1,172 @@
+"""Operators' rules on the real stack: the scorer follows the ``rules`` topic and judges each
+rule beside its models — a hard limit on every reading, an average over sliding windows, a
+device gone silent — with the alert lifecycle, ids and topic of model alerts; an edit is in
+effect for new readings within 5 s without a restart; a deleted rule's episodes resolve; a
+record on the topic that is not a rule stops nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from fleetwatch.contracts.alerts import Alert
+from fleetwatch.contracts.rules import RuleRecord, encode, rule_key
+from fleetwatch.kafka_config import client_config
+from tests.integration.conftest import Isolated
+from tests.integration.topic_reads import read
+from tests.polling import wait_until
+
+EDIT_IN_EFFECT_MS = 5_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Fleet:
+    """Two devices sending a reading every 200 ms of wall time, stamped with it (the record's
+    timestamp is the event time), each at the temperature set for it; a device set to None is
+    silent."""
+
+    def __init__(self, producer: Producer, topic: str, devices: list[str]) -> None:
+        self.producer, self.topic = producer, topic
+        self.temperature: dict[str, float | None] = dict.fromkeys(devices, 21.0)
+        self.seq = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.seq += 1
+            at = now_ms()
+            for device, temperature in list(self.temperature.items()):
+                if temperature is None:
+                    continue
+                value = {
+                    "v": 1,
+                    "device_id": device,
+                    "seq": self.seq,
+                    "event_ms": at,
+                    "device_event_ms": at,
+                    "device_sent_ms": at,
+                    "received_ms": at,
+                    "clock_offset_ms": 0,
+                    "metrics": {"temperature": temperature, "rpm": 1000.0},
+                }
+                self.producer.produce(
+                    self.topic, json.dumps(value).encode(), key=device.encode(), timestamp=at
+                )
+            self.producer.flush(10)
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> Fleet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def publish(producer: Producer, topic: str, rule: dict[str, Any], version: int) -> int:
+    record = RuleRecord(**rule, version=version, updated_ms=now_ms())
+    producer.produce(topic, encode(record), key=rule_key(record.id).encode())
+    producer.flush(10)
+    return now_ms()
+
+
+def alerts(isolated: Isolated) -> list[Alert]:
+    return [Alert.model_validate_json(r.value) for r in read(isolated, isolated.topics.alerts)]
+
+
+@pytest.fixture
+def fleet(isolated: Isolated) -> Iterator[tuple[Fleet, Producer, list[str]]]:
+    producer = Producer(client_config(isolated.settings.kafka))
+    devices = [f"r{isolated.tag}-{i}" for i in range(2)]
+    with Fleet(producer, isolated.topics.telemetry_raw, devices) as running:
+        yield running, producer, devices
+
+
+HOT = {"id": "hot", "name": "too hot", "severity": "critical", "when": "temperature > 80"}
+WARM = {
+    "id": "warm",
+    "name": "warm on average",
+    "when": "avg(temperature) > 50 AND count(*) >= 3",
+    "window": {"size": "4 seconds", "slide": "2 seconds"},
+}
+SILENT = {
+    "id": "silent",
+    "name": "gone quiet",
+    "when": "count(*) = 0",
+    "window": {"size": "3 seconds"},
+}
+
+
+def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
+    isolated: Isolated, fleet: tuple[Fleet, Producer, list[str]]
+) -> None:
+    running, producer, (hot, quiet) = fleet
+    rules_topic = isolated.topics.rules
+    producer.produce(rules_topic, b"{not a rule", key=b"rule:broken")
+    for rule in (HOT, WARM, SILENT):
+        publish(producer, rules_topic, rule, 1)
+    env = {**isolated.env, "FLEETWATCH_SCORE__ALLOWED_LATENESS": "2 seconds"}
+    isolated.start("score", "score", env=env)
+
+    def of(rule: str, device: str, status: str, version: int | None = None) -> list[Alert]:
+        return [
+            a
+            for a in alerts(isolated)
+            if a.rule_id == rule
+            and a.device_id == device
+            and a.status == status
+            and (version is None or a.rule_version == version)
+        ]
+
+    # the windowed rule sees the readings once the query runs: nothing fires at 21 °C
+    time.sleep(5)
+    running.temperature[hot] = 70.0  # warm on average, not over the hard limit of v1
+    running.temperature[quiet] = None  # silent from now on
+    wait_until(lambda: of("warm", hot, "open"), 240, "the windowed rule to open on the warm device")
+    wait_until(lambda: of("silent", quiet, "open"), 60, "the silence rule to open")
+    assert not of("hot", hot, "open"), "70 °C is under the hard limit of version 1"
+    assert not of("warm", quiet, "open")
+    assert not of("silent", hot, "open")
+
+    opened = of("warm", hot, "open")[0]
+    assert opened.detector == "rule"
+    assert opened.rule_version == 1
+    assert opened.value is not None
+    assert opened.value > 50
+    assert opened.severity == "warning"
+    assert opened.metric == "temperature"
+
+    edited_at = publish(producer, rules_topic, {**HOT, "when": "temperature > 60"}, 2)
+    wait_until(lambda: of("hot", hot, "open", 2), 60, "the edited hard limit to fire")
+    first = of("hot", hot, "open", 2)[0]
+    assert first.severity == "critical"
+    assert first.value == 70.0
+    delay = first.event_ms - edited_at
+    print(f"edit in effect {delay} ms after publishing; events: {len(alerts(isolated))}")
+    assert delay <= EDIT_IN_EFFECT_MS, f"the edit took effect {delay} ms after it was published"
+
+    running.temperature[hot] = 21.0
+    wait_until(lambda: of("hot", hot, "resolve"), 60, "the hard limit to resolve on 21 °C")
+    wait_until(lambda: of("warm", hot, "resolve"), 60, "the windowed rule to resolve")
+
+    producer.produce(rules_topic, None, key=rule_key("silent").encode())
+    producer.flush(10)
+    wait_until(lambda: of("silent", quiet, "resolve"), 60, "the deleted rule's episode to resolve")
+    resolved = of("silent", quiet, "resolve")[0]
+    assert "deleted" in resolved.reason
+    assert resolved.alert_id == of("silent", quiet, "open")[0].alert_id
+
+    ids = [a.event_id for a in alerts(isolated)]
+    assert len(ids) == len(set(ids)), "every event once"
+    assert isolated.procs["score"].poll() is None, "the scorer runs on"
