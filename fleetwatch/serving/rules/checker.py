@@ -115,6 +115,10 @@ class RuleChecker:
 
     def close(self) -> None:
         """Stop the child: its stdin closed, it should exit; if not, SIGTERM, then SIGKILL."""
+        self._stop(graceful=True)
+
+    def _stop(self, graceful: bool) -> None:
+        """Stop the child; one that is not ``graceful`` (stalled, out of protocol) is killed."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -123,7 +127,8 @@ class RuleChecker:
                 proc.stdin.close()
             except OSError:
                 logger.debug("the rule checker's stdin was closed already")
-        for stop in (None, proc.terminate, proc.kill):
+        stops = (None, proc.terminate, proc.kill) if graceful else (proc.kill,)
+        for stop in stops:
             if stop is not None:
                 stop()
             try:
@@ -168,7 +173,7 @@ class RuleChecker:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
-                self.close()
+                self._stop(graceful=False)
                 raise CheckerUnavailable(
                     f"the rule checker did not answer within {timeout_s:.0f} s "
                     f"({'starting' if first else 'running'}); it is restarted for the next rule"
@@ -197,7 +202,7 @@ class RuleChecker:
             and answer["error"]
         ):
             return Verdict(False, answer["field"], answer["error"])
-        self.close()
+        self._stop(graceful=False)
         raise CheckerUnavailable(
             f"the rule checker answered outside its protocol: {line[:200]!r}; "
             "it is restarted for the next rule"
@@ -208,7 +213,7 @@ class RuleChecker:
             code: int | None = proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        self.close()
+        self._stop(graceful=False)
         if first:
             return self._refuse(
                 f"the rule checker ({self._command()}) exited (code {code}) before its first "
