@@ -16,7 +16,7 @@ from fleetwatch.contracts.rules import RuleSpec
 from fleetwatch.contracts.settings import ApiSettings, Settings
 from fleetwatch.serving.app import create_app
 from fleetwatch.serving.control.publisher import PublishFailed
-from fleetwatch.serving.rules.checker import CheckerUnavailable, RuleField, Verdict
+from fleetwatch.serving.rules.checker import CheckerUnavailable, Verdict
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.keys import create_key
 
@@ -97,7 +97,7 @@ class FakeChecker:
     """Stands in for Spark's rule checker: a condition in ``refused`` is refused with its
     ``(field, message)``; ``down`` (a reason) makes every check fail as unavailable."""
 
-    refused: dict[str, tuple[RuleField, str]] = field(default_factory=dict)
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
     down: str | None = None
     checked: list[RuleSpec] = field(default_factory=list)
 

@@ -5,6 +5,7 @@ answers garbage or cannot start, and the 503 a write gets when no check can be m
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import threading
@@ -37,8 +38,10 @@ FAKE = textwrap.dedent(
             sys.exit(3)
         if when == "hang":
             time.sleep(3600)
-        if when == "garbage":
+        if when == "chatty":
             print("Setting default log level to WARN", flush=True)
+        if when == "garbage":
+            print(json.dumps({"answer": 42}), flush=True)
             continue
         if when == "pid":
             answer = {"ok": False, "field": "when", "error": f"pid={os.getpid()}"}
@@ -137,10 +140,18 @@ def test_a_child_that_stalls_is_killed_and_replaced(checker: RuleChecker, starts
 def test_an_answer_outside_the_protocol_is_refused_and_the_child_replaced(
     checker: RuleChecker, starts: Path
 ) -> None:
-    with pytest.raises(CheckerUnavailable, match="outside its protocol: b'Setting default"):
+    with pytest.raises(CheckerUnavailable, match=re.escape('protocol: {"answer": 42}')):
         checker.check(rule("garbage"))
     assert checker.check(rule("x > 1")) == Verdict(True)
     assert len(started(starts)) == 2
+
+
+def test_a_line_that_is_not_json_before_the_answer_is_passed_over(
+    checker: RuleChecker, starts: Path
+) -> None:
+    assert checker.check(rule("chatty")) == Verdict(True)
+    assert checker.check(rule("bad one")) == Verdict(False, "when", "r1: bad one")
+    assert len(started(starts)) == 1
 
 
 def test_the_first_answer_may_take_the_start_timeout(

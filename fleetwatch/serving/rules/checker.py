@@ -4,7 +4,8 @@ The API loads no Spark (``make lint`` holds it to that): a long-lived child proc
 ``python -m fleetwatch.streaming.rules.check``. It reads one rule a line on its stdin
 (``RuleSpec.model_dump(mode="json")``) and answers each with one JSON line on its stdout:
 ``{"ok": true}``, or ``{"ok": false, "field": "when" | "window" | "select", "error": "…"}`` with
-the parser's or analyser's message.
+the parser's or analyser's message. A line on its stdout that is not JSON (a library writing
+there) is logged and passed over.
 
 The child starts with the first rule to check, not with the API: its JVM takes hundreds of
 megabytes and tens of seconds, which every API replica would pay at each start for a write
@@ -30,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, Protocol
 
 from fleetwatch.contracts.rules import RuleSpec
 from fleetwatch.serving.errors import ServingError
@@ -38,8 +39,6 @@ from fleetwatch.serving.errors import ServingError
 logger = logging.getLogger(__name__)
 
 CHECK_MODULE = "fleetwatch.streaming.rules.check"
-FIELDS = ("when", "window", "select")
-RuleField = Literal["when", "window", "select"]
 START_TIMEOUT_S = 120.0
 """The first answer of a new child: its JVM starts (about 20 s on an idle machine)."""
 TIMEOUT_S = 15.0
@@ -54,7 +53,8 @@ class Verdict:
     """Spark's word on a rule: ``ok``, or the field it faults and its message."""
 
     ok: bool
-    field: RuleField | None = None
+    field: str | None = None
+    """``when``, ``window`` or ``select``: the part of the rule that is wrong."""
     error: str | None = None
 
 
@@ -165,11 +165,21 @@ class RuleChecker:
         logger.info("started the rule checker (pid %d): %s", self._proc.pid, self._command())
         return self._proc
 
-    def _answer(self, proc: subprocess.Popen[bytes], first: bool) -> bytes:
-        """The child's next line, within the timeout (the start's for a new child)."""
+    def _answer(self, proc: subprocess.Popen[bytes], first: bool) -> Any:
+        """The child's next JSON line, within the timeout (the start's for a new child)."""
         timeout_s = self.start_timeout_s if first else self.timeout_s
-        fd = proc.stdout.fileno()  # type: ignore[union-attr]
         deadline = time.monotonic() + timeout_s
+        while True:
+            line = self._line(proc, deadline, timeout_s, first)
+            try:
+                return json.loads(line)
+            except ValueError:
+                logger.warning("the rule checker wrote a line that is not JSON: %.200r", line)
+
+    def _line(
+        self, proc: subprocess.Popen[bytes], deadline: float, timeout_s: float, first: bool
+    ) -> bytes:
+        fd = proc.stdout.fileno()  # type: ignore[union-attr]
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -187,24 +197,18 @@ class RuleChecker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def _verdict(self, line: bytes) -> Verdict:
-        try:
-            answer: Any = json.loads(line)
-        except ValueError:
-            answer = None
+    def _verdict(self, answer: Any) -> Verdict:
         if isinstance(answer, dict) and answer.get("ok") is True:
             return Verdict(True)
         if (
             isinstance(answer, dict)
             and answer.get("ok") is False
-            and answer.get("field") in FIELDS
-            and isinstance(answer.get("error"), str)
-            and answer["error"]
+            and all(isinstance(answer.get(k), str) and answer[k] for k in ("field", "error"))
         ):
             return Verdict(False, answer["field"], answer["error"])
         self._stop(graceful=False)
         raise CheckerUnavailable(
-            f"the rule checker answered outside its protocol: {line[:200]!r}; "
+            f"the rule checker answered outside its protocol: {json.dumps(answer)[:200]}; "
             "it is restarted for the next rule"
         )
 
