@@ -24,6 +24,7 @@ from fleetwatch.cli import (
     grafana,
     models,
     replay,
+    rules,
     sim,
     stack,
     stages,
@@ -116,6 +117,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(replay.app, name="replay")
 app.add_typer(api.app, name="api")
 app.add_typer(devices.app, name="devices")
+app.add_typer(rules.app, name="rules")
 app.add_typer(topics.app, name="topics")
 app.add_typer(grafana.app, name="grafana")
 app.command()(stages.gateway)
