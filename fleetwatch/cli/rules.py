@@ -210,12 +210,17 @@ def apply(
         print_json(outcomes)
     else:
         for o in outcomes:
-            version = f" (version {o['version']})" if o["version"] is not None else ""
-            line = f"{o['id']}: {o['outcome']}{version}"
-            console.print(line + (f": {o['error']}" if o["error"] else ""), highlight=False)
+            console.print(_outcome(o), highlight=False)
     failed = [o["id"] for o in outcomes if o["outcome"] == "failed"]
     if failed:
         fail(f"not applied: {', '.join(failed)}")
+
+
+def _outcome(o: dict[str, Any]) -> str:
+    if o["outcome"] != "failed":
+        return f"{o['id']}: {o['outcome']} (version {o['version']})"
+    stays = f"; version {o['version']} stays in force" if o["version"] is not None else ""
+    return f"{o['id']}: failed: {o['error']}{stays}"
 
 
 def _apply(api: Api, rule: RuleSpec) -> dict[str, Any]:

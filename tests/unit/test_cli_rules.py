@@ -197,3 +197,13 @@ def test_the_default_address_is_the_settings_api_as_this_host_reaches_it() -> No
     assert default_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert default_url("::", 8000) == "http://[::1]:8000"
     assert default_url("api.internal", 80) == "http://api.internal:80"
+
+
+def test_a_refused_change_says_which_version_stays(api: Api, tmp_path: Path) -> None:
+    file = written(tmp_path, "id: cold\nname: Cold\nwhen: t < 0\n")
+    rules("apply", str(file))
+    api.checker.refused["t < -"] = ("when", "[PARSE_SYNTAX_ERROR]")
+    file.write_text("id: cold\nname: Cold\nwhen: t < -\n")
+    result = rules("apply", str(file))
+    assert result.exit_code == 1
+    assert "cold: failed: 422 when: [PARSE_SYNTAX_ERROR]; version 1 stays in force" in result.output

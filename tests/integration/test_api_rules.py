@@ -1,0 +1,98 @@
+"""Operators' rules through the API and the CLI on the real stack: each write is a record on
+the test's own ``rules`` topic before it is answered (version 1, 2, a device registered
+publishes the same version with its devices, a tombstone on delete), and Spark's own checker,
+in the API's child process, refuses a condition it cannot analyse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fleetwatch.contracts.rules import decode, rule_key
+from tests.integration.api_stack import ApiProcess, admin_key, start_api
+from tests.integration.conftest import Isolated, Record, fleetwatch
+
+CHECKED_S = 180
+"""The API's first write waits for its checker's JVM to start."""
+
+
+def put(api: ApiProcess, rule: dict[str, Any]) -> httpx.Response:
+    return httpx.put(
+        f"{api.base}/rules/{rule['id']}",
+        json=rule,
+        headers={"X-API-Key": api.key},
+        timeout=CHECKED_S,
+    )
+
+
+def records(isolated: Isolated, rule_id: str, expected: int) -> list[Record]:
+    """The rule's records on the test's rules topic, in order, once ``expected`` are there."""
+    topic = isolated.topics.rules
+    key = rule_key(rule_id).encode()
+    ours = [r for r in isolated.read_all(topic, expected, timeout_s=30) if r.key == key]
+    assert len(ours) == expected, f"{len(ours)} records of {rule_id} on {topic}, not {expected}"
+    return ours
+
+
+def test_rule_writes_are_on_the_rules_topic_in_order_and_spark_refuses_a_bad_one(
+    isolated: Isolated, tmp_path: Path
+) -> None:
+    run_dir = Path(isolated.env["FLEETWATCH_RUN_DIR"])
+    api = start_api(isolated, admin_key(run_dir))
+    rule = {
+        "id": "hot",
+        "name": "Too hot",
+        "severity": "critical",
+        "when": "temperature > 80",
+        "select": {"kinds": ["pump"]},
+    }
+
+    created = put(api, rule)
+    assert created.status_code == 201, created.text
+    [first] = records(isolated, "hot", 1)
+    assert (decode(first.value).version, decode(first.value).devices) == (1, [])
+
+    changed = put(api, rule | {"when": "temperature > 85"})
+    assert (changed.status_code, changed.json()["version"]) == (200, 2), changed.text
+    second = decode(records(isolated, "hot", 2)[1].value)
+    assert (second.version, second.when) == (2, "temperature > 85")
+
+    assert api.post("/devices", json={"device_id": "p1", "kind": "pump"}).status_code == 201
+    moved = decode(records(isolated, "hot", 3)[2].value)
+    assert (moved.version, moved.devices, moved.when) == (2, ["p1"], "temperature > 85")
+
+    deleted = httpx.delete(f"{api.base}/rules/hot", headers={"X-API-Key": api.key}, timeout=30)
+    assert deleted.status_code == 204, deleted.text
+    assert records(isolated, "hot", 4)[3].value == b""  # a tombstone
+
+    refused = put(api, rule | {"id": "typo", "when": "temperature >> 80 AND"})
+    assert refused.status_code == 422, refused.text
+    [problem] = refused.json()["detail"]
+    assert problem["loc"] == ["body", "when"]
+    assert "PARSE_SYNTAX_ERROR" in problem["msg"]
+    unwindowed = put(api, rule | {"id": "shaking", "when": "avg(vibration) > 7"})
+    assert unwindowed.status_code == 422, unwindowed.text
+    assert unwindowed.json()["detail"][0]["loc"] == ["body", "window"]
+    assert api.get("/rules/typo").status_code == 404
+    assert api.get("/rules/shaking").status_code == 404
+
+    # the CLI: a file applied, the same again, then deleted
+    file = tmp_path / "rules.yaml"
+    file.write_text("id: cold\nname: Too cold\nwhen: temperature < 0\n")
+    cli_env = isolated.env | {"FLEETWATCH_API_URL": api.base, "FLEETWATCH_API_KEY": api.key}
+    applied = fleetwatch("rules", "apply", str(file), env=cli_env)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.strip() == "cold: created (version 1)"
+    again = fleetwatch("rules", "apply", str(file), env=cli_env)
+    assert again.stdout.strip() == "cold: unchanged (version 1)"
+    file.write_text("id: cold\nname: Too cold\nwhen: temperature < -\n")
+    bad = fleetwatch("rules", "apply", str(file), env=cli_env)
+    assert bad.returncode == 1
+    assert "cold: failed: 422 when: [PARSE_SYNTAX_ERROR]" in bad.stdout
+    assert "version 1 stays in force" in bad.stdout
+    assert fleetwatch("rules", "delete", "cold", env=cli_env).returncode == 0
+    cold = records(isolated, "cold", 2)
+    assert decode(cold[0].value).version == 1
+    assert cold[1].value == b""
