@@ -1,18 +1,33 @@
 """Operators' rules through the API and the CLI on the real stack: each write is a record on
 the test's own ``rules`` topic before it is answered (version 1, 2, a device registered
 publishes the same version with its devices, a tombstone on delete), and Spark's own checker,
-in the API's child process, refuses a condition it cannot analyse."""
+in the API's child process, refuses a condition it cannot analyse. On PostgreSQL: the rules'
+tables, their queries, and rule writes waiting for the advisory lock another API process
+holds."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from fleetwatch.contracts.rules import decode, rule_key
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.serving.app import create_app
+from fleetwatch.serving.rules.publish import ADVISORY_LOCK
+from fleetwatch.serving.store import Store
+from fleetwatch.serving.store.ingest import Batch, write
 from tests.integration.api_stack import ApiProcess, admin_key, start_api
 from tests.integration.conftest import Isolated, Record, fleetwatch
+from tests.integration.postgres import fresh_database, postgres_server
+from tests.unit.api_support import FakeChecker, FakePublisher, add_keys
+from tests.unit.test_api_rules_selection import rule_alert
 
 CHECKED_S = 180
 """The API's first write waits for its checker's JVM to start."""
@@ -96,3 +111,74 @@ def test_rule_writes_are_on_the_rules_topic_in_order_and_spark_refuses_a_bad_one
     cold = records(isolated, "cold", 2)
     assert decode(cold[0].value).version == 1
     assert cold[1].value == b""
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with postgres_server() as server, fresh_database(server) as url:
+        yield url
+
+
+def test_rules_on_postgresql_and_writes_wait_for_another_process_holding_the_lock(
+    pg_url: str, tmp_path: Path
+) -> None:
+    store = Store(pg_url)
+    keys = add_keys(store)
+    publisher = FakePublisher()
+    app = create_app(
+        Settings(run_dir=tmp_path),
+        store=store,
+        materialise=False,
+        publisher=publisher,
+        workers=False,
+        checker=FakeChecker(),
+    )
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    pumps: dict[str, Any] = {
+        "id": "pumps",
+        "name": "Pumps",
+        "when": "vibration > 7",
+        "select": {"kinds": ["pump"], "tags": ["north"]},
+    }
+    try:
+        with TestClient(app) as client:
+            device = {"device_id": "p1", "kind": "fan", "tags": ["north"]}
+            assert client.post("/devices", json=device, headers=admin).status_code == 201
+            created = client.put("/rules/pumps", json=pumps, headers=admin)
+            assert (created.status_code, created.json()["devices"]) == (201, ["p1"])
+            changed = client.put("/rules/pumps", json=pumps | {"when": "x > 1"}, headers=admin)
+            assert changed.json()["version"] == 2
+            moved = client.patch("/devices/p1", json={"tags": []}, headers=admin)
+            assert moved.status_code == 200
+            assert decode(publisher.rules[-1][1] or b"").devices == []
+            assert client.delete("/rules/pumps", headers=admin).status_code == 204
+            versions = client.get("/rules/pumps/versions", headers=admin).json()["data"]
+            assert [(v["version"], v["deleted"]) for v in versions] == [
+                (3, True),
+                (2, False),
+                (1, False),
+            ]
+            assert client.get("/rules", headers=admin).json()["count"] == 0
+
+            with store.session() as session, session.begin():
+                write(session, Batch(alerts=[rule_alert("p1", "pumps", 2)]), 1)
+            found = client.get("/alerts", params={"rule_id": "pumps"}, headers=admin).json()
+            assert [(a["rule_id"], a["rule_version"]) for a in found["data"]] == [("pumps", 2)]
+
+            answers: list[httpx.Response] = []
+            writer = threading.Thread(
+                target=lambda: answers.append(
+                    client.put("/rules/hot", json=pumps | {"id": "hot"}, headers=admin)
+                )
+            )
+            with store.engine.connect() as other, other.begin():  # another API process
+                other.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK})
+                writer.start()
+                writer.join(timeout=2)
+                assert writer.is_alive(), "a rule write did not wait for the lock"
+                assert answers == []
+            writer.join(timeout=30)
+            assert [a.status_code for a in answers] == [201]
+            assert publisher.rules[-1][0] == "hot"
+    finally:
+        store.close()
