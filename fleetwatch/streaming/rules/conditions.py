@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 READING_FIELDS = {"device_id": "string", "seq": "bigint", "firmware": "string", "status": "string"}
 """The reading's own fields a condition may name; every other name is a metric."""
+PROJECTION_COLUMNS = frozenset({"event_ms", "received_ms", "event_time"})
+"""Columns the rules query adds beside a reading's fields
+(:func:`~fleetwatch.streaming.rules.projection.raw_readings`): not a metric's name in a rule."""
 SCALAR_FUNCTIONS = frozenset(
     {
         "abs", "acos", "asin", "atan", "atan2", "cbrt", "ceil", "ceiling", "coalesce", "cos",
@@ -75,9 +78,11 @@ class _Node:
 
 
 def rules_session(spark: SparkSession) -> SparkSession:
-    """A session of ``spark`` (its context, its own SQL confs) with ANSI mode off."""
+    """A session of ``spark`` (its context, its own SQL confs) with ANSI mode off, and names
+    case-sensitive, as a reading's metrics are (``Temp`` and ``temp`` are two metrics)."""
     session = spark.newSession()
     session.conf.set("spark.sql.ansi.enabled", "false")
+    session.conf.set("spark.sql.caseSensitive", "true")
     return session
 
 
@@ -183,6 +188,8 @@ def _walk(
         if ", " in name:
             raise RuleError("when", f"{name.replace(', ', '.')}: quote a name with a dot, `a.b`")
         if name not in READING_FIELDS:
+            if name in PROJECTION_COLUMNS:
+                raise RuleError("when", f"{name!r} is the rules query's own column, not a metric")
             if not _METRIC.fullmatch(name):
                 raise RuleError("when", f"{name!r} is not a metric name")
             if name not in metrics:

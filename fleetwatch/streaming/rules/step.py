@@ -184,14 +184,20 @@ def _retire(
     out: Judged,
 ) -> None:
     """Drop the state of rules that are gone, or no longer judge this device, resolving their
-    open episodes."""
+    open episodes; start afresh the state of a rule's new version the device has sent nothing
+    under yet, its windows from now on (so that a silent device is still judged)."""
+    at = max(watermark_ms, device["last_ms"])
     for rule_id in list(device["rules"]):
         rule = rules.get(rule_id)
         if rule is not None and (rule.devices is None or device_id in rule.devices):
+            if device["rules"][rule_id]["version"] != rule.version:
+                state = _rule_state(device, rule, device_id, at, now_ms, out)
+                if rule.window_ms is not None:
+                    size, slide = rule.window_ms
+                    state["next_end"] = at - at % slide + size
             continue
         state = device["rules"].pop(rule_id)
         if state["episode"] is not None:
-            at = max(watermark_ms, device["last_ms"])
             reason = f"rule {rule_id} deleted" if rule is None else f"rule {rule_id} deselected"
             _resolve(state, device_id, at, None, now_ms, out, reason)
 
@@ -224,6 +230,7 @@ def _close_windows(
     size, slide = rule.window_ms
     end = state["next_end"]
     while end is not None and end <= watermark_ms:
+        empty = not any(end - size <= s < end for s in state["panes"])
         values = panes.window_values(rule.aggregates, state["panes"], end - size, end)
         fired = having.fires(rule.having, values)
         shown = having.evaluate(rule.evidence or ["agg", 0], values)
@@ -232,9 +239,14 @@ def _close_windows(
         _lifecycle(state, rule, device_id, fired, value, at, now_ms, out)
         for start in [s for s in state["panes"] if s < end + slide - size]:
             del state["panes"][start]
-        if not state["panes"]:
-            # every later window up to the watermark is empty too, and judged the same
-            last = watermark_ms - watermark_ms % slide
+        if empty:
+            # the later windows up to the watermark and the next pane are empty too, and judged
+            # the same, but for an update held back by UPDATE_EVERY_MS
+            last = min([watermark_ms - watermark_ms % slide, *state["panes"]])
+            episode = state["episode"]
+            if episode is not None and episode["value"] != value:
+                due = episode["updated_ms"] + UPDATE_EVERY_MS
+                last = min(last, -(-due // slide) * slide - slide)
             end = max(end, last) + slide
         else:
             end += slide
