@@ -88,6 +88,22 @@ def test_arithmetic_abs_and_is_null_above_quoted_metrics(spark: Any) -> None:
     ]
 
 
+def test_a_filtered_aggregate_is_written_with_case_when(spark: Any) -> None:
+    rule = check(spark, spec("avg(CASE WHEN x > 0 THEN x END) > 1", WINDOW))
+    assert (rule.aggregates, rule.values) == (("avg",), ("CASE WHEN (x > 0) THEN x END",))
+
+
+def test_between_on_one_reading(spark: Any) -> None:
+    rule = check(spark, spec("temperature BETWEEN 80 AND 90"))
+    raw = spark.createDataFrame(
+        [kafka_row("d1", i, i, temperature=t) for i, t in enumerate([79.0, 80.0, 90.0, 95.0])],
+        "key string, value string, timestamp timestamp",
+    )
+    readings = projection.raw_readings(raw, projection.metrics_of([rule]))
+    fired = {r.seq: r.rules[0].fired for r in projection.rule_values(readings, [rule]).collect()}
+    assert fired == {0: False, 1: True, 2: True, 3: False}
+
+
 def test_a_repeated_aggregate_is_computed_once(spark: Any) -> None:
     rule = check(spark, spec("avg(x) > 7 AND avg(x) < 9 AND sum(x) / count(*) > 1", WINDOW))
     assert (rule.aggregates, rule.values) == (("avg", "sum", "count"), ("x", "x", "1"))
@@ -118,6 +134,9 @@ REFUSED = [
     pytest.param("EXISTS (SELECT 1)", None, "when", "no subqueries", id="exists"),
     pytest.param("max(avg(x)) > 1", WINDOW, "when", "inside another aggregate", id="nested"),
     pytest.param("event_ms > 1", None, "when", "own column, not a metric", id="query-column"),
+    pytest.param(
+        "avg(x) FILTER (WHERE x > 0) > 1", WINDOW, "when", "FILTER (WHERE …) is not", id="filter"
+    ),
     pytest.param("avg(event_time) > 1", WINDOW, "when", "own column", id="query-column-in-avg"),
     pytest.param("avg(x) > 'high'", WINDOW, "when", "where a number is wanted", id="text"),
 ]

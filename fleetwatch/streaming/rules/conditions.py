@@ -45,6 +45,7 @@ SCALAR_FUNCTIONS = frozenset(
         "endswith", "contains", "substring", "substr", "concat", "trim", "ltrim", "rtrim",
         "like", "ilike", "rlike", "regexp", "regexp_like", "double", "float", "int", "bigint",
         "string", "boolean", "try_divide", "try_add", "try_subtract", "try_multiply",
+        "between",  # x BETWEEN a AND b, as Spark's parser gives it
     }
 )  # fmt: skip
 """Deterministic functions with no side effect: a rule gives the same answer on a replay and
@@ -201,6 +202,12 @@ def _walk(
                 raise RuleError("when", f"{name}() inside another aggregate")
             if node.attrs.get("isDistinct"):
                 raise RuleError("when", f"{name}(DISTINCT …) is not supported over a window")
+            if node.attrs.get("filter"):
+                raise RuleError(
+                    "when",
+                    f"{name}(…) FILTER (WHERE …) is not supported over a window: "
+                    f"{name}(CASE WHEN … THEN x END) is",
+                )
             aggregates.append((name, ""))
             inside_aggregate = True
         elif name not in SCALAR_FUNCTIONS:

@@ -213,8 +213,8 @@ def _into_pane(
         pane = state["panes"][start] = [panes.empty() for _ in rule.aggregates]
     for partial, value in zip(pane, values, strict=True):
         panes.add(partial, value)
-    if state["next_end"] is None:
-        state["next_end"] = start + slide
+    if state["next_end"] is None or start + slide < state["next_end"]:
+        state["next_end"] = start + slide  # on time, so its windows are not judged yet
 
 
 def _close_windows(
