@@ -20,6 +20,7 @@ from sqlalchemy import text
 from fleetwatch.contracts.rules import decode, rule_key
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.serving.app import create_app
+from fleetwatch.serving.rules import publish as publishing
 from fleetwatch.serving.rules.publish import ADVISORY_LOCK
 from fleetwatch.serving.store import Store
 from fleetwatch.serving.store.ingest import Batch, write
@@ -120,7 +121,7 @@ def pg_url() -> Iterator[str]:
 
 
 def test_rules_on_postgresql_and_writes_wait_for_another_process_holding_the_lock(
-    pg_url: str, tmp_path: Path
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store(pg_url)
     keys = add_keys(store)
@@ -180,5 +181,13 @@ def test_rules_on_postgresql_and_writes_wait_for_another_process_holding_the_loc
             writer.join(timeout=30)
             assert [a.status_code for a in answers] == [201]
             assert publisher.rules[-1][0] == "hot"
+
+            monkeypatch.setattr(publishing, "LOCK_WAIT_S", 1.0)
+            with store.engine.connect() as other, other.begin():  # held for longer
+                other.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK})
+                busy = client.put("/rules/busy", json=pumps | {"id": "busy"}, headers=admin)
+            assert busy.status_code == 503
+            assert "another API process held the rules' lock" in busy.json()["detail"]
+            assert client.get("/rules/busy", headers=admin).status_code == 404
     finally:
         store.close()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetwatch.contracts.rules import decode
+from fleetwatch.serving.rules import publish as publishing
 from tests.unit.api_support import Api, running_api
 
 HOT = {"id": "hot", "name": "Too hot", "severity": "critical", "when": "temperature > 80"}
@@ -193,3 +194,18 @@ def test_rules_are_listed_by_id_in_pages(api: Api) -> None:
     page = api.get("/rules", params={"limit": 1, "offset": 1}).json()
     assert (page["count"], [r["id"] for r in page["data"]]) == (2, ["c"])
     assert [r["id"] for r in api.get("/rules").json()["data"]] == ["a", "c"]
+
+
+def test_a_write_that_waits_too_long_for_the_others_is_a_503(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publishing, "LOCK_WAIT_S", 0.2)
+    with publishing._WRITING:  # another write holds the lock
+        response = put(api, HOT)
+        assert response.status_code == 503
+        assert "held the lock for 0.2 s; retry" in response.json()["detail"]
+        moved = api.post("/devices", json={"device_id": "p1", "kind": "pump"})
+        assert moved.status_code == 503
+    assert api.get("/rules/hot").status_code == 404
+    assert api.get("/devices/p1").status_code == 404
+    assert put(api, HOT).status_code == 201

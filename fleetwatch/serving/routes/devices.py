@@ -28,7 +28,12 @@ from fleetwatch.serving.routes.params import (
     found,
     json_response,
 )
-from fleetwatch.serving.rules.publish import RuleTooLarge, republish_for, rule_transaction
+from fleetwatch.serving.rules.publish import (
+    RulesBusy,
+    RuleTooLarge,
+    republish_for,
+    rule_transaction,
+)
 from fleetwatch.serving.schemas.alerts import AlertPublic
 from fleetwatch.serving.schemas.devices import (
     DeviceCreate,
@@ -121,7 +126,10 @@ def list_devices(
 
 REGISTRY_CHANGE: dict[int | str, dict[str, Any]] = {
     409: {"description": "A rule selecting by kind or tag would outgrow its record"},
-    503: {"description": "Kafka did not take the rules the change moves; nothing changed"},
+    503: {
+        "description": "Kafka did not take the rules the change moves, or rule writes held "
+        "their lock too long; nothing changed"
+    },
 }
 
 
@@ -141,6 +149,8 @@ def _registry_change(services: Services, device_id: str) -> Iterator[Session]:
         raise HTTPException(
             503, detail=f"the change was not made: the rules it moves were not published ({exc})"
         ) from exc
+    except RulesBusy as exc:
+        raise HTTPException(503, detail=f"the change was not made: {exc}") from exc
 
 
 @router.post(

@@ -18,7 +18,13 @@ from fleetwatch.serving.control.publisher import PublishFailed
 from fleetwatch.serving.deps import ServicesDep, StoreDep
 from fleetwatch.serving.routes.params import AUTH, NOT_FOUND, Limit, Offset
 from fleetwatch.serving.rules.checker import CheckerUnavailable, RuleCheck
-from fleetwatch.serving.rules.publish import RuleTooLarge, publish, record, rule_transaction
+from fleetwatch.serving.rules.publish import (
+    RulesBusy,
+    RuleTooLarge,
+    publish,
+    record,
+    rule_transaction,
+)
 from fleetwatch.serving.schemas.rules import (
     RulePublic,
     RulesPublic,
@@ -86,7 +92,7 @@ def _write(services: ServicesDep, spec: RuleSpec, by: str, create: bool) -> tupl
             publish(services.publisher, row)
     except RuleTooLarge as exc:
         raise _invalid("select", str(exc)) from exc
-    except PublishFailed as exc:
+    except (PublishFailed, RulesBusy) as exc:
         raise HTTPException(503, detail=f"the rule was not saved: {exc}") from exc
     except IntegrityError as exc:
         raise HTTPException(
@@ -188,6 +194,6 @@ def delete_rule(rule_id: RuleIdPath, services: ServicesDep, who: Admin) -> Respo
                 raise HTTPException(404, detail=f"no rule {rule_id!r}")
             row = repo.write_version(session, rule_id, None, None, now_ms(), who.name)
             publish(services.publisher, row)
-    except PublishFailed as exc:
+    except (PublishFailed, RulesBusy) as exc:
         raise HTTPException(503, detail=f"the rule was not deleted: {exc}") from exc
     return Response(status_code=204)

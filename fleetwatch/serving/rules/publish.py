@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.rules import RuleRecord, RuleSpec, encode
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 ADVISORY_LOCK = 0x72_756C_6573
 """PostgreSQL's advisory lock key of rule writes (``"rules"`` in ASCII)."""
+LOCK_WAIT_S = 30.0
+"""The longest a write waits for the others before it: each holds the lock for a few queries
+and one publication (at most its 5 s timeout)."""
 _WRITING = threading.Lock()
 
 
@@ -42,13 +46,35 @@ class RuleTooLarge(ServingError):
     accepts."""
 
 
+class RulesBusy(ServingError):
+    """Other rule writes or registry changes held the lock for :data:`LOCK_WAIT_S`."""
+
+
 @contextmanager
 def rule_transaction(store: Store) -> Iterator[Session]:
-    """A transaction for a rule write or a registry change, serialised with every other."""
-    with _WRITING, store.session() as session, session.begin():
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK})
-        yield session
+    """A transaction for a rule write or a registry change, serialised with every other;
+    :class:`RulesBusy` after waiting :data:`LOCK_WAIT_S` for them."""
+    if not _WRITING.acquire(timeout=LOCK_WAIT_S):
+        raise RulesBusy(
+            f"other rule writes or registry changes in this API process held the lock for "
+            f"{LOCK_WAIT_S:g} s; retry"
+        )
+    try:
+        with store.session() as session, session.begin():
+            if session.get_bind().dialect.name == "postgresql":
+                session.execute(text(f"SET LOCAL lock_timeout = {round(LOCK_WAIT_S * 1000)}"))
+                try:
+                    session.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK}
+                    )
+                except OperationalError as exc:
+                    raise RulesBusy(
+                        f"another API process held the rules' lock for {LOCK_WAIT_S:g} s "
+                        f"(a rule write or registry change); retry"
+                    ) from exc
+            yield session
+    finally:
+        _WRITING.release()
 
 
 def record(row: RuleRow) -> RuleRecord:
