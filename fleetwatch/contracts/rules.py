@@ -14,6 +14,7 @@ scorer follows it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated
 
@@ -154,6 +155,14 @@ class RuleRecord(RuleSpec):
     devices: list[DeviceId] | None = None
     """The selection resolved by the API against its registry when it published this record:
     the devices judged, or ``None`` for every device."""
+
+
+def rule_alert_id(device_id: str, metric: str, rule_id: str, start_ms: int) -> str:
+    """The id of a rule's episode on a device from ``start_ms``: SHA-256 of the four, as hex,
+    the first 24 digits — what Spark's ``sha2`` gives too, so the real-time query
+    (:mod:`fleetwatch.streaming.rules.fast`) names the episode it opens as the scorer does."""
+    key = "\x1f".join((device_id, metric, f"rule:{rule_id}", str(start_ms)))
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def rule_key(rule_id: str) -> str:

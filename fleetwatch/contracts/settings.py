@@ -319,6 +319,9 @@ class TopicSettings(_Part):
     device_command_acks: str = "device.command-acks"
     rules: str = "rules"
     """Operators' rules (:mod:`fleetwatch.contracts.rules`): the API writes, the scorer follows."""
+    alerts_fast: str = "alerts.fast"
+    """Early ``open`` events of rules without a window, from the scorer's real-time query, one
+    per firing reading: the API folds them into the episodes on ``alerts``."""
 
 
 class SparkSettings(_Part):
@@ -405,6 +408,11 @@ class ScoreSettings(_Part):
     previous one ends — lowest latency)."""
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     """Upper bound of Kafka records per micro-batch (``None``: everything available)."""
+    rules_fast_path: bool = True
+    """Rules without a window also run in a Spark Real-Time Mode query, for an early ``open``
+    on ``alerts.fast`` within milliseconds (:mod:`fleetwatch.streaming.rules.fast`). It holds
+    a task slot per partition of ``telemetry.raw`` while it runs: ``spark.master`` ``local[N]``
+    needs N of at least those partitions plus ``spark.shuffle_partitions``."""
     code_generation: bool = False
     """Spark's code generation in the scoring query (whole-stage, and each expression's
     projections: ``spark.sql.codegen.wholeStage``, ``spark.sql.codegen.factoryMode``). A live

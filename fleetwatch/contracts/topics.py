@@ -39,4 +39,5 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         TopicSpec(topics.device_commands, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
         TopicSpec(topics.device_command_acks, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
         TopicSpec(topics.rules, "rule:{rule_id}", compact),
+        TopicSpec(topics.alerts_fast, "device_id", {"retention.ms": str(7 * _DAY_MS)}),
     ]

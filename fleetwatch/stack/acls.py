@@ -96,7 +96,7 @@ def stage_grants(settings: Settings, stage: KafkaStage) -> set[Grant]:
             | {_group(f"{settings.gateway.share_group}-commands")}
         )
     if stage == "scorer":
-        written = [t.alerts, t.device_state, t.device_sessions, t.telemetry_late]
+        written = [t.alerts, t.alerts_fast, t.device_state, t.device_sessions, t.telemetry_late]
         return (
             _topics([t.telemetry_raw, t.model_params, t.quarantine_lifts, t.rules], _READ)
             | _topics([*written, t.telemetry_deadletter], _WRITE)
@@ -108,7 +108,13 @@ def stage_grants(settings: Settings, stage: KafkaStage) -> set[Grant]:
             | _topics([t.model_params], _WRITE)
             | {_group(SPARK_GROUPS, prefixed=True), _group("fleetwatch-fleet-models")}
         )
-    materialised = [t.alerts, t.device_state, t.device_sessions, t.device_command_acks]
+    materialised = [
+        t.alerts,
+        t.alerts_fast,
+        t.device_state,
+        t.device_sessions,
+        t.device_command_acks,
+    ]
     groups = {_group(settings.api.consumer_group, prefixed=True)}
     if settings.api.webhooks.consumer_group:
         groups.add(_group(settings.api.webhooks.consumer_group))

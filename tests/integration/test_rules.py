@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,7 +117,13 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
     producer.produce(rules_topic, b"{not a rule", key=b"rule:broken")
     for rule in (HOT, WARM, SILENT):
         publish(producer, rules_topic, rule, 1)
-    env = {**isolated.env, "FLEETWATCH_SCORE__ALLOWED_LATENESS": "2 seconds"}
+    env = {
+        **isolated.env,
+        "FLEETWATCH_SCORE__ALLOWED_LATENESS": "2 seconds",
+        # a slot per partition of telemetry.raw for the real-time query, two for each
+        # micro-batch query (the models', the rules')
+        "FLEETWATCH_SPARK__MASTER": f"local[{isolated.settings.kafka.partitions + 4}]",
+    }
     isolated.start("score", "score", env=env)
 
     def of(rule: str, device: str, status: str, version: int | None = None) -> list[Alert]:
@@ -129,12 +136,14 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
             and (version is None or a.rule_version == version)
         ]
 
-    # the windowed rule sees the readings once the query runs: nothing fires at 21 °C
-    time.sleep(5)
+    # both devices read at 21 °C until the rules query has judged a few batches of them
+    commits = Path(isolated.env["FLEETWATCH_RUN_DIR"]) / "checkpoints" / "rules-v1" / "commits"
+    wait_until(lambda: len(list(commits.glob("[0-9]*"))) >= 3, 240, "the rules query to run")
+    assert not alerts(isolated), "nothing fires at 21 °C"
     running.temperature[hot] = 70.0  # warm on average, not over the hard limit of v1
     running.temperature[quiet] = None  # silent from now on
-    wait_until(lambda: of("warm", hot, "open"), 240, "the windowed rule to open on the warm device")
-    wait_until(lambda: of("silent", quiet, "open"), 60, "the silence rule to open")
+    wait_until(lambda: of("warm", hot, "open"), 60, "the windowed rule to open on the warm device")
+    wait_until(lambda: of("silent", quiet, "open"), 120, "the silence rule to open")
     assert not of("hot", hot, "open"), "70 °C is under the hard limit of version 1"
     assert not of("warm", quiet, "open")
     assert not of("silent", hot, "open")
@@ -153,8 +162,16 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
     assert first.severity == "critical"
     assert first.value == 70.0
     delay = first.event_ms - edited_at
-    print(f"edit in effect {delay} ms after publishing; events: {len(alerts(isolated))}")
     assert delay <= EDIT_IN_EFFECT_MS, f"the edit took effect {delay} ms after it was published"
+
+    early = [
+        Alert.model_validate_json(r.value) for r in read(isolated, isolated.topics.alerts_fast)
+    ]
+    fast = [a for a in early if a.rule_id == "hot" and a.device_id == hot]
+    assert fast, "the real-time query wrote early opens of the hard limit"
+    assert {a.rule_version for a in fast} == {2}
+    assert first.alert_id in {a.alert_id for a in fast}, "the early open names the episode"
+    assert all(a.value == 70.0 and a.status == "open" for a in fast)
 
     running.temperature[hot] = 21.0
     wait_until(lambda: of("hot", hot, "resolve"), 60, "the hard limit to resolve on 21 °C")

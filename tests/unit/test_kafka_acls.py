@@ -50,6 +50,7 @@ def test_each_stage_writes_and_reads_the_topics_its_code_does() -> None:
     }
     assert topics_with(scorer, "WRITE") == {
         t.alerts,
+        t.alerts_fast,
         t.device_state,
         t.device_sessions,
         t.telemetry_late,

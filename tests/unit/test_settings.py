@@ -39,7 +39,8 @@ def test_tables_are_compacted_and_logs_are_not() -> None:
     assert "cleanup.policy" not in specs["telemetry.raw"].config
     assert specs["device.quarantine-lifts"].config["cleanup.policy"] == "compact"
     assert specs["rules"].config["cleanup.policy"] == "compact"
-    assert len(specs) == 11
+    assert "cleanup.policy" not in specs["alerts.fast"].config
+    assert len(specs) == 12
 
 
 def test_mlflow_defaults_to_a_store_in_the_run_directory(

@@ -220,7 +220,7 @@ def test_the_command_creates_the_topics_where_and_as_told(
     assert configs == [{"bootstrap.servers": "kafka-0.kafka:9092"}]
     assert {(t.partitions, t.replicas) for t in admin.topics.values()} == {(12, 2)}
     assert waits.calls == [NAMES]
-    assert "11 created, 0 already there, on kafka-0.kafka:9092" in result.output
+    assert "12 created, 0 already there, on kafka-0.kafka:9092" in result.output
     assert "cleanup.policy=compact" in result.output
 
 
@@ -232,12 +232,12 @@ def test_the_command_twice_reports_the_topics_and_succeeds(
     runner = CliRunner()
     first = runner.invoke(app, ["topics", "create", "--partitions", "4"])
     assert first.exit_code == 0, first.output
-    assert "10 created, 1 already there" in first.output
+    assert "11 created, 1 already there" in first.output
     assert "exists, differs" in first.output
     assert "1 partitions, not 4; retention.ms=604800000, not 7776000000" in first.output
     second = runner.invoke(app, ["topics", "create", "--partitions", "4"])
     assert second.exit_code == 0, second.output
-    assert "0 created, 11 already there" in second.output
+    assert "0 created, 12 already there" in second.output
 
 
 def test_the_command_reports_as_one_json_document(
@@ -248,7 +248,7 @@ def test_the_command_reports_as_one_json_document(
     result = CliRunner().invoke(app, ["topics", "create", "--partitions", "4", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)  # nothing else on stdout
-    assert len(document["created"]) == 10
+    assert len(document["created"]) == 11
     assert {c["partitions"] for c in document["created"]} == {4}
     created = {c["topic"]: c["config"] for c in document["created"]}
     assert created["device.sessions"]["cleanup.policy"] == "compact,delete"

@@ -38,6 +38,7 @@ from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.query_loop import stop_after_batch
 from fleetwatch.streaming.rules.compiled import CompiledRule
 from fleetwatch.streaming.rules.conditions import RuleError, compile_rule, rules_session
+from fleetwatch.streaming.rules.fast import start_fast
 from fleetwatch.streaming.rules.follow import RuleFollower
 from fleetwatch.streaming.rules.processor import OUTPUT_SCHEMA, rule_judge
 from fleetwatch.streaming.rules.projection import metrics_of, raw_readings, rule_values
@@ -120,6 +121,9 @@ class RulesRunner:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.query: StreamingQuery | None = None
+        self.fast: StreamingQuery | None = None
+        """The real-time query of the rules without a window
+        (:mod:`~fleetwatch.streaming.rules.fast`)."""
         self.applied: dict[str, int] = {}
         """Rule id → the version the running query judges."""
         self._stop = threading.Event()
@@ -178,6 +182,8 @@ class RulesRunner:
         self.applied = {r.id: r.version for r in rules}
         if rules:
             self.query = start(spark, self.settings, rules)
+            if self.settings.score.rules_fast_path:
+                self.fast = start_fast(spark, self.settings, rules)
         else:
             logger.info("no rules to judge")
 
@@ -185,3 +191,6 @@ class RulesRunner:
         query, self.query = self.query, None
         if query is not None and query.isActive and not stop_after_batch(query):
             logger.warning("rules micro-batch not done in 60 s; it runs again on the next start")
+        fast, self.fast = self.fast, None
+        if fast is not None and fast.isActive:
+            fast.stop()  # stateless: what it had not checkpointed it reads again

@@ -12,8 +12,8 @@ nothing in them, which is how ``count(*) = 0`` sees a silent device. While an ep
 ``update`` is sent when its value changed, at most once per :data:`UPDATE_EVERY_MS` of event
 time.
 
-An episode's id is :func:`~fleetwatch.contracts.alerts.alert_id` of device, metric, rule and the
-event time it opened (a window's end for a windowed rule): the same readings give the same ids
+An episode's id is :func:`~fleetwatch.contracts.rules.rule_alert_id` of device, metric, rule and
+the event time it opened (a window's end for a windowed rule): the same readings give the same ids
 after a restart or a replay. A rule's new version closes the open episodes of the old one and
 starts the device's windows afresh; a deleted rule's episodes resolve on the device's next
 batch.
@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from fleetwatch.contracts.alerts import RULE_KIND, Alert, alert_id, event_id
+from fleetwatch.contracts.alerts import RULE_KIND, Alert, event_id
+from fleetwatch.contracts.rules import rule_alert_id
 from fleetwatch.streaming.rules import having, panes
 from fleetwatch.streaming.rules.compiled import CompiledRule
 
@@ -268,7 +269,7 @@ def _lifecycle(
         return
     if fired and episode is None:
         start = reading.event_ms
-        ident = alert_id(device_id, rule.metric, f"{RULE_KIND}:{rule.id}", start)
+        ident = rule_alert_id(device_id, rule.metric, rule.id, start)
         state["episode"] = {
             "alert_id": ident,
             "rule_id": rule.id,
