@@ -17,7 +17,7 @@ the device, and the stateful path's events then carry the episode on. The plan i
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetwatch.contracts.alerts import RULE_KIND
 from fleetwatch.contracts.settings import Settings
@@ -121,7 +121,7 @@ def start_fast(
     raw = kafka_stream(spark, settings, settings.topics.telemetry_raw, starting="latest")
     values = rule_values(raw_readings(raw, metrics_of(stateless)), stateless)
     checkpoint = versioned(settings.checkpoint_root, "rules-fast", PLAN_VERSION)
-    query = (
+    writer: Any = (  # pyspark's overloads of trigger() do not list realTime yet
         early_alerts(values, stateless)
         .writeStream.format("kafka")
         .queryName(QUERY_NAME)
@@ -129,9 +129,8 @@ def start_fast(
         .option("topic", settings.topics.alerts_fast)
         .option("checkpointLocation", str(checkpoint))
         .outputMode("update")
-        .trigger(realTime=CHECKPOINT_EVERY)
-        .start()
     )
+    query: StreamingQuery = writer.trigger(realTime=CHECKPOINT_EVERY).start()
     logger.info(
         "fast path for %d rules without a window -> %s", len(stateless), settings.topics.alerts_fast
     )
