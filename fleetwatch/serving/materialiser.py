@@ -1,6 +1,7 @@
 """Kafka → the API's store: ``alerts``, ``device.state``, ``device.sessions``,
 ``device.command-acks``, ``model.params``, (bounded per device) ``telemetry.raw`` and, from
-``telemetry.deadletter``, each device's latest run of messages the gateway refused for its rate.
+``telemetry.deadletter``, each device's latest run of messages the gateway refused for its rate;
+and the rules' early opens from ``alerts.fast`` (:mod:`~fleetwatch.serving.store.early`).
 
 Each poll is written in one database transaction, and the Kafka offsets are committed only
 after it: a crash repeats at most the last batch, and every write is an idempotent upsert, so a
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.deadletter import source_headers
 from fleetwatch.contracts.fleet import fleet_scope
@@ -37,7 +39,9 @@ from fleetwatch.serving import decode
 from fleetwatch.serving.kafka import consumer_config, poll, rewind, where
 from fleetwatch.serving.metrics import Metrics
 from fleetwatch.serving.store import Store, now_ms
+from fleetwatch.serving.store.early import fold_early, withdraw_unconfirmed
 from fleetwatch.serving.store.ingest import AckOutcome, Batch, prune_readings, write
+from fleetwatch.serving.webhooks.dispatch import owe
 from fleetwatch.serving.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,8 @@ def batch_of(
             gone = decode.tombstone_key(msg.key(), msg.value())
             if kind == "alerts":
                 batch.alerts.append(record := decode.decode_alert(msg.value()))
+            elif kind == "early":
+                batch.early.append(record := decode.decode_alert(msg.value()))
             elif kind == "state" and gone is not None:
                 batch.forget_state(gone)  # a tombstone: the scorer forgot the device
             elif kind == "state":
@@ -136,6 +142,16 @@ class DeadLetters:
             self.pending = 0
 
 
+def write_all(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
+    """:func:`~fleetwatch.serving.store.ingest.write`, then the early opens of rules folded in
+    (:mod:`~fleetwatch.serving.store.early`), those that start an episode owed to the webhooks
+    in the same transaction."""
+    outcomes = write(session, batch, now)
+    withdraw_unconfirmed(session, batch.alerts, now)
+    owe(session, fold_early(session, batch.early, now), now)
+    return outcomes
+
+
 class Materialiser(Worker):
     name = "materialiser"
 
@@ -148,6 +164,7 @@ class Materialiser(Worker):
         t = settings.topics
         self.kinds = {
             t.alerts: "alerts",
+            t.alerts_fast: "early",
             t.device_state: "state",
             t.device_sessions: "sessions",
             t.device_command_acks: "acks",
@@ -212,7 +229,7 @@ class Materialiser(Worker):
         record refused on its own goes to the dead letters (its message from ``sources``)."""
         try:
             with self.store.session() as session, session.begin():
-                return write(session, batch, now_ms())
+                return write_all(session, batch, now_ms())
         except REFUSED as exc:
             logger.warning(
                 "a poll of %d records was refused (%s); writing them one by one",
@@ -223,7 +240,7 @@ class Materialiser(Worker):
         for kind, single in batch.each():
             try:
                 with self.store.session() as session, session.begin():
-                    outcomes += write(session, single, now_ms())
+                    outcomes += write_all(session, single, now_ms())
             except REFUSED as exc:
                 self.metrics.skipped.labels(topic=f"unwritable:{kind}").inc()
                 logger.error("skipping a %s record the store refuses: %s", kind, first_line(exc))

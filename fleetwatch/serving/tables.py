@@ -151,9 +151,11 @@ class AlertRow(Base):
     stored_ms: Mapped[int] = mapped_column(BigInteger)
     """When the API first stored the episode."""
     updated_ms: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
-    expected: Mapped[float] = mapped_column(Float)
-    band: Mapped[float] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Float)
+    """None for a rule's episode resolved because the rule went (no reading judged it)."""
+    expected: Mapped[float | None] = mapped_column(Float)
+    """None for a rule's episode: a rule has a condition, not an expected value."""
+    band: Mapped[float | None] = mapped_column(Float)
     score: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(String(512))
     rule_id: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -179,7 +181,7 @@ class AlertEventRow(Base):
     event_ms: Mapped[int] = mapped_column(BigInteger)
     detected_ms: Mapped[int] = mapped_column(BigInteger)
     stored_ms: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Float)
     score: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(String(512))
 

@@ -31,9 +31,9 @@ class AlertPublic(BaseModel):
     detected_ms: int
     stored_ms: int
     updated_ms: int
-    value: float
-    expected: float
-    band: float
+    value: float | None = Field(description="None when a rule's episode ended with the rule.")
+    expected: float | None = Field(description="None for a rule's episode.")
+    band: float | None = Field(description="None for a rule's episode.")
     score: float
     reason: str
     rule_id: str | None = Field(
@@ -58,7 +58,7 @@ class AlertEventPublic(BaseModel):
     event_ms: int
     detected_ms: int
     stored_ms: int
-    value: float
+    value: float | None
     score: float
     reason: str
 

@@ -77,6 +77,9 @@ class Batch:
     """One poll's worth of decoded records, by kind."""
 
     alerts: list[Alert] = field(default_factory=list)
+    early: list[Alert] = field(default_factory=list)
+    """Early opens of rules (``alerts.fast``): :mod:`fleetwatch.serving.store.early` folds
+    them in."""
     states: list[DeviceState] = field(default_factory=list)
     sessions: list[DeviceSession] = field(default_factory=list)
     acks: list[AckRecord] = field(default_factory=list)
@@ -114,6 +117,7 @@ class Batch:
             len(x)
             for x in (
                 self.alerts,
+                self.early,
                 self.states,
                 self.sessions,
                 self.acks,
@@ -131,6 +135,7 @@ class Batch:
         order of kinds (``kind`` is the field's name: ``alerts``, ``states``, …)."""
         kinds = (
             "alerts",
+            "early",
             "gone_states",
             "states",
             "gone_sessions",

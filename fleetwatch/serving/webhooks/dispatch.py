@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import Consumer, Message
+from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.settings import Settings
@@ -23,21 +24,23 @@ logger = logging.getLogger(__name__)
 
 def fan_out(store: Store, alerts: list[Alert]) -> int:
     """Owe each alert event to every subscription it matches; returns deliveries owed."""
-    now = now_ms()
     with store.session() as session, session.begin():
-        subscriptions = hooks.enabled_hooks(session)
-        if not subscriptions or not alerts:
-            return 0
-        tags = hooks.tags_of(session, sorted({a.device_id for a in alerts}))
-        owed = []
-        for alert in alerts:
-            kind, body = alert_payload(alert)
-            for hook in subscriptions:
-                if matches(hook, alert, tags.get(alert.device_id, ())):
-                    owed.append(
-                        hooks.delivery_row(hook.webhook_id, message_id(alert), kind, body, now)
-                    )
-        hooks.enqueue(session, owed)
+        return owe(session, alerts, now_ms())
+
+
+def owe(session: Session, alerts: list[Alert], now: int) -> int:
+    """:func:`fan_out` in the caller's transaction."""
+    subscriptions = hooks.enabled_hooks(session)
+    if not subscriptions or not alerts:
+        return 0
+    tags = hooks.tags_of(session, sorted({a.device_id for a in alerts}))
+    owed = []
+    for alert in alerts:
+        kind, body = alert_payload(alert)
+        for hook in subscriptions:
+            if matches(hook, alert, tags.get(alert.device_id, ())):
+                owed.append(hooks.delivery_row(hook.webhook_id, message_id(alert), kind, body, now))
+    hooks.enqueue(session, owed)
     return len(owed)
 
 

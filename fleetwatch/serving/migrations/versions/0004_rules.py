@@ -1,5 +1,6 @@
 """Operators' rules and every version of each (a deletion is a version); an alert episode's
-``rule_id`` and ``rule_version`` when a rule raised it.
+``rule_id`` and ``rule_version`` when a rule raised it, and no expected value, band or (when the
+rule went) value for such an episode.
 
 Revision ID: 0004
 Revises: 0003
@@ -44,10 +45,18 @@ def upgrade() -> None:
         batch.add_column(sa.Column("rule_id", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("rule_version", sa.BigInteger(), nullable=True))
         batch.create_index(batch.f("ix_alerts_rule_id"), ["rule_id"], unique=False)
+        for column in ("value", "expected", "band"):
+            batch.alter_column(column, existing_type=sa.Float(), nullable=True)
+    with op.batch_alter_table("alert_events") as batch:
+        batch.alter_column("value", existing_type=sa.Float(), nullable=True)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("alert_events") as batch:
+        batch.alter_column("value", existing_type=sa.Float(), nullable=False)
     with op.batch_alter_table("alerts") as batch:
+        for column in ("value", "expected", "band"):
+            batch.alter_column(column, existing_type=sa.Float(), nullable=False)
         batch.drop_index(batch.f("ix_alerts_rule_id"))
         batch.drop_column("rule_version")
         batch.drop_column("rule_id")
