@@ -7,6 +7,7 @@ The API is at ``--api-url`` (or ``FLEETWATCH_API_URL``; default: settings ``api.
 from __future__ import annotations
 
 import ipaddress
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -250,3 +251,58 @@ def delete(
         print_json({"id": rule_id, "deleted": True})
     else:
         console.print(f"deleted {rule_id}", highlight=False)
+
+
+@app.command(name="test")
+def try_rules(
+    file: Annotated[Path, typer.Argument(help="a YAML or JSON file: one rule, or a list")],
+    recording: Annotated[
+        Path, typer.Option("--file", help="a recorded CSV (timestamp, device id, metrics)")
+    ],
+    lateness: Annotated[
+        str | None,
+        typer.Option(help="how late a reading may be (default: score.allowed_lateness)"),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """When the rules would have fired over a recorded file: the scorer's own projection and
+    per-device step, locally, with no stack."""
+    # deliberately lazy: Spark, pandas and the scorer's step load only for this command
+    from fleetwatch.contracts.rules import duration_ms
+    from fleetwatch.filemode.columns import FileModeError
+    from fleetwatch.filemode.rules import judge_file, local_session
+    from fleetwatch.streaming.rules.conditions import RuleError
+
+    rules = read_rules(file)
+    settings = load_settings()
+    try:
+        late_ms = duration_ms(lateness or settings.score.allowed_lateness)
+    except ValueError as exc:
+        fail(f"--lateness: {exc}")
+    spark = local_session()
+    try:
+        result = judge_file(spark, rules, recording, late_ms)
+    except RuleError as exc:
+        fail(f"{exc.field}: {exc.message}")
+    except FileModeError as exc:
+        fail(str(exc))
+    finally:
+        spark.stop()
+    events = [a.model_dump(mode="json") for a in result.alerts]
+    if as_json:
+        print_json({"rows": result.rows, "late": result.late, "events": events})
+        return
+    table = Table("event time", "device", "rule", "status", "value", "severity")
+    for a in result.alerts:
+        value = "" if a.value is None else f"{a.value:g}"
+        at = datetime.fromtimestamp(a.event_ms / 1000, UTC)
+        when = at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+        table.add_row(
+            when, a.device_id, f"{a.rule_id} v{a.rule_version}", a.status, value, a.severity
+        )
+    console.print(table)
+    opened = sum(a.status == "open" for a in result.alerts)
+    console.print(
+        f"{result.rows} rows, {opened} episodes opened, {result.late} readings late",
+        highlight=False,
+    )

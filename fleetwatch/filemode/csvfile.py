@@ -46,7 +46,8 @@ class DetectSummary:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-def _pieces(path: Path, piece_rows: int) -> Iterator[pd.DataFrame]:
+def pieces(path: Path, piece_rows: int) -> Iterator[pd.DataFrame]:
+    """The file as text, ``piece_rows`` rows at a time."""
     try:
         reader = pd.read_csv(
             path, dtype=str, keep_default_na=False, na_filter=False, chunksize=piece_rows
@@ -77,7 +78,7 @@ def detect_csv(
     started = time.perf_counter()
     detector: FileDetector | None = None
     rows = alerts = 0
-    for piece in _pieces(source, piece_rows):
+    for piece in pieces(source, piece_rows):
         if piece.empty:
             continue
         if detector is None:
