@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetwatch.contracts.alerts import ALERT_KINDS, SEVERITIES
+from fleetwatch.contracts.alerts import ALERT_KINDS, RULE_KIND, SEVERITIES
 from fleetwatch.serving.fleet_metrics import COMMAND_STATUSES, DEVICE_STATUSES
 from tests.unit.api_support import Api, make_alert, running_api
 from tests.unit.test_api import feed, state
@@ -42,6 +42,10 @@ def test_devices_alerts_commands_and_outbox_are_counted_from_the_database(api: A
             make_alert("dev-alerting", 1, 1_000, severity="critical"),
             make_alert("dev-alerting", 2, 2_000, metric="humidity"),
             make_alert("dev-ok", 3, 1_000, "resolve", 1, start_ms=500),
+            # an operator's rule: on the Fleet dashboard's open alerts as kind "rule"
+            make_alert("dev-alerting", 4, 3_000, metric="vibration").model_copy(
+                update={"detector": RULE_KIND, "rule_id": "shaky", "rule_version": 2}
+            ),
         ],
     )
     api.post("/devices", json={"device_id": "dev-registered"})  # no state yet: unknown
@@ -69,7 +73,8 @@ def test_devices_alerts_commands_and_outbox_are_counted_from_the_database(api: A
     assert len(open_alerts) == len(SEVERITIES) * len(ALERT_KINDS), "every pair, zeros included"
     assert open_alerts[("critical", "fixed-baseline")] == 1
     assert open_alerts[("warning", "fixed-baseline")] == 1, "the resolved one is not open"
-    assert sum(open_alerts.values()) == 2
+    assert open_alerts[("warning", RULE_KIND)] == 1
+    assert sum(open_alerts.values()) == 3
 
     commands = {
         dict(labels)["status"]: v
