@@ -144,11 +144,11 @@ class DeadLetters:
 
 def write_all(session: Session, batch: Batch, now: int) -> list[AckOutcome]:
     """:func:`~fleetwatch.serving.store.ingest.write`, then the early opens of rules folded in
-    (:mod:`~fleetwatch.serving.store.early`), those that start an episode owed to the webhooks
-    in the same transaction."""
+    (:mod:`~fleetwatch.serving.store.early`): those that start an episode, and the withdrawal of
+    those the scorer did not confirm, owed to the webhooks in the same transaction."""
     outcomes = write(session, batch, now)
-    withdraw_unconfirmed(session, batch.alerts, now)
-    owe(session, fold_early(session, batch.early, now), now)
+    withdrawn = withdraw_unconfirmed(session, batch.alerts, now)
+    owe(session, [*withdrawn, *fold_early(session, batch.early, now)], now)
     return outcomes
 
 

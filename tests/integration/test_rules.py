@@ -6,9 +6,6 @@ record on the topic that is not a rule stops nothing."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,59 +17,11 @@ from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.rules import RuleRecord, encode, rule_key
 from fleetwatch.kafka_config import client_config
 from tests.integration.conftest import Isolated
+from tests.integration.rule_fleet import Fleet, now_ms
 from tests.integration.topic_reads import read
 from tests.polling import wait_until
 
 EDIT_IN_EFFECT_MS = 5_000
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class Fleet:
-    """Two devices sending a reading every 200 ms of wall time, stamped with it (the record's
-    timestamp is the event time), each at the temperature set for it; a device set to None is
-    silent."""
-
-    def __init__(self, producer: Producer, topic: str, devices: list[str]) -> None:
-        self.producer, self.topic = producer, topic
-        self.temperature: dict[str, float | None] = dict.fromkeys(devices, 21.0)
-        self.seq = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.seq += 1
-            at = now_ms()
-            for device, temperature in list(self.temperature.items()):
-                if temperature is None:
-                    continue
-                value = {
-                    "v": 1,
-                    "device_id": device,
-                    "seq": self.seq,
-                    "event_ms": at,
-                    "device_event_ms": at,
-                    "device_sent_ms": at,
-                    "received_ms": at,
-                    "clock_offset_ms": 0,
-                    "metrics": {"temperature": temperature, "rpm": 1000.0},
-                }
-                self.producer.produce(
-                    self.topic, json.dumps(value).encode(), key=device.encode(), timestamp=at
-                )
-            self.producer.flush(10)
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> Fleet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def publish(producer: Producer, topic: str, rule: dict[str, Any], version: int) -> int:

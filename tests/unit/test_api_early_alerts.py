@@ -118,6 +118,10 @@ def test_an_early_open_the_scorer_does_not_confirm_is_withdrawn() -> None:
     confirmed = rule_event(1_200)
     write(store, Batch(alerts=[confirmed]))
     assert episodes(store) == [(orphan.alert_id, "withdrawn"), (confirmed.alert_id, "open")]
+    # the subscriber that got the orphan's open gets its withdrawal
+    assert f"{orphan.alert_id}.1" in deliveries(store)
+    with store.session() as session:
+        assert f"{orphan.alert_id}.1" in session.scalars(select(AlertEventRow.event_id)).all()
 
 
 def test_model_alerts_and_other_rules_are_untouched() -> None:

@@ -7,18 +7,18 @@ and delivered to the webhooks — only when its id is not stored yet and no epis
 on the device is open or ended at or after its reading: the first of an episode arrives before
 the scorer's own open, which then finds its event there already (same ``event_id``); the later
 ones are dropped. An early open the scorer never confirms (it judged that reading late, or a
-repeat) is withdrawn when the scorer opens the rule's episode on the device under another id.
+repeat, or a reading from before the real-time query started) is withdrawn when the scorer
+opens the rule's episode on the device under another id, and the withdrawal delivered too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fleetwatch.contracts.alerts import Alert
+from fleetwatch.contracts.alerts import Alert, event_id
 from fleetwatch.serving.store.ingest import write_alerts
 from fleetwatch.serving.tables import AlertRow
 
@@ -36,27 +36,51 @@ def fold_early(session: Session, early: Iterable[Alert], now: int) -> list[Alert
     return kept
 
 
-def withdraw_unconfirmed(session: Session, alerts: Iterable[Alert], now: int) -> None:
+def withdraw_unconfirmed(session: Session, alerts: Iterable[Alert], now: int) -> list[Alert]:
     """The scorer's opens of rule episodes withdraw any other open episode of the same rule on
     the same device: the scorer holds one per rule and device, so another is an early open it
-    did not confirm."""
+    did not confirm (the real-time query started after the reading the scorer opened on).
+    Returns the ``withdraw`` events, stored like any (for the webhooks)."""
+    withdrawn: list[Alert] = []
     for alert in alerts:
         if alert.rule_id is None or alert.status != "open":
             continue
-        others = and_(
+        others = select(AlertRow).where(
             AlertRow.device_id == alert.device_id,
             AlertRow.rule_id == alert.rule_id,
             AlertRow.state == "open",
             AlertRow.alert_id != alert.alert_id,
-            AlertRow.start_ms <= alert.event_ms,
         )
-        changes: dict[str, Any] = {
-            "status": "withdraw",
-            "state": "withdrawn",
-            "end_ms": alert.event_ms,
-            "updated_ms": now,
-        }
-        session.execute(update(AlertRow).where(others).values(**changes))
+        for row in session.scalars(others).all():
+            revision = row.revision + 1
+            withdrawn.append(
+                Alert(
+                    alert_id=row.alert_id,
+                    device_id=row.device_id,
+                    metric=row.metric,
+                    status="withdraw",
+                    detector=row.detector,
+                    params_version=row.params_version,
+                    seq=alert.seq,
+                    event_ms=alert.event_ms,
+                    received_ms=alert.received_ms,
+                    detected_ms=alert.detected_ms,
+                    value=row.value,
+                    expected=None,
+                    band=None,
+                    score=row.score,
+                    reason=f"rule {alert.rule_id}: the scorer opened it as {alert.alert_id}",
+                    severity=row.severity,
+                    start_ms=row.start_ms,
+                    end_ms=alert.event_ms,
+                    revision=revision,
+                    event_id=event_id(row.alert_id, revision),
+                    rule_id=row.rule_id,
+                    rule_version=row.rule_version,
+                )
+            )
+    write_alerts(session, withdrawn, now)
+    return withdrawn
 
 
 def _covered(session: Session, alert: Alert) -> bool:

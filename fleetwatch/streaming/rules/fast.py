@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from fleetwatch.contracts import clock
 from fleetwatch.contracts.alerts import RULE_KIND
+from fleetwatch.contracts.rules import duration_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.kafka_config import spark_options
 from fleetwatch.kafka_topic import end_offsets
@@ -118,7 +120,12 @@ def start_fast(
             needed,
         )
         return None
-    raw = kafka_stream(spark, settings, settings.topics.telemetry_raw, starting="latest")
+    # a first start reads from as far back as the stateful query's watermark lets a reading be
+    # (its episodes' first readings are then read by both); a restart, from the checkpoint
+    back_ms = duration_ms(settings.score.allowed_lateness)
+    raw = kafka_stream(
+        spark, settings, settings.topics.telemetry_raw, from_timestamp_ms=clock.now_ms() - back_ms
+    )
     values = rule_values(raw_readings(raw, metrics_of(stateless)), stateless)
     checkpoint = versioned(settings.checkpoint_root, "rules-fast", PLAN_VERSION)
     writer: Any = (  # pyspark's overloads of trigger() do not list realTime yet
