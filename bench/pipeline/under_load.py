@@ -157,9 +157,17 @@ def probe_prefix(tag: str) -> str:
 
 class Watch(threading.Thread):
     """First arrival on a topic of each (device, seq) of the probe devices (records keyed by
-    a device id starting with ``prefix``; others are not parsed)."""
+    a device id starting with ``prefix``; others are not parsed); with ``rule_id``, of that
+    operator rule's alerts only."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str, prefix: str, only_open: bool) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        prefix: str,
+        only_open: bool,
+        rule_id: str | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(
             client_config(
@@ -172,7 +180,7 @@ class Watch(threading.Thread):
             )
         )
         self.consumer.subscribe([topic])
-        self.prefix, self.only_open = prefix.encode(), only_open
+        self.prefix, self.only_open, self.rule_id = prefix.encode(), only_open, rule_id
         self.arrived: dict[tuple[str, int], int] = {}  # (device, seq) -> arrival ms
         self.stop = threading.Event()
 
@@ -184,6 +192,8 @@ class Watch(threading.Thread):
                 arrived = now_ms()
                 value = json.loads(msg.value() or b"{}")
                 if self.only_open and value.get("status") != "open":
+                    continue
+                if self.rule_id is not None and value.get("rule_id") != self.rule_id:
                     continue
                 self.arrived.setdefault((value["device_id"], value["seq"]), arrived)
         self.consumer.close()
