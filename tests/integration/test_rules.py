@@ -1,33 +1,42 @@
-"""Operators' rules on the real stack: the scorer follows the ``rules`` topic and judges each
-rule beside its models — a hard limit on every reading, an average over sliding windows, a
-device gone silent — with the alert lifecycle, ids and topic of model alerts; an edit is in
-effect for new readings within 5 s without a restart; a deleted rule's episodes resolve; a
-record on the topic that is not a rule stops nothing."""
+"""Operators' rules from end to end on the real stack: written through the API (checked by
+Spark), followed by the scorer and judged beside its models — a hard limit on every reading, an
+average over sliding windows, a device gone silent — with the alert lifecycle, ids and topic of
+model alerts; an edit in effect for new readings within 5 s without a restart, with early opens
+from the real-time query; alerts on a subscriber's webhook (one episode, once), in
+``GET /alerts?rule_id=`` and on the Fleet dashboard's open alerts; a deleted rule's episodes
+resolve; a record on the rules topic that is not a rule stops nothing. (The CLI's ``rules
+apply | delete`` is shown in test_api_rules, ``rules test`` in tests/spark/test_rules_file.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.contracts.alerts import Alert
-from fleetwatch.contracts.rules import RuleRecord, encode, rule_key
 from fleetwatch.kafka_config import client_config
-from tests.integration.conftest import Isolated
+from tests.integration.api_stack import ApiProcess, admin_key, start_api
+from tests.integration.conftest import Isolated, free_port
 from tests.integration.rule_fleet import Fleet, now_ms
+from tests.integration.test_api_webhooks import Receiver
 from tests.integration.topic_reads import read
 from tests.polling import wait_until
 
 EDIT_IN_EFFECT_MS = 5_000
 
 
-def publish(producer: Producer, topic: str, rule: dict[str, Any], version: int) -> int:
-    record = RuleRecord(**rule, version=version, updated_ms=now_ms())
-    producer.produce(topic, encode(record), key=rule_key(record.id).encode())
-    producer.flush(10)
+def put(api: ApiProcess, rule: dict[str, Any]) -> int:
+    """PUT the rule; the time the API answered (it has published the record then)."""
+    response = httpx.put(
+        f"{api.base}/rules/{rule['id']}", json=rule, headers={"X-API-Key": api.key}, timeout=180
+    )
+    assert response.status_code in (200, 201), response.text
     return now_ms()
 
 
@@ -41,6 +50,14 @@ def fleet(isolated: Isolated) -> Iterator[tuple[Fleet, Producer, list[str]]]:
     devices = [f"r{isolated.tag}-{i}" for i in range(2)]
     with Fleet(producer, isolated.topics.telemetry_raw, devices) as running:
         yield running, producer, devices
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(free_port())
+    r.start()
+    yield r
+    r.stop()
 
 
 HOT = {"id": "hot", "name": "too hot", "severity": "critical", "when": "temperature > 80"}
@@ -58,14 +75,11 @@ SILENT = {
 }
 
 
-def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
-    isolated: Isolated, fleet: tuple[Fleet, Producer, list[str]]
+def test_rules_through_the_api_alert_edit_in_seconds_and_resolve_on_delete(
+    isolated: Isolated, fleet: tuple[Fleet, Producer, list[str]], receiver: Receiver
 ) -> None:
     running, producer, (hot, quiet) = fleet
-    rules_topic = isolated.topics.rules
-    producer.produce(rules_topic, b"{not a rule", key=b"rule:broken")
-    for rule in (HOT, WARM, SILENT):
-        publish(producer, rules_topic, rule, 1)
+    producer.produce(isolated.topics.rules, b"{not a rule", key=b"rule:broken")
     env = {
         **isolated.env,
         "FLEETWATCH_SCORE__ALLOWED_LATENESS": "2 seconds",
@@ -74,6 +88,17 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
         "FLEETWATCH_SPARK__MASTER": f"local[{isolated.settings.kafka.partitions + 4}]",
     }
     isolated.start("score", "score", env=env)
+    api = start_api(
+        isolated,
+        admin_key(Path(isolated.env["FLEETWATCH_RUN_DIR"])),
+        env={"FLEETWATCH_API__WEBHOOKS__ALLOW_PRIVATE": "true"},
+    )
+    hook = api.post(
+        "/webhooks", json={"url": f"http://127.0.0.1:{receiver.port}/h", "devices": [hot]}
+    )
+    assert hook.status_code == 201, hook.text
+    for rule in (HOT, WARM, SILENT):
+        put(api, rule)  # the first waits for the API's checker to start
 
     def of(rule: str, device: str, status: str, version: int | None = None) -> list[Alert]:
         return [
@@ -105,13 +130,13 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
     assert opened.severity == "warning"
     assert opened.metric == "temperature"
 
-    edited_at = publish(producer, rules_topic, {**HOT, "when": "temperature > 60"}, 2)
+    edited_at = put(api, {**HOT, "when": "temperature > 60"})
     wait_until(lambda: of("hot", hot, "open", 2), 60, "the edited hard limit to fire")
     first = of("hot", hot, "open", 2)[0]
     assert first.severity == "critical"
     assert first.value == 70.0
     delay = first.event_ms - edited_at
-    assert delay <= EDIT_IN_EFFECT_MS, f"the edit took effect {delay} ms after it was published"
+    assert delay <= EDIT_IN_EFFECT_MS, f"the edit took effect {delay} ms after the API took it"
 
     early = [
         Alert.model_validate_json(r.value) for r in read(isolated, isolated.topics.alerts_fast)
@@ -122,12 +147,26 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
     assert first.alert_id in {a.alert_id for a in fast}, "the early open names the episode"
     assert all(a.value == 70.0 and a.status == "open" for a in fast)
 
+    def delivered() -> set[tuple[str, str]]:
+        bodies = [json.loads(b) for _, b in receiver.received]
+        return {(b["type"], b["data"]["alert_id"]) for b in bodies if b["data"].get("rule_id")}
+
+    wait_until(lambda: ("alert.open", first.alert_id) in delivered(), 60, "the open's webhook")
+    listed = api.get("/alerts", params={"rule_id": "hot"}).json()["data"]
+    assert first.alert_id in {a["alert_id"] for a in listed if a["state"] == "open"}
+    open_rule_alerts = sum(
+        s.value
+        for family in text_string_to_metric_families(api.get("/metrics").text)
+        for s in family.samples
+        if s.name == "fleetwatch_api_open_alerts" and s.labels.get("kind") == "rule"
+    )
+    assert open_rule_alerts >= 2, "the Fleet dashboard's open alerts of kind rule"
+
     running.temperature[hot] = 21.0
     wait_until(lambda: of("hot", hot, "resolve"), 60, "the hard limit to resolve on 21 °C")
     wait_until(lambda: of("warm", hot, "resolve"), 60, "the windowed rule to resolve")
 
-    producer.produce(rules_topic, None, key=rule_key("silent").encode())
-    producer.flush(10)
+    assert httpx.delete(f"{api.base}/rules/silent", headers={"X-API-Key": api.key}).is_success
     wait_until(lambda: of("silent", quiet, "resolve"), 60, "the deleted rule's episode to resolve")
     resolved = of("silent", quiet, "resolve")[0]
     assert "deleted" in resolved.reason
@@ -135,4 +174,13 @@ def test_rules_alert_edit_in_seconds_and_resolve_on_delete(
 
     ids = [a.event_id for a in alerts(isolated)]
     assert len(ids) == len(set(ids)), "every event once"
+    wait_until(
+        lambda: ("alert.resolve", first.alert_id) in delivered(), 60, "the resolve's webhook"
+    )
+    opened_ids = {a for kind, a in delivered() if kind == "alert.open"}
+    withdrawn = {a for kind, a in delivered() if kind == "alert.withdraw"}
+    # warm and hot v2 on the subscribed device: one episode each, net of early opens withdrawn
+    assert len(opened_ids - withdrawn) == 2, delivered()
+    hooks = [h["webhook-id"] for h, _ in receiver.received]
+    assert len(hooks) == len(set(hooks)), "every event delivered once"
     assert isolated.procs["score"].poll() is None, "the scorer runs on"
