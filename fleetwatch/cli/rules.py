@@ -270,8 +270,8 @@ def try_rules(
     # deliberately lazy: Spark, pandas and the scorer's step load only for this command
     from fleetwatch.contracts.rules import duration_ms
     from fleetwatch.filemode.columns import FileModeError
-    from fleetwatch.filemode.rules import judge_file, local_session
-    from fleetwatch.streaming.rules.conditions import RuleError
+    from fleetwatch.filemode.rules import judge_file
+    from fleetwatch.streaming.rules.conditions import RuleError, local_rules_session
 
     rules = read_rules(file)
     settings = load_settings()
@@ -279,7 +279,7 @@ def try_rules(
         late_ms = duration_ms(lateness or settings.score.allowed_lateness)
     except ValueError as exc:
         fail(f"--lateness: {exc}")
-    spark = local_session()
+    spark = local_rules_session("fleetwatch-rules-test")
     try:
         result = judge_file(spark, rules, recording, late_ms)
     except RuleError as exc:

@@ -31,7 +31,7 @@ from fleetwatch.filemode.columns import (
 )
 from fleetwatch.filemode.csvfile import pieces
 from fleetwatch.streaming.rules.compiled import CompiledRule
-from fleetwatch.streaming.rules.conditions import READING_FIELDS, compile_rule, rules_session
+from fleetwatch.streaming.rules.conditions import READING_FIELDS, compile_rule
 from fleetwatch.streaming.rules.processor import readings_of
 from fleetwatch.streaming.rules.projection import metrics_of, rule_values
 from fleetwatch.streaming.rules.step import BucketRules, Reading, judge, new_bucket
@@ -42,23 +42,6 @@ if TYPE_CHECKING:
 FILE_DEVICE = "file"
 """The device of a file without a device column."""
 NEVER_EXPIRE_MS = 2**62
-
-
-def local_session() -> SparkSession:
-    """A local Spark session for one command, with the rules' SQL confs."""
-    # lazy: pyspark is imported only where Spark runs
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("fleetwatch-rules-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return rules_session(spark)
 
 
 @dataclass

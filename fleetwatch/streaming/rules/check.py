@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from fleetwatch.contracts.rules import RuleSpec
-from fleetwatch.streaming.rules.conditions import RuleError, check, rules_session
+from fleetwatch.streaming.rules.conditions import RuleError, check, local_rules_session
 
 
 def answer(spark: Any, line: str) -> dict[str, Any]:
@@ -42,20 +42,9 @@ def serve(spark: Any, lines: TextIO, out: TextIO) -> None:
 
 
 def main() -> None:
-    # lazy: pyspark is imported only where Spark runs
-    from pyspark.sql import SparkSession
-
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("fleetwatch-rule-check")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.ansi.enabled", "false")
-        .config("spark.driver.memory", "512m")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    serve(rules_session(spark), sys.stdin, sys.stdout)
+    spark = local_rules_session("fleetwatch-rule-check")
+    serve(spark, sys.stdin, sys.stdout)
     spark.stop()
 
 

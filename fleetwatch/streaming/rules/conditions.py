@@ -78,6 +78,25 @@ class _Node:
         return str(self.attrs["nameParts"]).strip("[]")
 
 
+def local_rules_session(app_name: str) -> SparkSession:
+    """A small local Spark session of one process (the checker, ``rules test``), as
+    :func:`rules_session` sets it up."""
+    # lazy: pyspark is imported only where Spark runs
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.memory", "512m")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return rules_session(spark)
+
+
 def rules_session(spark: SparkSession) -> SparkSession:
     """A session of ``spark`` (its context, its own SQL confs) with ANSI mode off, and names
     case-sensitive, as a reading's metrics are (``Temp`` and ``temp`` are two metrics)."""
