@@ -109,7 +109,8 @@ GRACE_S = 10.0
 """After the latency phase, how long its last spikes' alerts are waited for."""
 EDIT_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 300.0
-"""A fresh scorer's first micro-batches and its rules' queries (Spark compiles each rule)."""
+"""A fresh scorer's first micro-batches and its rules' queries (Spark compiles each rule);
+twice this at scale."""
 KEEP_UP_SHARE = 0.95
 MAX_LAG_S = 10.0
 CATCH_UP_TIMEOUT_S = 120.0
@@ -191,11 +192,16 @@ def scorer_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
 
 
 def start_scorer(
-    settings: Settings, env: dict[str, str], run_dir: Path, fast: bool
+    settings: Settings,
+    env: dict[str, str],
+    run_dir: Path,
+    procs: list[subprocess.Popen[bytes]],
+    timeout_s: float = START_TIMEOUT_S,
 ) -> subprocess.Popen[bytes]:
-    """A fresh scorer, once its model query, its rules query and (``fast``) its real-time
-    query run."""
+    """A fresh scorer (added to ``procs`` at once, for the caller to stop whatever happens),
+    once its model query, its rules query and its real-time query run."""
     scorer = stage(scorer_env(settings, env), run_dir, "score", "score")
+    procs.append(scorer)
     log = run_dir / "score.log"
     checkpoints = run_dir / "checkpoints"
 
@@ -203,15 +209,15 @@ def start_scorer(
         if scorer.poll() is not None:
             raise SystemExit(f"bench: the scorer exited ({scorer.returncode}); see {log}")
         text = log.read_bytes() if log.exists() else b""
-        if fast and NO_FAST_PATH in text:
+        if NO_FAST_PATH in text:
             raise SystemExit(f"bench: the scorer runs no fast path for rules; see {log}")
         return (
             (versioned(checkpoints, "score", SCORE_PLAN) / "commits" / "0").exists()
             and (versioned(checkpoints, "rules", RULES_PLAN) / "commits" / "0").exists()
-            and (not fast or FAST_STARTED in text)
+            and FAST_STARTED in text
         )
 
-    wait(running, START_TIMEOUT_S, "the scorer's queries to run")
+    wait(running, timeout_s, "the scorer's queries to run")
     return scorer
 
 
@@ -278,9 +284,10 @@ def alerts_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     probes: Probes | None = None
     out: dict[str, Any] = {}
     try:
-        procs.append(start_scorer(settings, env, run_dir, fast=True))
+        scorer = start_scorer(settings, env, run_dir, procs)
         brokers = {c.name: c.pid for c in Stack(settings).status() if c.pid}
-        shares = CpuShares({"gateway": procs[0].pid, "scorer": procs[1].pid, **brokers}, ["scorer"])
+        stages = {"gateway": procs[0].pid, "scorer": scorer.pid, **brokers}
+        shares = CpuShares(stages, ["scorer"])
         for w in watches:
             w.start()
         probes = Probes(settings, f"b{tag}/devices", tag)
@@ -448,8 +455,7 @@ def scale_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(settings, topics.telemetry_raw, checkpoints)
     out: dict[str, Any] = {"via": args.scale_via, "rules": len(records)}
     try:
-        scorer = start_scorer(settings, env, run_dir, fast=True)
-        procs.append(scorer)
+        scorer = start_scorer(settings, env, run_dir, procs, 2 * START_TIMEOUT_S)
         shares = CpuShares({"scorer": scorer.pid}, ["scorer"])
         progress.start()
         shares.start()
@@ -576,7 +582,10 @@ def main() -> None:
             alerts.append(alerts_run(settings, args))
             print(f"alerts and edit: {json.dumps(alerts[-1])}", flush=True)
         if not args.skip_scale:
-            scale.append(scale_run(settings, args))
+            try:
+                scale.append(scale_run(settings, args))
+            except SystemExit as exc:  # a scorer that did not start: the other runs go on
+                scale.append({"error": str(exc)})
             print(f"scale: {json.dumps(scale[-1])}", flush=True)
     figures = headline(alerts, scale, args)
     for name, value in figures.items():
