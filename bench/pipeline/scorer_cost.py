@@ -1,0 +1,209 @@
+"""What the scorer alone costs, idle and at a steady rate: a ``fleetwatch score`` process fed
+straight into Kafka (no MQTT, no gateway), its CPU split into driver, JVM (JIT and GC threads
+apart) and Python workers, for A/B comparisons of its settings on a shared machine.
+
+A run: a fresh scorer with the environment's settings plus a variant's overrides
+(``--variant NAME=K=V;K=V``, e.g. ``FLEETWATCH_SCORE__TRIGGER_INTERVAL=0 seconds``) on its own
+topics; :class:`~bench.pipeline.score_anatomy.Load` at 1,000 readings/s for ``--warmup`` s
+(as ``under_load.py``'s warm-up), then one phase per ``--rates`` entry of ``--seconds`` each
+(``0`` is an idle phase: the probes only). Each phase gives the scorer's cores and CPU µs per
+reading, the probe spikes' latency (produce → ``open`` alert), the batches and their p50, and
+the 1-minute load average at its start and end, and the CPU per batch (``cpu_ms_per_batch``:
+a batch's fixed cost dominates at low rates). Several ``--variant`` run interleaved (ABAB…),
+``--repeat`` rounds: on a shared machine compare CPU per reading and per batch, not latency.
+
+``--jfr DIR`` records a JFR profile (``jcmd JFR.start``) of the JVM and ``--py-spy DIR`` a
+py-spy profile of each Python worker, during each phase (``pip install py-spy`` into the
+virtualenv first: it is not among the project's dependencies).
+Read a recording with ``jfr print --json --stack-depth 200 --events jdk.ExecutionSample`` (by
+thread: the stream execution thread plans each batch, ``stateConnectionListenerThread`` serves
+the Python workers' state calls) and ``jfr summary`` / ``jdk.CompilerStatistics`` for the JIT.
+
+    python bench/pipeline/scorer_cost.py [--rates 1000,0] [--seconds 60] [--warmup 15]
+        [--variant NAME=K=V[;K=V...]]... [--repeat N] [--jfr DIR] [--py-spy DIR]
+
+Last line: one JSON object, per variant the list of its runs' phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
+
+from bench.common import (
+    CpuShares,
+    comm,
+    isolated_env,
+    load_avg_1m,
+    percentile,
+    stage,
+    tree,
+    wait,
+    write_results,
+)
+from bench.pipeline.latency_anatomy import Batch, batches
+from bench.pipeline.score_anatomy import Alerts, Load
+from fleetwatch.contracts.clock import now_ms
+from fleetwatch.contracts.settings import Settings
+from fleetwatch.stack.topics import delete_topics
+from fleetwatch.streaming.checkpoints import versioned
+from fleetwatch.streaming.scorer.job import PLAN_VERSION
+
+PY_SPY = Path(sys.executable).with_name("py-spy")
+"""py-spy in the interpreter's environment (``pip install py-spy``), for ``--py-spy``."""
+
+
+def profile(pid: int, seconds: int, jfr: Path | None, spy: Path | None, tag: str) -> list[Any]:
+    """Start a JFR recording of the scorer's JVM and py-spy on each Python worker for
+    ``seconds``; the py-spy processes are returned to be waited on."""
+    procs: list[Any] = []
+    for p in tree(pid):
+        name = comm(p)
+        if name == "java" and jfr is not None:
+            jfr.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["jcmd", str(p), "JFR.start", "name=cost", "settings=profile",
+                 f"duration={seconds}s", f"filename={jfr / f'{tag}.jfr'}"],
+                check=False, capture_output=True,
+            )  # fmt: skip
+        elif p != pid and name.startswith("python") and spy is not None and PY_SPY.exists():
+            spy.mkdir(parents=True, exist_ok=True)
+            procs.append(
+                subprocess.Popen(
+                    [str(PY_SPY), "record", "-p", str(p), "-d", str(seconds), "-r", "50",
+                     "-f", "raw", "-o", str(spy / f"{tag}-{p}.txt"), "--nonblocking"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+    return procs
+
+
+def parts_p50(phase: list[Batch]) -> dict[str, float | None]:
+    """The p50 of each part of the phase's batches (``durationMs``, and the state operator's
+    commit)."""
+    parts: dict[str, list[float]] = {}
+    for b in phase:
+        for k, v in (b.report.get("durationMs") or {}).items():
+            parts.setdefault(k, []).append(float(v))
+        for op in b.report.get("stateOperators") or []:
+            parts.setdefault("stateCommit", []).append(float(op.get("commitTimeMs", 0)))
+    return {k: percentile(v, 50) for k, v in parts.items()}
+
+
+def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-cost-"))
+    topics, env = isolated_env(settings, tag, run_dir)
+    progress = run_dir / "progress.jsonl"
+    env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
+    env.update(env_over)
+    kafka = settings.kafka
+    load, alerts = Load(kafka, topics.telemetry_raw), Alerts(kafka, topics.alerts)
+    scorer = stage(env, run_dir, "score", "score")
+    out: dict[str, Any] = {"variant": name, "env": env_over, "phases": {}}
+    try:
+        checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
+        started = time.monotonic()
+        wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
+        out["first_batch_s"] = round(time.monotonic() - started, 1)
+        load.start()
+        alerts.start()
+        load.rate = 1000.0
+        time.sleep(args.warmup)
+        for rate in (float(r) for r in args.rates.split(",")):
+            load.rate = rate
+            shares = CpuShares({"scorer": scorer.pid}, ["scorer"])
+            shares.start()
+            label = f"{int(rate)}"
+            what = f"{name}-{tag}-{label}"
+            spies = profile(scorer.pid, args.seconds, args.jfr, args.py_spy, what)
+            lo, load1 = now_ms(), load_avg_1m()
+            time.sleep(args.seconds)
+            hi, cores, cpu = now_ms(), shares.cores(), shares.seconds()
+            load2 = load_avg_1m()
+            for s in spies:
+                s.wait(30)
+            time.sleep(3)  # the phase's last alerts arrive
+            sent = {k: t for k, t in list(load.sent.items()) if lo <= t <= hi - 2000}
+            lat = [float(alerts.opened[k] - t) for k, t in sent.items() if k in alerts.opened]
+            phase = [b for b in batches(progress) if lo <= b.start_ms <= hi]
+            readings = rate * args.seconds + 20 * args.seconds  # the load and the probes
+            total = sum(v for k, v in cpu.items() if k.startswith("scorer") and "_jvm_" not in k)
+            out["phases"][label] = {
+                "cores": cores,
+                "scorer_cores": round(total / (args.seconds), 3),
+                "us_per_reading": round(total * 1e6 / readings, 1),
+                "jvm_us": round(cpu.get("scorer_jvm", 0) * 1e6 / readings, 1),
+                "workers_us": round(cpu.get("scorer_workers", 0) * 1e6 / readings, 1),
+                "p50_ms": percentile(lat, 50),
+                "p99_ms": percentile(lat, 99),
+                "spikes": len(sent),
+                "missed": len(sent) - len(lat),
+                "batches": len(phase),
+                "cpu_ms_per_batch": round(total * 1e3 / max(1, len(phase)), 1),
+                "empty_batches": sum(1 for b in phase if b.rows == 0),
+                "batch_p50_ms": percentile([float(b.duration_ms) for b in phase], 50),
+                "parts_p50_ms": parts_p50(phase),
+                "load": [load1, load2],
+            }
+            print(f"{name} {label}/s: {out['phases'][label]}", flush=True)
+    finally:
+        load.stop.set()
+        alerts.stop.set()
+        if scorer.poll() is None:
+            scorer.send_signal(signal.SIGTERM)
+            scorer.wait(120)
+        delete_topics(kafka, topics.model_dump().values())
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1000,0", help="readings/s per phase (0: idle)")
+    parser.add_argument("--seconds", type=int, default=60, help="length of each phase")
+    parser.add_argument("--warmup", type=int, default=15, help="seconds at 1,000/s first")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME=K=V;K=V... (repeatable; none: the settings as they are, 'base')",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the variants, ABAB")
+    parser.add_argument("--jfr", type=Path, default=None, help="JFR recordings here")
+    parser.add_argument("--py-spy", type=Path, default=None, help="py-spy profiles here")
+    args = parser.parse_args()
+    if args.py_spy is not None and not PY_SPY.exists():
+        parser.error(f"--py-spy needs {PY_SPY}: pip install py-spy")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the scorer and topics go too
+    variants: list[tuple[str, dict[str, str]]] = []
+    for v in args.variant or ["base="]:
+        name, _, rest = v.partition("=")
+        variants.append((name, dict(kv.split("=", 1) for kv in rest.split(";") if kv)))
+    settings = Settings()
+    results: dict[str, list[Any]] = {name: [] for name, _ in variants}
+    for i in range(args.repeat):
+        for name, env_over in variants:
+            print(f"round {i + 1}, {name} (load {load_avg_1m()})", flush=True)
+            results[name].append(one_run(settings, name, env_over, args))
+    for name, runs in results.items():
+        for label in runs[0]["phases"]:
+            row = [(r["phases"][label]["us_per_reading"], r["phases"][label]["load"]) for r in runs]
+            print(f"{name} {label}/s µs per reading (load): {row}")
+    print(json.dumps(results))
+    write_results(__file__, {"rates": args.rates, "results": results})
+
+
+if __name__ == "__main__":
+    main()
