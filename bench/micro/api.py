@@ -137,6 +137,9 @@ class NullPublisher:
     def lift_quarantine(self, device_id: str, lifted_ms: int) -> None:
         pass
 
+    def publish_rule(self, rule_id: str, value: bytes | None) -> None:
+        raise NotImplementedError("the API bench writes no rules")
+
     def close(self) -> None:
         pass
 

@@ -26,7 +26,7 @@ def rule_event(event_ms: int, status: str = "open", start_ms: int | None = None)
         alert_id=ident,
         device_id=DEVICE,
         metric="temperature",
-        status=status,  # type: ignore[arg-type]
+        status=status,
         detector="rule",
         params_version=0,
         seq=event_ms // 1000,
