@@ -57,12 +57,9 @@ def early_alerts(values: DataFrame, rules: list[CompiledRule]) -> DataFrame:
     )
 
     def per_rule(pick: str) -> Column:
-        branches = F.lit(None).cast("string")
-        for rule in rules:
-            branches = F.when(F.col("r.id") == rule.id, F.lit(str(getattr(rule, pick)))).otherwise(
-                branches
-            )
-        return branches
+        """The firing rule's ``pick`` (a map literal looked up by id: flat however many)."""
+        pairs = [F.lit(x) for rule in rules for x in (rule.id, str(getattr(rule, pick)))]
+        return F.element_at(F.create_map(*pairs), F.col("r.id"))
 
     metric = per_rule("metric")
     start = F.col("event_ms")
