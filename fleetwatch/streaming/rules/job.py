@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetwatch.contracts import clock
 from fleetwatch.contracts.rules import RuleRecord, duration_ms
@@ -35,6 +35,7 @@ from fleetwatch.kafka_config import spark_options
 from fleetwatch.streaming import buckets
 from fleetwatch.streaming.checkpoints import versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
+from fleetwatch.streaming.progress_metrics import following
 from fleetwatch.streaming.query_loop import stop_after_batch
 from fleetwatch.streaming.rules.compiled import CompiledRule
 from fleetwatch.streaming.rules.conditions import RuleError, compile_rule, rules_session
@@ -118,8 +119,12 @@ class RulesRunner:
     """Follows the ``rules`` topic and keeps the rules query running on the current rules, in a
     thread of the scorer's process (:meth:`start`, :meth:`stop`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, progress: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        """``progress``: handed each progress report of the rules query (its metrics)."""
         self.settings = settings
+        self.progress = progress
         self.query: StreamingQuery | None = None
         self.fast: StreamingQuery | None = None
         """The real-time query of the rules without a window
@@ -156,36 +161,49 @@ class RulesRunner:
         follower = self._follower()
         if follower is None:
             return
+        if self.progress is None:
+            self._follow(spark, follower)
+            return
+        with following(spark, QUERY_NAME, self.progress):
+            self._follow(spark, follower)
+
+    def _follow(self, spark: SparkSession, follower: RuleFollower) -> None:
         failed_at: float | None = None
         try:
             while not self._stop.is_set():
-                if follower.poll(0.5):
-                    while follower.poll(SETTLE_S):
-                        pass
-                    self._restart(spark, follower.rules.values())
-                    failed_at = None
+                changed = follower.poll(0.5)
+                while changed and follower.poll(SETTLE_S):
+                    pass
                 query = self.query
-                if query is not None and not query.isActive:
-                    if failed_at is None:
-                        logger.error("the rules query failed: %s", query.exception())
-                        failed_at = time.monotonic()
-                    elif time.monotonic() - failed_at >= RETRY_S:
-                        self._restart(spark, follower.rules.values())
-                        failed_at = None
+                if failed_at is None and query is not None and not query.isActive:
+                    logger.error("the rules query failed: %s", query.exception())
+                    failed_at = time.monotonic()
+                retry = failed_at is not None and time.monotonic() - failed_at >= RETRY_S
+                if changed or retry:
+                    started = self._restart(spark, follower.rules.values())
+                    failed_at = None if started else time.monotonic()
         finally:
             self._halt()
             follower.close()
 
-    def _restart(self, spark: SparkSession, records: Iterable[RuleRecord]) -> None:
+    def _restart(self, spark: SparkSession, records: Iterable[RuleRecord]) -> bool:
+        """The queries on ``records``; False (logged) when they could not start, to be tried
+        again after :data:`RETRY_S`."""
         rules = compiled(spark, records)
         self._halt()
         self.applied = {r.id: r.version for r in rules}
-        if rules:
+        if not rules:
+            logger.info("no rules to judge")
+            return True
+        try:
             self.query = start(spark, self.settings, rules)
             if self.settings.score.rules_fast_path:
                 self.fast = start_fast(spark, self.settings, rules)
-        else:
-            logger.info("no rules to judge")
+        except Exception:  # the scoring query goes on; the rules are tried again
+            logger.exception("the rules query could not start; trying again in %.0f s", RETRY_S)
+            self._halt()
+            return False
+        return True
 
     def _halt(self) -> None:
         query, self.query = self.query, None
