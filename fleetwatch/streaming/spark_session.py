@@ -32,6 +32,10 @@ def kafka_connector_jars(settings: Settings) -> list[str]:
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
+UDF_INLINE_BYTES = 256 * 1024 * 1024
+"""Python functions up to this size are sent with each task, not as a broadcast."""
+
+
 def session_conf(settings: Settings) -> dict[str, str]:
     """The Spark confs every fleetwatch session gets (besides the master and the jars)."""
     conf = {
@@ -44,6 +48,10 @@ def session_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # a Python function pickled larger than this goes as a broadcast, which pyspark 4.2's
+        # streaming runner of transformWithStateInPandas does not load (BROADCAST_VARIABLE_NOT_
+        # LOADED): the rules' processor carries its rules, 1.5 MB for 1,000 rules of 100 devices
+        "spark.broadcast.UDFCompressionThreshold": str(UDF_INLINE_BYTES),
     }
     if settings.spark.checkpoint_file_manager:
         # see SparkSettings.checkpoint_file_manager: the logs' and state's writes, every batch
