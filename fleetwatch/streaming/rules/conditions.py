@@ -132,7 +132,7 @@ def compile_rule(spark: SparkSession, record: RuleRecord | RuleSpec) -> Compiled
     """The rule as the rules query runs it; ``RuleError`` for a condition it cannot run."""
     tree = parse(spark, record.when)
     metrics: list[str] = []
-    aggregates: list[tuple[str, str]] = []
+    aggregates: list[str] = []
     _walk(tree, metrics, aggregates, inside_aggregate=False)
     devices = getattr(record, "devices", None)
     common: dict[str, Any] = {
@@ -148,7 +148,7 @@ def compile_rule(spark: SparkSession, record: RuleRecord | RuleSpec) -> Compiled
     if record.window is None:
         if aggregates:
             raise RuleError(
-                "window", f"{aggregates[0][0]}() aggregates over a window: give the rule one"
+                "window", f"{aggregates[0]}() aggregates over a window: give the rule one"
             )
         left = tree.children[0] if tree.kind in _COMPARISONS else None
         shown = left.java.sql() if left is not None else _quoted(metrics[0]) if metrics else "NULL"
@@ -200,9 +200,7 @@ def reading_view(spark: SparkSession, metrics: tuple[str, ...]) -> DataFrame:
     return spark.createDataFrame([], ", ".join(columns))
 
 
-def _walk(
-    node: _Node, metrics: list[str], aggregates: list[tuple[str, str]], inside_aggregate: bool
-) -> None:
+def _walk(node: _Node, metrics: list[str], aggregates: list[str], inside_aggregate: bool) -> None:
     if node.kind == "UnresolvedAttribute":
         name = node.name
         if ", " in name:
@@ -227,7 +225,7 @@ def _walk(
                     f"{name}(…) FILTER (WHERE …) is not supported over a window: "
                     f"{name}(CASE WHEN … THEN x END) is",
                 )
-            aggregates.append((name, ""))
+            aggregates.append(name)
             inside_aggregate = True
         elif name not in SCALAR_FUNCTIONS:
             raise RuleError("when", f"{name}() is not a function a rule may use")
