@@ -212,3 +212,13 @@ def test_a_write_without_a_checker_module_is_a_503_naming_it(tmp_path: Path) -> 
     assert "cannot be checked now" in detail
     assert "No module named fleetwatch.streaming.rules.no_such" in detail
     assert publisher.rules == []
+
+
+def test_the_default_child_is_the_installed_check_command(tmp_path: Path) -> None:
+    """The API starts the package's own console script, found beside its interpreter."""
+    checker = RuleChecker(tmp_path / "c.log")
+    command = Path(checker.argv[0])
+    assert checker.argv == [str(command)]
+    assert command.name == "fleetwatch-rule-check"
+    assert command.parent == Path(sys.executable).parent
+    assert os.access(command, os.X_OK)

@@ -1,8 +1,9 @@
 """A rule checked by Spark's own parser and analyser, in a child process.
 
 The API loads no Spark (``make lint`` holds it to that): a long-lived child process does,
-``python -m fleetwatch.streaming.rules.check``. It reads one rule a line on its stdin
-(``RuleSpec.model_dump(mode="json")``) and answers each with one JSON line on its stdout:
+the ``fleetwatch-rule-check`` command the package installs beside ``fleetwatch``. It reads one
+rule a line on its stdin (``RuleSpec.model_dump(mode="json")``) and answers each with one JSON
+line on its stdout:
 ``{"ok": true}``, or ``{"ok": false, "field": "when" | "window" | "select", "error": "…"}`` with
 the parser's or analyser's message. A line on its stdout that is not JSON (a library writing
 there) is logged and passed over.
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import subprocess
 import sys
 import threading
@@ -38,7 +40,8 @@ from fleetwatch.serving.errors import ServingError
 
 logger = logging.getLogger(__name__)
 
-CHECK_MODULE = "fleetwatch.streaming.rules.check"
+CHECK_COMMAND = "fleetwatch-rule-check"
+"""The checker's console script (``pyproject.toml``'s ``[project.scripts]``)."""
 START_TIMEOUT_S = 120.0
 """The first answer of a new child: its JVM starts (about 20 s on an idle machine)."""
 TIMEOUT_S = 15.0
@@ -46,6 +49,15 @@ TIMEOUT_S = 15.0
 RETRY_AFTER_S = 10.0
 """After a child exited before its first answer, how long checks fail at once."""
 _TAIL_BYTES = 4_096
+
+
+def check_command() -> str:
+    """The checker's script installed beside this interpreter (a virtual environment's
+    ``bin/``), else the one on ``PATH``; a missing one fails the first check, naming it."""
+    beside = Path(sys.executable).with_name(CHECK_COMMAND)
+    if beside.exists():
+        return str(beside)
+    return shutil.which(CHECK_COMMAND) or CHECK_COMMAND
 
 
 @dataclass(frozen=True)
@@ -76,13 +88,13 @@ class RuleChecker:
     def __init__(
         self,
         log_path: Path,
-        argv: Sequence[str] = (sys.executable, "-m", CHECK_MODULE),
+        argv: Sequence[str] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         timeout_s: float = TIMEOUT_S,
         retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
         self.log_path = log_path
-        self.argv = list(argv)
+        self.argv = list(argv) if argv is not None else [check_command()]
         self.start_timeout_s = start_timeout_s
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s

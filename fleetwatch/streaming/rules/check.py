@@ -1,5 +1,5 @@
-"""The rule checker the API runs as a child process (``python -m
-fleetwatch.streaming.rules.check``), so that the API itself loads no Spark.
+"""The rule checker the API runs as a child process (the ``fleetwatch-rule-check`` command),
+so that the API itself loads no Spark.
 
 One rule a line on stdin (a :class:`~fleetwatch.contracts.rules.RuleSpec` as JSON), one answer
 a line on stdout: ``{"ok": true}``, or ``{"ok": false, "field": …, "error": …}`` with Spark's
