@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement
 
 from fleetwatch.serving.auth import Operator, Reader
 from fleetwatch.serving.control.issue import IdempotencyConflict, Issuer, UnknownDevice
@@ -21,6 +21,7 @@ from fleetwatch.serving.routes.params import (
 )
 from fleetwatch.serving.schemas.commands import CommandCreate, CommandPublic, CommandStatus
 from fleetwatch.serving.schemas.common import DEVICE_ID_PATTERN, Page
+from fleetwatch.serving.store.pages import page
 from fleetwatch.serving.tables import CommandRow
 
 router = APIRouter(tags=["commands"], responses=AUTH)
@@ -103,14 +104,8 @@ def list_commands(
     if alert_id is not None:
         where.append(CommandRow.alert_id == alert_id)
     with store.session() as session:
-        total = session.scalar(select(func.count()).select_from(CommandRow).where(*where)) or 0
-        rows = session.scalars(
-            select(CommandRow)
-            .where(*where)
-            .order_by(CommandRow.issued_ms.desc(), CommandRow.command_id)
-            .limit(limit)
-            .offset(offset)
-        ).all()
+        newest_first = [CommandRow.issued_ms.desc(), CommandRow.command_id]
+        rows, total = page(session, CommandRow, where, newest_first, limit, offset)
     return CommandsPublic(
         data=[CommandPublic.model_validate(r) for r in rows],
         count=total,

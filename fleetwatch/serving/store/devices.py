@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, delete, exists, func, select
 from sqlalchemy.orm import Session
 
+from fleetwatch.serving.store.pages import Paged, page
 from fleetwatch.serving.tables import (
     AlertRow,
     DeviceRow,
@@ -181,19 +182,9 @@ def known(session: Session, device_id: str) -> bool:
     return session.get(DeviceRow, device_id) is not None
 
 
-def sessions(
-    session: Session, device_id: str, limit: int, offset: int
-) -> tuple[list[SessionRow], int]:
-    where = SessionRow.device_id == device_id
-    total = session.scalar(select(func.count()).select_from(SessionRow).where(where)) or 0
-    rows = session.scalars(
-        select(SessionRow)
-        .where(where)
-        .order_by(SessionRow.start_ms.desc())
-        .limit(limit)
-        .offset(offset)
-    ).all()
-    return list(rows), total
+def sessions(session: Session, device_id: str, limit: int, offset: int) -> Paged[SessionRow]:
+    where = [SessionRow.device_id == device_id]
+    return page(session, SessionRow, where, [SessionRow.start_ms.desc()], limit, offset)
 
 
 def readings(

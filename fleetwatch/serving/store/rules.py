@@ -7,10 +7,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from fleetwatch.contracts.rules import RuleSelector
+from fleetwatch.serving.store.pages import Paged, page
 from fleetwatch.serving.tables import DeviceRow, DeviceTagRow, RuleRow, RuleVersionRow
 
 
@@ -19,30 +20,16 @@ def get_rule(session: Session, rule_id: str) -> RuleRow | None:
     return session.get(RuleRow, rule_id)
 
 
-def list_rules(session: Session, limit: int, offset: int) -> tuple[list[RuleRow], int]:
+def list_rules(session: Session, limit: int, offset: int) -> Paged[RuleRow]:
     """The rules in force (not deleted), by id."""
-    live = RuleRow.deleted.is_(False)
-    total = session.scalar(select(func.count()).select_from(RuleRow).where(live)) or 0
-    rows = session.scalars(
-        select(RuleRow).where(live).order_by(RuleRow.rule_id).limit(limit).offset(offset)
-    ).all()
-    return list(rows), total
+    live = [RuleRow.deleted.is_(False)]
+    return page(session, RuleRow, live, [RuleRow.rule_id], limit, offset)
 
 
-def versions(
-    session: Session, rule_id: str, limit: int, offset: int
-) -> tuple[list[RuleVersionRow], int]:
+def versions(session: Session, rule_id: str, limit: int, offset: int) -> Paged[RuleVersionRow]:
     """A rule's versions, newest first."""
-    where = RuleVersionRow.rule_id == rule_id
-    total = session.scalar(select(func.count()).select_from(RuleVersionRow).where(where)) or 0
-    rows = session.scalars(
-        select(RuleVersionRow)
-        .where(where)
-        .order_by(RuleVersionRow.version.desc())
-        .limit(limit)
-        .offset(offset)
-    ).all()
-    return list(rows), total
+    where = [RuleVersionRow.rule_id == rule_id]
+    return page(session, RuleVersionRow, where, [RuleVersionRow.version.desc()], limit, offset)
 
 
 def write_version(

@@ -6,9 +6,10 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from fleetwatch.serving.store.pages import Paged, page
 from fleetwatch.serving.store.upsert import insert_ignore
 from fleetwatch.serving.tables import AttemptRow, DeliveryRow, DeviceTagRow, WebhookRow
 
@@ -123,19 +124,11 @@ def record_attempt(
 
 def deliveries(
     session: Session, webhook_id: str, status: str | None, limit: int, offset: int
-) -> tuple[list[DeliveryRow], int]:
+) -> Paged[DeliveryRow]:
     where = [DeliveryRow.webhook_id == webhook_id]
     if status is not None:
         where.append(DeliveryRow.status == status)
-    total = session.scalar(select(func.count()).select_from(DeliveryRow).where(*where)) or 0
-    rows = session.scalars(
-        select(DeliveryRow)
-        .where(*where)
-        .order_by(DeliveryRow.delivery_id.desc())
-        .limit(limit)
-        .offset(offset)
-    ).all()
-    return list(rows), total
+    return page(session, DeliveryRow, where, [DeliveryRow.delivery_id.desc()], limit, offset)
 
 
 def attempts(session: Session, delivery_id: int) -> list[AttemptRow]:
