@@ -156,8 +156,7 @@ class Materialiser(Worker):
     name = "materialiser"
 
     def __init__(self, store: Store, settings: Settings, metrics: Metrics) -> None:
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.metrics = metrics
         self.keep_readings = settings.api.telemetry_per_device
         self.retention_s = settings.api.telemetry_retention_s

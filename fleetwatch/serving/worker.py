@@ -1,4 +1,5 @@
-"""A background loop with an explicit stop and join (no daemon threads)."""
+"""A background loop over the API's store, with an explicit stop and join (no daemon
+threads)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,19 @@ import logging
 import threading
 import time
 
+from fleetwatch.serving.store import Store
+
 logger = logging.getLogger(__name__)
 
 
 class Worker:
-    """Calls :meth:`step` until stopped; ``step`` returns how long to wait before the next."""
+    """Calls :meth:`step` until stopped; ``step`` returns how long to wait before the next.
+    Each step reads or writes ``store``."""
 
     name = "worker"
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=self.name)
 

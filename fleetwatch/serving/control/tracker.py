@@ -23,8 +23,7 @@ class CommandTracker(Worker):
     def __init__(
         self, store: Store, publisher: CommandPublisher, metrics: Metrics, every_s: float = 0.5
     ) -> None:
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.publisher = publisher
         self.metrics = metrics
         self.every_s = every_s

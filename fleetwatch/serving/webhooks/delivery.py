@@ -145,8 +145,7 @@ class DeliveryWorker(Worker):
     name = "webhook-delivery"
 
     def __init__(self, store: Store, sender: Sender, concurrency: int) -> None:
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.sender = sender
         self.concurrency = concurrency
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="webhook-post")

@@ -50,8 +50,7 @@ class Dispatcher(Worker):
     def __init__(self, store: Store, settings: Settings, metrics: Metrics) -> None:
         """Reads ``topics.alerts`` in the consumer group ``api.webhooks.consumer_group``
         (default: the API's group with ``-webhooks``)."""
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.metrics = metrics
         api = settings.api
         group = api.webhooks.consumer_group or f"{api.consumer_group}-webhooks"
