@@ -1,5 +1,5 @@
-"""Early opens of rules (``alerts.fast``, :mod:`fleetwatch.streaming.rules.fast`) folded into
-the episodes the scorer's rules query sends on ``alerts``.
+"""Early opens of rules (``alerts.fast``, from the scorer's fast rules path) folded into the
+episodes the scorer's rules query sends on ``alerts``.
 
 The real-time query keeps no state, so it sends an early open for every reading its rule holds
 on; each names the episode that reading would open. One is kept — stored as the episode's open
@@ -21,6 +21,9 @@ from sqlalchemy.orm import Session
 from fleetwatch.contracts.alerts import Alert, event_id
 from fleetwatch.serving.store.ingest import write_alerts
 from fleetwatch.serving.tables import AlertRow
+
+_AT_READING = {"seq", "event_ms", "received_ms", "detected_ms"}
+"""The fields of an event that tell the reading it was judged on, and when."""
 
 
 def fold_early(session: Session, early: Iterable[Alert], now: int) -> list[Alert]:
@@ -51,36 +54,27 @@ def withdraw_unconfirmed(session: Session, alerts: Iterable[Alert], now: int) ->
             AlertRow.state == "open",
             AlertRow.alert_id != alert.alert_id,
         )
-        for row in session.scalars(others).all():
-            revision = row.revision + 1
-            withdrawn.append(
-                Alert(
-                    alert_id=row.alert_id,
-                    device_id=row.device_id,
-                    metric=row.metric,
-                    status="withdraw",
-                    detector=row.detector,
-                    params_version=row.params_version,
-                    seq=alert.seq,
-                    event_ms=alert.event_ms,
-                    received_ms=alert.received_ms,
-                    detected_ms=alert.detected_ms,
-                    value=row.value,
-                    expected=None,
-                    band=None,
-                    score=row.score,
-                    reason=f"rule {alert.rule_id}: the scorer opened it as {alert.alert_id}",
-                    severity=row.severity,
-                    start_ms=row.start_ms,
-                    end_ms=alert.event_ms,
-                    revision=revision,
-                    event_id=event_id(row.alert_id, revision),
-                    rule_id=row.rule_id,
-                    rule_version=row.rule_version,
-                )
-            )
+        withdrawn.extend(_withdrawal(row, alert) for row in session.scalars(others).all())
     write_alerts(session, withdrawn, now)
     return withdrawn
+
+
+def _withdrawal(row: AlertRow, opened: Alert) -> Alert:
+    """The ``withdraw`` event of the stored episode ``row``, at the reading the scorer's open
+    ``opened`` of the same rule and device was judged on."""
+    revision = row.revision + 1
+    return Alert.model_validate(row, from_attributes=True).model_copy(
+        update={
+            "status": "withdraw",
+            **opened.model_dump(include=_AT_READING),
+            "expected": None,
+            "band": None,
+            "reason": f"rule {opened.rule_id}: the scorer opened it as {opened.alert_id}",
+            "end_ms": opened.event_ms,
+            "revision": revision,
+            "event_id": event_id(row.alert_id, revision),
+        }
+    )
 
 
 def _covered(session: Session, alert: Alert) -> bool:
