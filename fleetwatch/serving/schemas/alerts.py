@@ -2,17 +2,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from fleetwatch.serving.schemas.common import Page, text
+from fleetwatch.serving.schemas.common import Body, FromRow, Page, text
 
 AlertState = Literal["open", "resolved", "withdrawn"]
 
 
-class AlertPublic(BaseModel):
+class AlertPublic(FromRow):
     """One alert episode, with the fields of its latest event."""
-
-    model_config = ConfigDict(from_attributes=True)
 
     alert_id: str
     device_id: str
@@ -47,9 +45,7 @@ class AlertPublic(BaseModel):
     ack_comment: str | None
 
 
-class AlertEventPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
+class AlertEventPublic(FromRow):
     event_id: str
     revision: int
     status: str
@@ -72,9 +68,7 @@ class AlertsPublic(Page):
     data: list[AlertPublic]
 
 
-class AlertAck(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AlertAck(Body):
     by: Annotated[str, text(128)] | None = Field(
         None, description="Who acknowledges; default: the API key's name."
     )

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import Field, StringConstraints
+
+from fleetwatch.serving.schemas.common import Body, FromRow
 
 CommandStatus = Literal["pending", "sent", "acked", "failed", "timed_out"]
 
 
-class CommandCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CommandCreate(Body):
     name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")] = Field(
         description="set_interval (args interval_ms), reboot, calibrate, or a device's own."
     )
@@ -22,9 +22,7 @@ class CommandCreate(BaseModel):
     )
 
 
-class CommandPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
+class CommandPublic(FromRow):
     command_id: str
     device_id: str
     name: str

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from fleetwatch.contracts.identifiers import DEVICE_ID_PATTERN, DeviceId
 from fleetwatch.contracts.telemetry import EpochMs
 
-__all__ = ["DEVICE_ID_PATTERN", "DeviceId", "EpochMs", "Label", "Page", "Tag", "Text"]
+__all__ = [
+    "DEVICE_ID_PATTERN",
+    "Body",
+    "DeviceId",
+    "EpochMs",
+    "FromRow",
+    "Label",
+    "Page",
+    "Tag",
+    "Text",
+]
 
 Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
@@ -22,6 +32,18 @@ def text(max_length: int) -> object:
 
 
 Text = Annotated[str, text(1024)]
+
+
+class Body(BaseModel):
+    """A request body: a field it does not declare is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FromRow(BaseModel):
+    """A response read from a row of the store (its attributes)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
 
 class Page(BaseModel):

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from fleetwatch.contracts.devices import DeviceCondition, DeviceSession
 from fleetwatch.serving.schemas.alerts import AlertPublic
-from fleetwatch.serving.schemas.common import DeviceId, Label, Page, Tag, text
+from fleetwatch.serving.schemas.common import Body, DeviceId, FromRow, Label, Page, Tag, text
 from fleetwatch.serving.store.ingest import ModelRecord
 
 DeviceStatus = Literal["ok", "alerting", "silent", "quarantined", "unknown"]
@@ -20,9 +20,7 @@ Attributes = Annotated[
 Tags = Annotated[list[Tag], Field(max_length=32)]
 
 
-class DeviceCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DeviceCreate(Body):
     device_id: DeviceId
     kind: Label | None = None
     name: Annotated[str, text(256)] | None = None
@@ -30,10 +28,8 @@ class DeviceCreate(BaseModel):
     tags: Tags = []
 
 
-class DeviceUpdate(BaseModel):
+class DeviceUpdate(Body):
     """Fields left out stay as they are; ``tags`` replaces the whole set."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Label | None = None
     name: Annotated[str, text(256)] | None = None
@@ -96,9 +92,7 @@ class SessionsPublic(Page):
     data: list[SessionPublic]
 
 
-class ReadingPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
+class ReadingPublic(FromRow):
     seq: int
     event_ms: int
     device_event_ms: int

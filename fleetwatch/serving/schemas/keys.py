@@ -2,16 +2,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from fleetwatch.serving.schemas.common import text
+from fleetwatch.serving.schemas.common import Body, text
 
 Scope = Literal["read", "operate", "admin"]
 
 
-class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KeyCreate(Body):
     name: Annotated[str, text(128), Field(min_length=1)]
     scopes: Annotated[list[Scope], Field(min_length=1, max_length=3)]
 

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from fleetwatch.contracts.alerts import AlertStatus, Severity
-from fleetwatch.serving.schemas.common import DeviceId, Page, Tag, text
+from fleetwatch.serving.schemas.common import Body, DeviceId, FromRow, Page, Tag, text
 
 EventStatus = AlertStatus
 Secret = Annotated[str, StringConstraints(pattern=r"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$")]
@@ -32,9 +32,7 @@ class WebhookCreate(WebhookFilter):
     enabled: bool = True
 
 
-class WebhookUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class WebhookUpdate(Body):
     url: Url | None = None
     description: Annotated[str, text(512)] | None = None
     enabled: bool | None = None
@@ -44,10 +42,8 @@ class WebhookUpdate(BaseModel):
     statuses: Annotated[list[EventStatus], Field(max_length=4)] | None = None
 
 
-class WebhookPublic(BaseModel):
+class WebhookPublic(FromRow):
     """A subscription; the secret is shown only when it is created or rotated."""
-
-    model_config = ConfigDict(from_attributes=True)
 
     webhook_id: str
     url: str
@@ -73,9 +69,7 @@ class WebhooksPublic(BaseModel):
 DeliveryStatus = Literal["pending", "delivered", "dead"]
 
 
-class DeliveryPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
+class DeliveryPublic(FromRow):
     delivery_id: int
     webhook_id: str
     message_id: str
@@ -93,9 +87,7 @@ class DeliveriesPublic(Page):
     data: list[DeliveryPublic]
 
 
-class AttemptPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
+class AttemptPublic(FromRow):
     attempt: int
     at_ms: int
     status_code: int | None
@@ -107,15 +99,11 @@ class DeliveryDetail(DeliveryPublic):
     attempts_log: list[AttemptPublic]
 
 
-class SecretRotate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SecretRotate(Body):
     secret: Secret | None = Field(None, description="The new secret; default: generated.")
 
 
-class RedriveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RedriveRequest(Body):
     delivery_ids: Annotated[
         list[Annotated[int, Field(ge=1, lt=2**62)]], Field(max_length=1000)
     ] = []
