@@ -13,7 +13,9 @@ are made in — ``fleetwatch/models/``, ``fleetwatch/streaming/scorer/``, ``flee
   a ``kind`` string): its hyper-parameters' defaults, reported as such and not counted below.
 
 Each constant is ``plumbing`` when :data:`PLUMBING` names it (a size, a wire limit, a version
-…: it cannot change which readings alert nor their score), and ``alerting`` otherwise, so that
+…: it cannot change which readings alert nor their score), ``derived`` when :data:`DERIVED`
+names it (another constant restated in other units: counted once, as that one), and
+``alerting`` otherwise, so that
 a new constant counts against the budget until someone says why it does not. The budget (issue
 68) is :data:`BUDGET` alerting constants.
 
@@ -21,7 +23,7 @@ a new constant counts against the budget until someone says why it does not. The
 
 Prints one table row per constant (module, name, value as written, the first line of its
 docstring or comment, class), the hyper-parameter defaults, and last a JSON line:
-{"alerting", "plumbing", "hyperparameter_defaults", "budget", "within_budget",
+{"alerting", "plumbing", "derived", "hyperparameter_defaults", "budget", "within_budget",
 "by_module": {module: alerting constants}}.
 """
 
@@ -45,6 +47,7 @@ DETECTION = ("models", "streaming/scorer", "fleet", "filemode")
 """The packages under ``fleetwatch/`` scanned: where a reading's score and alert are made."""
 BUDGET = 35
 ALERTING, PLUMBING_CLASS, HYPER = "alerting", "plumbing", "hyper-parameter default"
+DERIVED_CLASS = "derived"
 
 _M, _S, _F = "fleetwatch.models.", "fleetwatch.streaming.scorer.", "fleetwatch.filemode."
 PLUMBING: Mapping[str, str] = {
@@ -93,6 +96,19 @@ memory, a cache or the wire, a guard against dividing by zero, the histogram's b
 resolution, not a threshold), or how input is parsed and how many events an episode sends.
 Everything not named here counts as alerting."""
 
+DERIVED: Mapping[str, str] = {
+    f"{_M}calibration:S_ALERT": "ALERT_P in nats",
+    f"{_M}calibration:ALERT_Z": "ALERT_P as a two-sided normal deviate",
+    f"{_M}grid:_KEEP": "HALFLIFE as a decay per value",
+    f"{_M}lasting:CAP_Z": "CAP_P as an upper normal deviate",
+    f"{_M}seasonal:SPLIT_Z": "EARLY_Z",
+    f"{_M}tail:_BODY_NATS": "P_BODY in nats",
+    f"{_M}tail:MIN_BETA": "BIN_WIDTH",
+}
+"""``module:NAME`` → the constant it restates in other units (no choice of its own: a
+probability as nats or as a normal deviate, a half-life as a decay). It changes what alerts only
+through that constant, which is counted; :func:`census` checks that its value names it."""
+
 _UPPER = re.compile(r"_*[A-Z][A-Z0-9_]*")
 _NUMERIC_ATTRS = {"inf", "nan", "pi", "e", "tau"}
 _NUMERIC_MODULES = {"math", "np", "numpy"}
@@ -109,9 +125,9 @@ class Constant:
     doc: str
     """First line of its docstring, else of its trailing comment, else of the comment above."""
     kind: str
-    """``alerting``, ``plumbing`` or ``hyper-parameter default``."""
+    """``alerting``, ``plumbing``, ``derived`` or ``hyper-parameter default``."""
     why: str = ""
-    """For plumbing, :data:`PLUMBING`'s word."""
+    """For plumbing, :data:`PLUMBING`'s word; for derived, what :data:`DERIVED` says."""
 
 
 @dataclass
@@ -322,13 +338,29 @@ def _written(module: _Module, node: ast.expr) -> str:
     return " ".join((ast.get_source_segment(module.source, node) or ast.unparse(node)).split())
 
 
-def _classify(module: str, name: str, plumbing: Mapping[str, str]) -> tuple[str, str]:
-    why = plumbing.get(f"{module}:{name}")
-    return (PLUMBING_CLASS, why) if why is not None else (ALERTING, "")
+def _classify(
+    module: str,
+    name: str,
+    value: ast.expr,
+    plumbing: Mapping[str, str],
+    derived: Mapping[str, str],
+) -> tuple[str, str]:
+    key = f"{module}:{name}"
+    why = plumbing.get(key)
+    if why is not None:
+        return PLUMBING_CLASS, why
+    source = derived.get(key)
+    if source is not None:
+        named = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        restated = source.split()[0]
+        if restated not in named:
+            raise ValueError(f"{key} is said to restate {restated}, and its value does not name it")
+        return DERIVED_CLASS, source
+    return ALERTING, ""
 
 
 def _constants_of(
-    modules: _Modules, module: _Module, plumbing: Mapping[str, str]
+    modules: _Modules, module: _Module, plumbing: Mapping[str, str], derived: Mapping[str, str]
 ) -> list[Constant]:
     found: list[Constant] = []
 
@@ -342,7 +374,7 @@ def _constants_of(
                 continue
             for name, value in _assigned(node):
                 if modules.is_numeric(module, value):
-                    kind, why = _classify(module.name, owner + name, plumbing)
+                    kind, why = _classify(module.name, owner + name, value, plumbing, derived)
                     found.append(
                         Constant(
                             module.name,
@@ -392,7 +424,10 @@ def _hyper_defaults(modules: _Modules, module: _Module, node: ast.ClassDef) -> l
 
 
 def census(
-    paths: Iterable[Path], root: Path, plumbing: Mapping[str, str] = PLUMBING
+    paths: Iterable[Path],
+    root: Path,
+    plumbing: Mapping[str, str] = PLUMBING,
+    derived: Mapping[str, str] = DERIVED,
 ) -> list[Constant]:
     """Every numeric constant of the modules at ``paths`` (each named by its path under
     ``root``, which is also where imported ``fleetwatch`` names are looked up), classified."""
@@ -402,7 +437,7 @@ def census(
         name = ".".join(path.resolve().relative_to(root.resolve()).with_suffix("").parts)
         module = modules.load(name, path)
         assert module is not None
-        found.extend(_constants_of(modules, module, plumbing))
+        found.extend(_constants_of(modules, module, plumbing, derived))
     return found
 
 
@@ -412,6 +447,7 @@ def summary(constants: Sequence[Constant], budget: int = BUDGET) -> dict[str, ob
     return {
         "alerting": kinds[ALERTING],
         "plumbing": kinds[PLUMBING_CLASS],
+        "derived": kinds[DERIVED_CLASS],
         "hyperparameter_defaults": kinds[HYPER],
         "budget": budget,
         "within_budget": kinds[ALERTING] <= budget,

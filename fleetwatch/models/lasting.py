@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtri
 
 from fleetwatch.models.calibration import normal_upper_surprise
 
@@ -45,7 +46,7 @@ WINDOW = 3
 """Readings over which a sustained break's energy is summed."""
 CAP_P = 1e-3
 """Each reading adds at most the energy a reading passes once in this many (under χ²)."""
-CAP_Z = 3.090232306167813
+CAP_Z = float(-ndtri(CAP_P))
 """The standard normal's upper ``CAP_P`` quantile."""
 SINGLE = 3.0
 """A break of one reading alone counts at its surprise over this: it alerts alone at

@@ -3,7 +3,17 @@ finds, and how it classifies them, on a module written for the test."""
 
 from pathlib import Path
 
-from bench.quality.constants import ALERTING, HYPER, PLUMBING_CLASS, Constant, census, summary
+import pytest
+
+from bench.quality.constants import (
+    ALERTING,
+    DERIVED_CLASS,
+    HYPER,
+    PLUMBING_CLASS,
+    Constant,
+    census,
+    summary,
+)
 
 BASE = """
 BASE_Z = 4.0
@@ -29,6 +39,7 @@ PAIR = (1, 2.5)
 BAND = [0.1, -0.2]
 SCALED = 2.0 * BASE_Z
 LOG2 = math.log(2.0)
+NATS = -math.log(THRESHOLD)
 INF = float("inf")
 limit: Final = 3
 lower_case = 7
@@ -72,7 +83,12 @@ def _census(tmp_path: Path) -> list[Constant]:
     (tmp_path / "pkg" / "base.py").write_text(BASE)
     module = tmp_path / "pkg" / "detector.py"
     module.write_text(DETECTOR)
-    return census([module], tmp_path, plumbing={"pkg.detector:CACHE_SIZE": "cache"})
+    return census(
+        [module],
+        tmp_path,
+        plumbing={"pkg.detector:CACHE_SIZE": "cache"},
+        derived={"pkg.detector:NATS": "THRESHOLD in nats"},
+    )
 
 
 def test_finds_the_numeric_constants_and_classifies_them(tmp_path: Path) -> None:
@@ -90,6 +106,9 @@ def test_finds_the_numeric_constants_and_classifies_them(tmp_path: Path) -> None
         "Holder.STEP",
     ]
     assert [(c.name, c.why) for c in found if c.kind == PLUMBING_CLASS] == [("CACHE_SIZE", "cache")]
+    assert [(c.name, c.why) for c in found if c.kind == DERIVED_CLASS] == [
+        ("NATS", "THRESHOLD in nats")
+    ]
     assert by_kind[HYPER] == ["Toy(lam)", "Toy(floor)"]
     assert {c.module for c in found} == {"pkg.detector"}
 
@@ -108,9 +127,20 @@ def test_summary_counts_against_the_budget(tmp_path: Path) -> None:
     assert summary(found, budget=9) == {
         "alerting": 9,
         "plumbing": 1,
+        "derived": 1,
         "hyperparameter_defaults": 2,
         "budget": 9,
         "within_budget": True,
         "by_module": {"pkg.detector": 9},
     }
     assert summary(found, budget=8)["within_budget"] is False
+
+
+def test_a_derived_constant_must_name_what_it_restates(tmp_path: Path) -> None:
+    """A constant said to restate another, whose value does not name it, stops the count."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "base.py").write_text(BASE)
+    module = tmp_path / "pkg" / "detector.py"
+    module.write_text(DETECTOR)
+    with pytest.raises(ValueError, match="LOG2 is said to restate THRESHOLD"):
+        census([module], tmp_path, plumbing={}, derived={"pkg.detector:LOG2": "THRESHOLD"})
