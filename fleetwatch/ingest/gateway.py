@@ -134,26 +134,19 @@ class _NotQueued:
         return None
 
 
+@dataclass(slots=True, eq=False)
 class _PendingAck:
     """Acknowledge one MQTT message once all records made from it are in Kafka."""
 
-    __slots__ = ("client", "counters", "failed", "metrics", "mid", "qos", "refused", "remaining")
-
-    def __init__(
-        self,
-        client: mqtt.Client,
-        counters: Counters,
-        mid: int,
-        qos: int,
-        records: int,
-        refused: Refused | None = None,
-        metrics: GatewayMetrics | None = None,
-    ) -> None:
-        self.client, self.counters, self.mid, self.qos = client, counters, mid, qos
-        self.remaining = records
-        self.failed = False
-        self.refused = refused
-        self.metrics = metrics
+    client: mqtt.Client
+    counters: Counters
+    mid: int
+    qos: int
+    remaining: int
+    """Records of the message without a delivery report yet."""
+    refused: Refused | None = None
+    metrics: GatewayMetrics | None = None
+    failed: bool = field(default=False, init=False)
 
     def __call__(self, err: KafkaError | None, record: Message) -> None:
         if self.metrics is not None:

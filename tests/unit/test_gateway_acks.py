@@ -27,7 +27,7 @@ class FakeError:
 
 def test_a_message_is_acknowledged_once_every_record_is_delivered() -> None:
     client = FakeClient()
-    pending = _PendingAck(client, Counters(), mid=7, qos=1, records=3)  # type: ignore[arg-type]
+    pending = _PendingAck(client, Counters(), mid=7, qos=1, remaining=3)  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == []
@@ -37,7 +37,7 @@ def test_a_message_is_acknowledged_once_every_record_is_delivered() -> None:
 
 def test_a_message_with_a_failed_record_is_never_acknowledged() -> None:
     client, counters = FakeClient(), Counters()
-    pending = _PendingAck(client, counters, mid=8, qos=1, records=2)  # type: ignore[arg-type]
+    pending = _PendingAck(client, counters, mid=8, qos=1, remaining=2)  # type: ignore[arg-type]
     pending(FakeError(), None)  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == []
@@ -46,7 +46,7 @@ def test_a_message_with_a_failed_record_is_never_acknowledged() -> None:
 
 def test_qos0_messages_need_no_acknowledgement() -> None:
     client = FakeClient()
-    _PendingAck(client, Counters(), mid=0, qos=0, records=1)(None, None)  # type: ignore[arg-type]
+    _PendingAck(client, Counters(), mid=0, qos=0, remaining=1)(None, None)  # type: ignore[arg-type]
     assert client.acked == []
 
 
@@ -95,7 +95,7 @@ def test_a_record_kafka_refuses_is_acknowledged_once_its_dead_letter_is_in() -> 
         letters.append(record)
         return True
 
-    pending = _PendingAck(client, counters, mid=9, qos=1, records=2, refused=refused)  # type: ignore[arg-type]
+    pending = _PendingAck(client, counters, mid=9, qos=1, remaining=2, refused=refused)  # type: ignore[arg-type]
     pending(FakeError(), FakeRecord("telemetry.raw"))  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == [], "not before the dead letter is delivered"
