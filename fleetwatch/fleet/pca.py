@@ -62,7 +62,7 @@ from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.grid import GRID_SD, MIN_ON
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
-from fleetwatch.models.profile import HOUR_MS, decay_factor
+from fleetwatch.models.profile import decay_factor
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 f"device {device!r} has metrics {sorted(det.metrics)}, "
                 f"device {first_id!r} {metrics}: they cannot be pooled"
             )
-    halflife_ms = None if first.halflife_hours is None else first.halflife_hours * HOUR_MS
+    halflife_ms = first.halflife_ms
     ref_ms = max(det.ref_ms for det in fitted.values() if det.ref_ms is not None)
 
     weights, means, centrals, spreads, steps = [], [], [], [], []

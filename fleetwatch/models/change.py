@@ -46,21 +46,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.models import trend
-from fleetwatch.models.base import Detector, Readings, ScoringMemory
+from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.params import array, floats, ints
-from fleetwatch.models.profile import decay_factor, row_weights
+from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.seasonal import ProfileHyper
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -117,40 +117,34 @@ def _cusum_steps(
     return np.array(sums, dtype=np.float64), np.array(alarms, dtype=bool), end
 
 
-class ChangeDetector(ProfileHyper, Detector):
+@dataclass(eq=False, kw_only=True)
+class ChangeDetector(ProfileDetector):
     kind: ClassVar[str] = "cusum"
 
-    def __init__(
-        self,
-        drift: float = 0.5,
-        reset: bool = True,
-        halflife_hours: float | None = 720.0,
-        buckets: int = 24,
-        period_hours: float = 24.0,
-        warmup: int = 100,
-        bucket_warmup: int = 20,
-        min_std: float = 1e-3,
-        local_halflife: float = 30.0,
-    ) -> None:
-        self.profile = self._profile_hyper(
-            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
-        )
-        if not drift > 0:
-            raise HyperParameterError(f"drift must be > 0, got {drift}")
-        if not local_halflife > 0:
-            raise HyperParameterError(f"local_halflife must be > 0 readings, got {local_halflife}")
-        self.drift = drift
-        self.reset = reset
-        self.local_halflife = local_halflife
+    drift: float = 0.5
+    reset: bool = True
+    local_halflife: float = 30.0
+    # the profile's, with this detector's defaults
+    halflife_hours: float | None = 720.0
+    warmup: int = 100
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.drift > 0:
+            raise HyperParameterError(f"drift must be > 0, got {self.drift}")
+        if not self.local_halflife > 0:
+            raise HyperParameterError(
+                f"local_halflife must be > 0 readings, got {self.local_halflife}"
+            )
         self.upper = np.zeros(0)
         self.lower = np.zeros(0)
         self.local = np.zeros((0, 2))
         """Per metric [W, Σw·r²] of the residual from the local reference."""
         self.local_counts = np.zeros(0, np.int64)
         self.trends = np.zeros((0, trend.CARRY))
+        """Per metric, the local line's carried sums (:mod:`trend`)."""
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
-        """Per metric, the local line's carried sums (:mod:`trend`)."""
         self._learned_trends = self.trends
         self._last_run: tuple[Batch, tuple[dict[str, FloatArray], FloatArray, FloatArray]] | None
         self._last_run = None
@@ -175,9 +169,7 @@ class ChangeDetector(ProfileHyper, Detector):
 
     def _run_sums(self, batch: Batch) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
         codes = batch.lookup(self.profile.metrics)
-        mean, std, ok = self.profile.expect(
-            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
-        )
+        mean, std, ok = self._expect(batch, codes)
         step = self.grid.per_row(codes)
         std = floor_std(std, step)
         z_p = np.where(ok, shrink(batch.value - mean, step) / np.where(ok, std, 1.0), 0.0)
@@ -269,7 +261,7 @@ class ChangeDetector(ProfileHyper, Detector):
         self.local_counts = np.concatenate([self.local_counts, np.zeros(grow, np.int64)])
         self.trends = np.concatenate([self.trends, np.zeros((grow, trend.CARRY))])
         to_ms = int(self.profile.ref_ms or 0)
-        self.local *= decay_factor(before, to_ms, self.profile.halflife_ms)
+        self.local *= decay_factor(before, to_ms, self.halflife_ms)
         ref, _, self.trends = self._local(batch, codes)
         self._learned_trends = self.trends.copy()
         self._last_local = None
@@ -277,7 +269,7 @@ class ChangeDetector(ProfileHyper, Detector):
         r = batch.value - ref
         for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
             used = rows[learn[rows]]
-            w = row_weights(batch.event_ms[used], to_ms, self.profile.halflife_ms)
+            w = row_weights(batch.event_ms[used], to_ms, self.halflife_ms)
             self.local[m] += (w.sum(), (w * r[used] ** 2).sum())
             self.local_counts[m] += used.size
 
@@ -300,9 +292,6 @@ class ChangeDetector(ProfileHyper, Detector):
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         band = self.drift * run["std"]
         return Scores.build(self.kind, surprise, names, batch.value, run["mean"], band, reason)
-
-    def learned_metrics(self) -> list[str]:
-        return list(self.profile.metrics)
 
     def _state(self) -> dict[str, Any]:
         return {

@@ -43,18 +43,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from fleetwatch.models.base import Detector, ScoringMemory
+from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.batch import Batch, extend_metrics, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.params import array, floats, ints
-from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
+from fleetwatch.models.profile import DecayedDetector, advance, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.trend import SMALL
 
@@ -62,30 +63,22 @@ FloatArray = npt.NDArray[np.float64]
 SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
-class FlatlineDetector(Detector):
+@dataclass(eq=False, kw_only=True)
+class FlatlineDetector(DecayedDetector):
     kind: ClassVar[str] = "flatline"
 
-    def __init__(
-        self,
-        window: int = 10,
-        gap_factor: float = 5.0,
-        halflife_hours: float | None = 168.0,
-        warmup: int = 30,
-        max_rests: int = 4,
-        rest_windows: int = 5,
-    ) -> None:
-        if window < 3:
-            raise HyperParameterError(f"window must be >= 3 readings, got {window}")
-        if not gap_factor > 1:
-            raise HyperParameterError(f"gap_factor must be > 1, got {gap_factor}")
-        if halflife_hours is not None and not halflife_hours > 0:
-            raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
-        self.window = window
-        self.gap_factor = gap_factor
-        self.halflife_hours = halflife_hours
-        self.warmup = warmup
-        self.max_rests = max_rests
-        self.rest_windows = rest_windows
+    window: int = 10
+    gap_factor: float = 5.0
+    warmup: int = 30
+    max_rests: int = 4
+    rest_windows: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.window < 3:
+            raise HyperParameterError(f"window must be >= 3 readings, got {self.window}")
+        if not self.gap_factor > 1:
+            raise HyperParameterError(f"gap_factor must be > 1, got {self.gap_factor}")
         self.metrics: list[str] = []
         self.noise = np.zeros((0, 2))
         """Per metric [W, Σw·d²] of first differences."""
@@ -118,10 +111,6 @@ class FlatlineDetector(Detector):
         self.tails = [list(memory.recent.get(m, ())) for m in self.metrics]
 
     @property
-    def _halflife_ms(self) -> float | None:
-        return None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
-
-    @property
     def typical_interval_ms(self) -> float | None:
         if self.gap_count < self.warmup or self.gaps[0] <= 0:
             return None
@@ -143,9 +132,7 @@ class FlatlineDetector(Detector):
         self.resolution = np.concatenate([self.resolution, np.zeros(grow)])
         self.tails += [[] for _ in range(grow)]
         self.rests += [[] for _ in range(grow)]
-        end = int(batch.event_ms[-1])
-        to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
-        factor = decay_factor(self.ref_ms, to_ms, self._halflife_ms)
+        to_ms, factor = advance(self.ref_ms, int(batch.event_ms[-1]), self.halflife_ms)
         self.noise *= factor
         self.repeats *= factor
         self.gaps *= factor
@@ -158,7 +145,7 @@ class FlatlineDetector(Detector):
             use = kept[1:] & kept[:-1]
             d = np.diff(values)[use]
             ends = batch.event_ms[rows][rows.size - use.size :]
-            w = row_weights(ends[use], to_ms, self._halflife_ms)
+            w = row_weights(ends[use], to_ms, self.halflife_ms)
             self.noise[m] += (w.sum(), (w * d * d).sum())
             self.counts[m] += d.size
             steps = np.abs(d[d != 0])
@@ -175,7 +162,7 @@ class FlatlineDetector(Detector):
         use_gap = gap > 0  # NaN (no previous time) compares False
         if tau is not None:
             use_gap &= gap <= self.gap_factor * tau
-        w = row_weights(times[use_gap], to_ms, self._halflife_ms)
+        w = row_weights(times[use_gap], to_ms, self.halflife_ms)
         self.gaps += (w.sum(), (w * gap[use_gap]).sum())
         self.gap_count += int(use_gap.sum())
         self.last_ms = int(times[-1]) if self.last_ms is None else max(self.last_ms, int(times[-1]))

@@ -59,21 +59,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetwatch.models.alerting import alerts_of
-from fleetwatch.models.base import Detector, Readings, ScoringMemory
+from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import GRID_SD, Grid
 from fleetwatch.models.params import array, floats
-from fleetwatch.models.profile import SeasonalProfile
+from fleetwatch.models.profile import ProfileDetector
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.seasonal import ProfileHyper
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
 
 FloatArray = npt.NDArray[np.float64]
@@ -130,51 +130,40 @@ def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
     return out
 
 
-class LevelShiftDetector(ProfileHyper, Detector):
+@dataclass(eq=False, kw_only=True)
+class LevelShiftDetector(ProfileDetector):
     kind: ClassVar[str] = "level"
 
-    def __init__(
-        self,
-        lam: float = 0.1,
-        halflife_hours: float | None = 168.0,
-        buckets: int = 24,
-        period_hours: float = 24.0,
-        warmup: int = 100,
-        bucket_warmup: int = 20,
-        min_std: float = 1e-3,
-        min_z: float = 4.5,
-        stay: float = 0.5,
-        release: float | None = 0.7,
-        adopt_s: float | None = NEW_NORMAL_AFTER_S,
-        false_alerts_per_day: float = 1.0,
-        tail_halflife: float = 2000.0,
-    ) -> None:
-        self.profile: SeasonalProfile = self._profile_hyper(
-            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
-        )
-        if not 0 < lam < 1:
-            raise HyperParameterError(f"lam must be in (0, 1), got {lam}")
-        if warmup < 2 or not tail_halflife > 0:
+    lam: float = 0.1
+    min_z: float = 4.5
+    stay: float = 0.5
+    release: float | None = 0.7
+    adopt_s: float | None = NEW_NORMAL_AFTER_S
+    false_alerts_per_day: float = 1.0
+    tail_halflife: float = 2000.0
+    # the profile's, with this detector's default
+    warmup: int = 100
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.lam < 1:
+            raise HyperParameterError(f"lam must be in (0, 1), got {self.lam}")
+        if self.warmup < 2 or not self.tail_halflife > 0:
             raise HyperParameterError(
-                f"need warmup >= 2 and tail_halflife > 0, got {warmup}, {tail_halflife}"
+                f"need warmup >= 2 and tail_halflife > 0, got {self.warmup}, {self.tail_halflife}"
             )
-        if not min_z > 0 or not 0 < stay <= 1:
-            raise HyperParameterError(f"need min_z > 0 and 0 < stay <= 1, got {min_z}, {stay}")
-        if release is not None and not 0 < release <= 1:
-            raise HyperParameterError(f"release must be in (0, 1] or None, got {release}")
-        if adopt_s is not None and not adopt_s > 0:
-            raise HyperParameterError(f"adopt_s must be > 0 or None, got {adopt_s}")
-        if not false_alerts_per_day > 0:
+        if not self.min_z > 0 or not 0 < self.stay <= 1:
             raise HyperParameterError(
-                f"false_alerts_per_day must be > 0, got {false_alerts_per_day}"
+                f"need min_z > 0 and 0 < stay <= 1, got {self.min_z}, {self.stay}"
             )
-        self.lam = lam
-        self.min_z = min_z
-        self.stay = stay
-        self.release = release
-        self.adopt_s = adopt_s
-        self.false_alerts_per_day = false_alerts_per_day
-        self.tail_halflife = tail_halflife
+        if self.release is not None and not 0 < self.release <= 1:
+            raise HyperParameterError(f"release must be in (0, 1] or None, got {self.release}")
+        if self.adopt_s is not None and not self.adopt_s > 0:
+            raise HyperParameterError(f"adopt_s must be > 0 or None, got {self.adopt_s}")
+        if not self.false_alerts_per_day > 0:
+            raise HyperParameterError(
+                f"false_alerts_per_day must be > 0, got {self.false_alerts_per_day}"
+            )
         self.offset = np.zeros(0)
         """Per metric: the level adopted on top of the profile (see Adaptation)."""
         self.spread = np.zeros((0, 2))
@@ -200,9 +189,6 @@ class LevelShiftDetector(ProfileHyper, Detector):
     def remember(self, readings: Readings, memory: ScoringMemory) -> None:
         for m, j in self._judged(Batch.of(readings)).items():
             memory.levels[self.profile.metrics[m]] = _carry(j)
-
-    def learned_metrics(self) -> list[str]:
-        return list(self.profile.metrics)
 
     # -- the statistic -----------------------------------------------------------------------
 
@@ -232,9 +218,7 @@ class LevelShiftDetector(ProfileHyper, Detector):
         if not self.profile.metrics:
             return out
         codes = batch.lookup(self.profile.metrics)
-        mean, _, ok = self.profile.expect(
-            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
-        )
+        mean, _, ok = self._expect(batch, codes)
         k = len(self.profile.metrics)
         for m, rows in per_metric_runs(codes, k):
             rows = rows[ok[rows]]

@@ -87,14 +87,14 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models.base import Detector, Readings, ScoringMemory
+from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import GRID_SD, Grid, shrink
 from fleetwatch.models.lasting import SINGLE, WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
-from fleetwatch.models.profile import HOUR_MS, decay_factor, row_weights
+from fleetwatch.models.profile import DecayedDetector, advance, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
 
@@ -130,48 +130,34 @@ def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
     return times, inverse, matrix
 
 
-class PcaDetector(Detector):
+@dataclass(eq=False, kw_only=True)
+class PcaDetector(DecayedDetector):
     kind: ClassVar[str] = "pca"
     per_metric: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        components: int = 1,
-        halflife_hours: float | None = 168.0,
-        warmup: int = 50,
-        min_residual_var: float = 0.05,
-        max_axis_var: float | None = 0.25,
-        false_alerts_per_day: float | None = None,
-        tail_halflife: float = 2000.0,
-        shock_alerts_per_day: float | None = None,
-    ) -> None:
-        if components < 1:
-            raise HyperParameterError(f"components must be >= 1, got {components}")
-        if halflife_hours is not None and not halflife_hours > 0:
-            raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
-        if not min_residual_var > 0:
-            raise HyperParameterError(f"min_residual_var must be > 0, got {min_residual_var}")
-        if max_axis_var is not None and not max_axis_var > 0:
-            raise HyperParameterError(f"max_axis_var must be > 0 or None, got {max_axis_var}")
-        if false_alerts_per_day is not None and not false_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
-            )
-        if shock_alerts_per_day is not None and not shock_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"shock_alerts_per_day must be > 0 or None, got {shock_alerts_per_day}"
-            )
-        if not tail_halflife > 0:
-            raise HyperParameterError(f"tail_halflife must be > 0, got {tail_halflife}")
-        self.components = components
-        self.halflife_hours = halflife_hours
-        self.warmup = warmup
-        self.min_residual_var = min_residual_var
-        self.max_axis_var = max_axis_var
-        self.false_alerts_per_day = false_alerts_per_day
-        self.tail_halflife = tail_halflife
-        self.shock_alerts_per_day = shock_alerts_per_day
-        self.tail = StreamTail(tail_halflife)
+    components: int = 1
+    warmup: int = 50
+    min_residual_var: float = 0.05
+    max_axis_var: float | None = 0.25
+    false_alerts_per_day: float | None = None
+    tail_halflife: float = 2000.0
+    shock_alerts_per_day: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.components < 1:
+            raise HyperParameterError(f"components must be >= 1, got {self.components}")
+        if not self.min_residual_var > 0:
+            raise HyperParameterError(f"min_residual_var must be > 0, got {self.min_residual_var}")
+        if self.max_axis_var is not None and not self.max_axis_var > 0:
+            raise HyperParameterError(f"max_axis_var must be > 0 or None, got {self.max_axis_var}")
+        for name in ("false_alerts_per_day", "shock_alerts_per_day"):
+            budget = getattr(self, name)
+            if budget is not None and not budget > 0:
+                raise HyperParameterError(f"{name} must be > 0 or None, got {budget}")
+        if not self.tail_halflife > 0:
+            raise HyperParameterError(f"tail_halflife must be > 0, got {self.tail_halflife}")
+        self.tail = StreamTail(self.tail_halflife)
         """The device's own history of the residual's statistic (:mod:`~fleetwatch.models.tail`)."""
         self.metrics: list[str] = []
         self.shift = np.zeros(0)
@@ -248,13 +234,10 @@ class PcaDetector(Detector):
             cap = self._bar()  # in force for the batch
             self.tail.summary.add(statistic[use])
             self.tail.excursions(statistic[complete], cap)
-        end = int(times[-1])
-        to_ms = end if self.ref_ms is None else max(self.ref_ms, end)
-        halflife_ms = None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
-        factor = decay_factor(self.ref_ms, to_ms, halflife_ms)
+        to_ms, factor = advance(self.ref_ms, int(times[-1]), self.halflife_ms)
         self.ref_ms = to_ms
         y = matrix[use] - self.shift
-        w = row_weights(times[use], to_ms, halflife_ms)
+        w = row_weights(times[use], to_ms, self.halflife_ms)
         self.weight = self.weight * factor + float(w.sum())
         self.sum = self.sum * factor + w @ y
         self.scatter = self.scatter * factor + (y * w[:, None]).T @ y

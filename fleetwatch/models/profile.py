@@ -18,6 +18,11 @@ curve (at most a third more spread midway, for a ±2 °C day under 0.3 °C noise
 where two neighbouring hours differ in kind: a machine that was stopped all of one hour and runs
 in the next is not expected to turn at half speed, ± a few rpm, in between. Both fall back to
 the metric's overall moments while either bucket is still warming up.
+
+Two detector bases hold the hyperparameters of this machinery, checked once for every detector
+that has them: :class:`DecayedDetector` (``halflife_hours``, for every detector whose sums fade
+with event time) and :class:`ProfileDetector` (a profile's buckets and warm-up, for the
+detectors that judge a metric against its profile).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, extend_metrics
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.params import array, floats, ints
 
 FloatArray = npt.NDArray[np.float64]
@@ -42,6 +49,13 @@ def decay_factor(from_ms: int | None, to_ms: int, halflife_ms: float | None) -> 
     if halflife_ms is None or from_ms is None:
         return 1.0
     return float(2.0 ** (-(to_ms - from_ms) / halflife_ms))
+
+
+def advance(ref_ms: int | None, end_ms: int, halflife_ms: float | None) -> tuple[int, float]:
+    """The reference time after a batch whose newest event time is ``end_ms`` (it never moves
+    back), and the factor that decays sums kept at ``ref_ms`` to it."""
+    to_ms = end_ms if ref_ms is None else max(ref_ms, end_ms)
+    return to_ms, decay_factor(ref_ms, to_ms, halflife_ms)
 
 
 def row_weights(
@@ -97,12 +111,8 @@ class SeasonalProfile:
             self.sums = np.concatenate([self.sums, np.zeros((new, self.buckets + 1, 3))])
             self.counts = np.concatenate([self.counts, np.zeros((new, self.buckets + 1), np.int64)])
             self.metrics = known
-        to_ms = (
-            int(batch.event_ms[-1])
-            if self.ref_ms is None
-            else max(self.ref_ms, int(batch.event_ms[-1]))
-        )
-        self.sums *= decay_factor(self.ref_ms, to_ms, self.halflife_ms)
+        to_ms, factor = advance(self.ref_ms, int(batch.event_ms[-1]), self.halflife_ms)
+        self.sums *= factor
         self.ref_ms = to_ms
         rows = np.flatnonzero(keep)
         m, t = codes[rows], batch.event_ms[rows]
@@ -186,3 +196,73 @@ class SeasonalProfile:
         self.sums = array(state, "sums", (k, width, 3))
         self.counts = array(state, "counts", (k, width)).astype(np.int64)
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
+
+
+@dataclass(eq=False, kw_only=True)
+class DecayedDetector(Detector):
+    """A detector whose learned sums fade with event time (:func:`decay_factor`).
+
+    Its hyperparameters are dataclass fields, which the constructor takes by keyword; a subclass
+    declares its own (or a new default for one of these) and checks them in ``__post_init__``
+    after this one's.
+
+    Parameters: ``halflife_hours``, the age in event time at which a reading counts half
+    (``None``: nothing fades).
+    """
+
+    halflife_hours: float | None = 168.0
+
+    def __post_init__(self) -> None:
+        if self.halflife_hours is not None and not self.halflife_hours > 0:
+            raise HyperParameterError(
+                f"halflife_hours must be > 0 or None, got {self.halflife_hours}"
+            )
+
+    @property
+    def halflife_ms(self) -> float | None:
+        return None if self.halflife_hours is None else self.halflife_hours * HOUR_MS
+
+
+@dataclass(eq=False, kw_only=True)
+class ProfileDetector(DecayedDetector):
+    """A detector that judges each metric against its :class:`SeasonalProfile`
+    (:attr:`profile`): the seasonal, level and change detectors.
+
+    Parameters: ``buckets`` per ``period_hours`` (1: no season), ``warmup`` (a metric's
+    readings learned before it is judged), ``bucket_warmup`` (a bucket's readings before it is
+    used, the metric's overall moments until then), ``min_std`` (the floor of a standard
+    deviation, in the metric's units).
+    """
+
+    buckets: int = 24
+    period_hours: float = 24.0
+    warmup: int = 30
+    bucket_warmup: int = 20
+    min_std: float = 1e-3
+    profile: SeasonalProfile = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.buckets < 1 or not self.period_hours > 0:
+            raise HyperParameterError(
+                f"need buckets >= 1 and period_hours > 0, got {self.buckets}, {self.period_hours}"
+            )
+        if not self.min_std > 0:
+            raise HyperParameterError(f"min_std must be > 0, got {self.min_std}")
+        self.profile = self.new_profile()
+
+    def new_profile(self) -> SeasonalProfile:
+        """An empty profile of these hyperparameters."""
+        return SeasonalProfile(self.buckets, self.period_hours * HOUR_MS, self.halflife_ms)
+
+    def _expect(
+        self, batch: Batch, codes: npt.NDArray[np.intp]
+    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """Per row of ``batch`` (its metrics' ``codes`` in :attr:`profile`): the expected value,
+        the standard deviation, and whether the metric is warm (:meth:`SeasonalProfile.expect`)."""
+        return self.profile.expect(
+            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
+        )
+
+    def learned_metrics(self) -> list[str]:
+        return list(self.profile.metrics)

@@ -67,19 +67,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models.base import Detector, ScoringMemory
+from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
 from fleetwatch.models.errors import HyperParameterError, ParamsError
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.neighbours import NeighbourScale, medians_before
 from fleetwatch.models.params import array, ints
-from fleetwatch.models.profile import HOUR_MS, SeasonalProfile, decay_factor, row_weights
+from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.tail import (
     MIN_HISTORY,
@@ -91,55 +92,6 @@ from fleetwatch.models.tail import (
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-def check_profile_hyper(
-    halflife_hours: float | None, buckets: int, period_hours: float, min_std: float
-) -> None:
-    if halflife_hours is not None and not halflife_hours > 0:
-        raise HyperParameterError(f"halflife_hours must be > 0 or None, got {halflife_hours}")
-    if buckets < 1 or not period_hours > 0:
-        raise HyperParameterError(
-            f"need buckets >= 1 and period_hours > 0, got {buckets}, {period_hours}"
-        )
-    if not min_std > 0:
-        raise HyperParameterError(f"min_std must be > 0, got {min_std}")
-
-
-def new_profile(halflife_hours: float | None, buckets: int, period_hours: float) -> SeasonalProfile:
-    halflife_ms = None if halflife_hours is None else halflife_hours * HOUR_MS
-    return SeasonalProfile(buckets, period_hours * HOUR_MS, halflife_ms)
-
-
-class ProfileHyper:
-    """The hyperparameters of a detector's seasonal profile (:class:`SeasonalProfile`), which
-    the seasonal, level and change members share: checked and set together."""
-
-    halflife_hours: float | None
-    buckets: int
-    period_hours: float
-    warmup: int
-    bucket_warmup: int
-    min_std: float
-
-    def _profile_hyper(
-        self,
-        halflife_hours: float | None,
-        buckets: int,
-        period_hours: float,
-        warmup: int,
-        bucket_warmup: int,
-        min_std: float,
-    ) -> SeasonalProfile:
-        """Check and set the profile's hyperparameters; a new profile of them."""
-        check_profile_hyper(halflife_hours, buckets, period_hours, min_std)
-        self.halflife_hours = halflife_hours
-        self.buckets = buckets
-        self.period_hours = period_hours
-        self.warmup = warmup
-        self.bucket_warmup = bucket_warmup
-        self.min_std = min_std
-        return new_profile(halflife_hours, buckets, period_hours)
 
 
 EARLY_Z = 2.0 * ALERT_Z
@@ -179,40 +131,27 @@ class Deviation(NamedTuple):
     row)."""
 
 
-class SeasonalBaseline(ProfileHyper, Detector):
+@dataclass(eq=False, kw_only=True)
+class SeasonalBaseline(ProfileDetector):
     kind: ClassVar[str] = "seasonal"
 
-    def __init__(
-        self,
-        halflife_hours: float | None = 168.0,
-        buckets: int = 24,
-        period_hours: float = 24.0,
-        warmup: int = 30,
-        bucket_warmup: int = 20,
-        min_std: float = 1e-3,
-        false_alerts_per_day: float | None = 1.0,
-        tail_halflife: float = 2000.0,
-        jump_ratio: float | None = None,
-        jump_window: int = 5,
-    ) -> None:
-        self.profile = self._profile_hyper(
-            halflife_hours, buckets, period_hours, warmup, bucket_warmup, min_std
-        )
-        if false_alerts_per_day is not None and not false_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"false_alerts_per_day must be > 0 or None, got {false_alerts_per_day}"
-            )
-        if not tail_halflife > 0:
-            raise HyperParameterError(f"tail_halflife must be > 0, got {tail_halflife}")
-        if jump_ratio is not None and not jump_ratio >= 1:
-            raise HyperParameterError(f"jump_ratio must be >= 1 or None, got {jump_ratio}")
-        if jump_window < 3:
-            raise HyperParameterError(f"jump_window must be >= 3 readings, got {jump_window}")
-        self.jump_ratio = jump_ratio
-        self.jump_window = jump_window
-        self.false_alerts_per_day = false_alerts_per_day
-        self.tail_halflife = tail_halflife
-        self.alt = new_profile(halflife_hours, buckets, period_hours)
+    false_alerts_per_day: float | None = 1.0
+    tail_halflife: float = 2000.0
+    jump_ratio: float | None = None
+    jump_window: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        budget = self.false_alerts_per_day
+        if budget is not None and not budget > 0:
+            raise HyperParameterError(f"false_alerts_per_day must be > 0 or None, got {budget}")
+        if not self.tail_halflife > 0:
+            raise HyperParameterError(f"tail_halflife must be > 0, got {self.tail_halflife}")
+        if self.jump_ratio is not None and not self.jump_ratio >= 1:
+            raise HyperParameterError(f"jump_ratio must be >= 1 or None, got {self.jump_ratio}")
+        if self.jump_window < 3:
+            raise HyperParameterError(f"jump_window must be >= 3 readings, got {self.jump_window}")
+        self.alt = self.new_profile()
         """Per metric, its second regime (see the module's docstring); empty until one is seen."""
         self.tails: list[StreamTail] = []
         """Per metric, its own history of ``|z|`` (:mod:`~fleetwatch.models.tail`)."""
@@ -347,9 +286,7 @@ class SeasonalBaseline(ProfileHyper, Detector):
         """Per row: how it deviates from its profile, judged against its stream's tail (without
         ``judge``, the surprise is left at 0: learning needs ``ok`` and ``z`` alone)."""
         codes = batch.lookup(self.profile.metrics)
-        mean, std, ok = self.profile.expect(
-            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
-        )
+        mean, std, ok = self._expect(batch, codes)
         step = self.grid.per_row(codes)
         std = floor_std(std, step)
         deviation = shrink(batch.value - mean, step)
@@ -434,7 +371,7 @@ class SeasonalBaseline(ProfileHyper, Detector):
         self.near.grow(k)
         self.recent += [[] for _ in range(k - len(self.recent))]
         to_ms = int(self.profile.ref_ms or 0)
-        self.near.sums *= decay_factor(ref_before, to_ms, self.profile.halflife_ms)
+        self.near.sums *= decay_factor(ref_before, to_ms, self.halflife_ms)
         step = self.grid.per_row(codes)
         for m, rows in per_metric_runs(codes, k):
             values = batch.value[rows]
@@ -449,7 +386,7 @@ class SeasonalBaseline(ProfileHyper, Detector):
                 far = np.abs(r) / floor_std(sd, step[rows])
                 used &= ~((far > SPLIT_Z) & (far > self.jump_ratio * z[rows]))
             r = r[used]
-            w = row_weights(batch.event_ms[rows][used], to_ms, self.profile.halflife_ms)
+            w = row_weights(batch.event_ms[rows][used], to_ms, self.halflife_ms)
             self.near.add(m, r, w)
             self.recent[m] = (self.recent[m] + values.tolist())[-self.jump_window :]
         self._neighbours = None
@@ -497,9 +434,6 @@ class SeasonalBaseline(ProfileHyper, Detector):
         names = np.asarray(batch.names, dtype=object)[batch.codes]
         return Scores.build(self.kind, d.surprise, names, batch.value, d.expected, d.band, reason)
 
-    def learned_metrics(self) -> list[str]:
-        return list(self.profile.metrics)
-
     def _state(self) -> dict[str, Any]:
         return {
             **self.profile.state(),
@@ -540,7 +474,7 @@ class SeasonalBaseline(ProfileHyper, Detector):
             self.near, self.recent = NeighbourScale(), []
         self._neighbours = None
         # parameters from before the second regime have none
-        self.alt = new_profile(self.halflife_hours, self.buckets, self.period_hours)
+        self.alt = self.new_profile()
         if state.get("alt"):
             self.alt.load(state["alt"])
         alt_tails = state.get("alt_tails") or []

@@ -32,7 +32,9 @@ def _pooled(
     frames: dict[str, pd.DataFrame], halflife_hours: float | None, max_axis_var: float | None = 0.25
 ) -> PcaDetector:
     params = {
-        device: PcaDetector(1, halflife_hours, max_axis_var=max_axis_var).learn(f).to_params()
+        device: PcaDetector(components=1, halflife_hours=halflife_hours, max_axis_var=max_axis_var)
+        .learn(f)
+        .to_params()
         for device, f in frames.items()
     }
     return PcaDetector.from_params(pool_pca(params))
