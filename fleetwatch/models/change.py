@@ -52,13 +52,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetwatch.models import trend
+from fleetwatch.models import learned, trend
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import Grid, floor_std, shrink
-from fleetwatch.models.params import array, floats, ints
 from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
 
@@ -128,6 +127,18 @@ class ChangeDetector(ProfileDetector):
     halflife_hours: float | None = 720.0
     warmup: int = 100
 
+    # learned, a row per metric (not constructor arguments)
+    upper: FloatArray = learned.per_metric()
+    """Per metric, the upper CUSUM carried into the next batch."""
+    lower: FloatArray = learned.per_metric()
+    """Per metric, the lower CUSUM carried into the next batch."""
+    # the local reference's: zeros from parameters without them (it starts learning)
+    local: FloatArray = learned.per_metric(2, optional=True)
+    """Per metric [W, Σw·r²] of the residual from the local reference."""
+    local_counts: npt.NDArray[np.int64] = learned.per_metric(counts=True, optional=True)
+    trends: FloatArray = learned.per_metric(trend.CARRY, optional=True)
+    """Per metric, the local line's carried sums (:mod:`trend`)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.drift > 0:
@@ -136,13 +147,7 @@ class ChangeDetector(ProfileDetector):
             raise HyperParameterError(
                 f"local_halflife must be > 0 readings, got {self.local_halflife}"
             )
-        self.upper = np.zeros(0)
-        self.lower = np.zeros(0)
-        self.local = np.zeros((0, 2))
-        """Per metric [W, Σw·r²] of the residual from the local reference."""
-        self.local_counts = np.zeros(0, np.int64)
-        self.trends = np.zeros((0, trend.CARRY))
-        """Per metric, the local line's carried sums (:mod:`trend`)."""
+        learned.start(self)
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""
         self._learned_trends = self.trends
@@ -253,13 +258,7 @@ class ChangeDetector(ProfileDetector):
         before = self.profile.ref_ms
         codes = self.profile.learn(batch, keep)
         self.grid.learn_rows(codes, batch.value, len(self.profile.metrics))
-        grow = len(self.profile.metrics) - self.upper.size
-        self.upper = np.concatenate([self.upper, np.zeros(grow)])
-        self.lower = np.concatenate([self.lower, np.zeros(grow)])
-        grow = len(self.profile.metrics) - len(self.trends)
-        self.local = np.concatenate([self.local, np.zeros((grow, 2))])
-        self.local_counts = np.concatenate([self.local_counts, np.zeros(grow, np.int64)])
-        self.trends = np.concatenate([self.trends, np.zeros((grow, trend.CARRY))])
+        learned.grow(self, len(self.profile.metrics))
         to_ms = int(self.profile.ref_ms or 0)
         self.local *= decay_factor(before, to_ms, self.halflife_ms)
         ref, _, self.trends = self._local(batch, codes)
@@ -296,11 +295,7 @@ class ChangeDetector(ProfileDetector):
     def _state(self) -> dict[str, Any]:
         return {
             **self.profile.state(),
-            "upper": floats(self.upper),
-            "lower": floats(self.lower),
-            "local": floats(self.local),
-            "local_counts": ints(self.local_counts),
-            "trends": floats(self.trends),
+            **learned.state(self),
             "grid": self.grid.state(),
         }
 
@@ -308,14 +303,6 @@ class ChangeDetector(ProfileDetector):
         self._last_run = self._last_local = None
         self.profile.load(state)
         k = len(self.profile.metrics)
-        self.upper = array(state, "upper", (k,))
-        self.lower = array(state, "lower", (k,))
-        if "local" in state:
-            self.local = array(state, "local", (k, 2))
-            self.local_counts = array(state, "local_counts", (k,)).astype(np.int64)
-            self.trends = array(state, "trends", (k, trend.CARRY))
-        else:  # parameters from before the local reference: it starts learning now
-            self.local, self.local_counts = np.zeros((k, 2)), np.zeros(k, np.int64)
-            self.trends = np.zeros((k, trend.CARRY))
+        learned.load(self, state, k)
         self._learned_trends = self.trends.copy()
         self.grid = Grid.load(state.get("grid"), k)

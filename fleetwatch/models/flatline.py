@@ -50,11 +50,12 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
+from fleetwatch.models import learned
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.batch import Batch, extend_metrics, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.errors import HyperParameterError
-from fleetwatch.models.params import array, floats, ints
+from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import DecayedDetector, advance, row_weights
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.trend import SMALL
@@ -73,6 +74,16 @@ class FlatlineDetector(DecayedDetector):
     max_rests: int = 4
     rest_windows: int = 5
 
+    # learned, a row per metric (not constructor arguments)
+    noise: FloatArray = learned.per_metric(2)
+    """Per metric [W, Σw·d²] of first differences."""
+    counts: npt.NDArray[np.int64] = learned.per_metric(counts=True)
+    repeats: FloatArray = learned.per_metric(2, optional=True)
+    """Per metric ``[W, Σw·(d = 0)]`` of its first differences away from its rest values
+    (weights as in ``noise``); zeros from parameters without it: no bound on a window's surprise
+    until it is learned."""
+    resolution: FloatArray = learned.per_metric()
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.window < 3:
@@ -80,13 +91,7 @@ class FlatlineDetector(DecayedDetector):
         if not self.gap_factor > 1:
             raise HyperParameterError(f"gap_factor must be > 1, got {self.gap_factor}")
         self.metrics: list[str] = []
-        self.noise = np.zeros((0, 2))
-        """Per metric [W, Σw·d²] of first differences."""
-        self.counts = np.zeros(0, np.int64)
-        self.repeats = np.zeros((0, 2))
-        """Per metric ``[W, Σw·(d = 0)]`` of its first differences away from its rest values
-        (weights as in ``noise``)."""
-        self.resolution = np.zeros(0)
+        learned.start(self)
         self.tails: list[list[float]] = []
         self.rests: list[list[list[float]]] = []
         """Per metric, ``[value, windows]`` of its rest values, the newest last."""
@@ -126,10 +131,7 @@ class FlatlineDetector(DecayedDetector):
         known = extend_metrics(self.metrics, batch)
         grow = len(known) - len(self.metrics)
         self.metrics = known
-        self.noise = np.concatenate([self.noise, np.zeros((grow, 2))])
-        self.counts = np.concatenate([self.counts, np.zeros(grow, np.int64)])
-        self.repeats = np.concatenate([self.repeats, np.zeros((grow, 2))])
-        self.resolution = np.concatenate([self.resolution, np.zeros(grow)])
+        learned.grow(self, len(known))
         self.tails += [[] for _ in range(grow)]
         self.rests += [[] for _ in range(grow)]
         to_ms, factor = advance(self.ref_ms, int(batch.event_ms[-1]), self.halflife_ms)
@@ -334,10 +336,7 @@ class FlatlineDetector(DecayedDetector):
     def _state(self) -> dict[str, Any]:
         return {
             "metrics": list(self.metrics),
-            "noise": floats(self.noise),
-            "counts": ints(self.counts),
-            "repeats": floats(self.repeats),
-            "resolution": floats(self.resolution),
+            **learned.state(self),
             "tails": [floats(t) for t in self.tails],
             "rests": [[floats(r) for r in rests] for rests in self.rests],
             "gaps": floats(self.gaps),
@@ -349,11 +348,7 @@ class FlatlineDetector(DecayedDetector):
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.metrics = [str(m) for m in state["metrics"]]
         k = len(self.metrics)
-        self.noise = array(state, "noise", (k, 2))
-        self.counts = array(state, "counts", (k,)).astype(np.int64)
-        # none counted before repeats were: no bound until they are
-        self.repeats = array(state, "repeats", (k, 2)) if "repeats" in state else np.zeros((k, 2))
-        self.resolution = array(state, "resolution", (k,))
+        learned.load(self, state, k)
         self.tails = [[float(v) for v in t] for t in state["tails"]]
         rests = state.get("rests") or [[] for _ in range(k)]  # none before rest values existed
         self.rests = [[[float(v), float(c)] for v, c in r] for r in rests]

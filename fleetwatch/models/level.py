@@ -65,13 +65,13 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from fleetwatch.models import learned
 from fleetwatch.models.alerting import alerts_of
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
-from fleetwatch.models.errors import HyperParameterError, ParamsError
+from fleetwatch.models.errors import HyperParameterError
 from fleetwatch.models.grid import GRID_SD, Grid
-from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import ProfileDetector
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
@@ -144,6 +144,14 @@ class LevelShiftDetector(ProfileDetector):
     # the profile's, with this detector's default
     warmup: int = 100
 
+    # learned, a row per metric (not constructor arguments)
+    offset: FloatArray = learned.per_metric()
+    """Per metric: the level adopted on top of the profile (see Adaptation)."""
+    spread: FloatArray = learned.per_metric(2)
+    """Per metric ``[W, Σw·e²]`` over normal readings, decayed per reading."""
+    carry: FloatArray = learned.per_metric(CARRY, narrower=(2,))
+    """Per metric, what its average carries past the last reading (:data:`CARRY`)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 < self.lam < 1:
@@ -164,11 +172,7 @@ class LevelShiftDetector(ProfileDetector):
             raise HyperParameterError(
                 f"false_alerts_per_day must be > 0, got {self.false_alerts_per_day}"
             )
-        self.offset = np.zeros(0)
-        """Per metric: the level adopted on top of the profile (see Adaptation)."""
-        self.spread = np.zeros((0, 2))
-        """Per metric ``[W, Σw·e²]`` over normal readings, decayed per reading."""
-        self.carry = np.zeros((0, CARRY))
+        learned.start(self)
         self.tails: list[StreamTail] = []
         self.excluded_since: list[int | None] = []
         self.grid = Grid()
@@ -331,9 +335,7 @@ class LevelShiftDetector(ProfileDetector):
         shifted = batch.value - self._offsets(batch)
         self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)
         grow = len(self.profile.metrics) - self.offset.size
-        self.offset = np.concatenate([self.offset, np.zeros(grow)])
-        self.spread = np.concatenate([self.spread, np.zeros((grow, 2))])
-        self.carry = np.concatenate([self.carry, np.zeros((grow, CARRY))])
+        learned.grow(self, len(self.profile.metrics))
         self.tails += [StreamTail(self.tail_halflife) for _ in range(grow)]
         self.excluded_since += [None] * grow
         codes = batch.lookup(self.profile.metrics)
@@ -425,9 +427,7 @@ class LevelShiftDetector(ProfileDetector):
     def _state(self) -> dict[str, Any]:
         return {
             **self.profile.state(),
-            "offset": floats(self.offset),
-            "spread": floats(self.spread),
-            "carry": floats(self.carry),
+            **learned.state(self),
             "tails": [t.state() for t in self.tails],
             "excluded_since": list(self.excluded_since),
             "grid": self.grid.state(),
@@ -436,16 +436,7 @@ class LevelShiftDetector(ProfileDetector):
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.profile.load(state)
         k = len(self.profile.metrics)
-        self.offset = array(state, "offset", (k,))
-        self.spread = array(state, "spread", (k, 2))
-        try:
-            self.carry = array(state, "carry", (k, CARRY))
-        except ParamsError as exc:
-            try:  # written before the alert's peak was carried
-                old = array(state, "carry", (k, 2))
-            except ParamsError:
-                raise exc from None
-            self.carry = np.column_stack([old, np.zeros((k, CARRY - 2))])
+        learned.load(self, state, k)
         self.tails = [StreamTail.load(self.tail_halflife, t) for t in state["tails"]]
         self.excluded_since = [None if v is None else int(v) for v in state["excluded_since"]]
         self.grid = Grid.load(state.get("grid"), k)

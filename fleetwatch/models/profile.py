@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fleetwatch.models import learned
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, extend_metrics
 from fleetwatch.models.errors import HyperParameterError
-from fleetwatch.models.params import array, floats, ints
 
 FloatArray = npt.NDArray[np.float64]
 Tables = tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
@@ -72,11 +72,12 @@ class SeasonalProfile:
     buckets: int
     period_ms: float
     halflife_ms: float | None
-    metrics: list[str] = field(default_factory=list)
-    shift: FloatArray = field(default_factory=lambda: np.zeros(0))
-    sums: FloatArray = field(default_factory=lambda: np.zeros((0, 1, 3)))
+    metrics: list[str] = field(default_factory=list, init=False)
+    shift: FloatArray = learned.per_metric()
+    """Per metric, its first value."""
+    sums: FloatArray = learned.per_metric(lambda p: (p.buckets + 1, 3))
     """(metric, bucket, [W, Sx, Sxx]); bucket index ``buckets`` holds the overall sums."""
-    counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    counts: npt.NDArray[np.int64] = learned.per_metric(lambda p: (p.buckets + 1,), counts=True)
     ref_ms: int | None = None
     _memo: dict[tuple[float, int, int], Tables] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -86,9 +87,7 @@ class SeasonalProfile:
     clear it."""
 
     def __post_init__(self) -> None:
-        if self.sums.shape[1:] != (self.buckets + 1, 3):
-            self.sums = np.zeros((len(self.metrics), self.buckets + 1, 3))
-            self.counts = np.zeros((len(self.metrics), self.buckets + 1), np.int64)
+        learned.start(self)
 
     def bucket_position(self, event_ms: npt.NDArray[np.int64]) -> tuple[Any, Any, FloatArray]:
         """For each time: the bucket centres before and after it, and the fraction between."""
@@ -103,13 +102,12 @@ class SeasonalProfile:
         known = extend_metrics(self.metrics, batch)
         codes = batch.lookup(known)
         if len(known) > len(self.metrics):
-            new = len(known) - len(self.metrics)
+            before = len(self.metrics)
             first = np.zeros(len(known))
             present, where = np.unique(codes, return_index=True)
             first[present] = batch.value[where]
-            self.shift = np.concatenate([self.shift, first[len(self.metrics) :]])
-            self.sums = np.concatenate([self.sums, np.zeros((new, self.buckets + 1, 3))])
-            self.counts = np.concatenate([self.counts, np.zeros((new, self.buckets + 1), np.int64)])
+            learned.grow(self, len(known))
+            self.shift[before:] = first[before:]
             self.metrics = known
         to_ms, factor = advance(self.ref_ms, int(batch.event_ms[-1]), self.halflife_ms)
         self.sums *= factor
@@ -180,21 +178,12 @@ class SeasonalProfile:
         return held
 
     def state(self) -> dict[str, Any]:
-        return {
-            "metrics": list(self.metrics),
-            "shift": floats(self.shift),
-            "sums": floats(self.sums),
-            "counts": ints(self.counts),
-            "ref_ms": self.ref_ms,
-        }
+        return {"metrics": list(self.metrics), **learned.state(self), "ref_ms": self.ref_ms}
 
     def load(self, state: Mapping[str, Any]) -> None:
         self._memo.clear()
         self.metrics = [str(m) for m in state["metrics"]]
-        k, width = len(self.metrics), self.buckets + 1
-        self.shift = array(state, "shift", (k,))
-        self.sums = array(state, "sums", (k, width, 3))
-        self.counts = array(state, "counts", (k, width)).astype(np.int64)
+        learned.load(self, state, len(self.metrics))
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
 
 
