@@ -1,5 +1,5 @@
 """``fleetwatch rules test``: rules judged over a recorded CSV with the scorer's own code —
-Spark's projection of the rules' SQL (:func:`~fleetwatch.streaming.rules.projection.rule_values`)
+Spark's projection of the rules' SQL (:func:`~fleetwatch.streaming.rules.projection.rule_atoms`)
 and the rules query's per-device step (:func:`~fleetwatch.streaming.rules.step.judge`) — so a
 rule fires on the file where and when it would have fired live.
 
@@ -33,7 +33,7 @@ from fleetwatch.filemode.csvfile import pieces
 from fleetwatch.streaming.rules.compiled import CompiledRule
 from fleetwatch.streaming.rules.conditions import READING_FIELDS, compile_rule
 from fleetwatch.streaming.rules.processor import readings_of
-from fleetwatch.streaming.rules.projection import metrics_of, rule_values
+from fleetwatch.streaming.rules.projection import atoms_of, metrics_of, rule_atoms
 from fleetwatch.streaming.rules.step import BucketRules, Reading, judge, new_bucket
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ def judge_file(
     rules = [compile_rule(spark, spec) for spec in specs]
     out = RuleTest(rules)
     by_id = {rule.id: rule for rule in rules}
+    atoms = atoms_of(rules)
     bucket: BucketRules = new_bucket()
     metrics = metrics_of(rules)
     latest = -(2**62)
@@ -79,8 +80,8 @@ def judge_file(
         out.rows += len(piece)
         if frame.empty:
             continue
-        judged_rows = rule_values(spark.createDataFrame(frame), rules).toPandas()
-        for chunk in _in_time_order(readings_of(judged_rows)):
+        computed = rule_atoms(spark.createDataFrame(frame), atoms).toPandas()
+        for chunk in _in_time_order(readings_of(computed, atoms, by_id)):
             # as in the query: a step is judged with the watermark of the steps before it
             result = judge(bucket, chunk, by_id, latest - lateness_ms, 0, NEVER_EXPIRE_MS)
             latest = max(latest, max(r.event_ms for r in chunk))

@@ -48,13 +48,22 @@ def test_a_condition_on_one_reading(spark: Any) -> None:
         "temperature",
     )
     assert not rule.windowed
-    # a reading's own field is not a metric; the evidence is the first metric named
+    # a reading's own field is not a metric; the evidence is the first metric named; the
+    # values computed per reading are what the condition compares with its numbers, and the
+    # rest of it as a truth (each once)
     both = check(spark, spec("status = 'ok' AND temperature > 80"))
-    assert (both.metrics, both.metric, both.values) == (
+    assert (both.metrics, both.metric, both.shown, both.values) == (
         ("temperature",),
         "temperature",
-        ("`temperature`",),
+        "temperature",
+        ("(status = 'ok')", "temperature"),
     )
+    assert both.having == [
+        "And",
+        ["EqualTo", ["agg", 0], ["lit", 1.0]],
+        ["GreaterThan", ["agg", 1], ["lit", 80.0]],
+    ]
+    assert both.evidence == ["agg", 1]
 
 
 def test_an_average_over_a_window(spark: Any) -> None:
@@ -256,25 +265,21 @@ def test_the_projection_and_the_step_agree_on_what_the_rules_mean(spark: Any) ->
     ]
     raw = spark.createDataFrame(rows, "key string, value string, timestamp timestamp")
     readings = projection.raw_readings(raw, projection.metrics_of(rules))
-    values = projection.rule_values(readings, rules)
+    atoms = projection.atoms_of(rules)
+    assert atoms.sql == ("temperature", "vibration", "1")
+    by_id = {rule.id: rule for rule in rules}
 
-    got = {
-        (r.device_id, r.seq): [(e.id, e.fired, e["values"]) for e in r.rules]
-        for r in values.collect()
-    }
+    # the operator's input: the rows as pandas frames (Arrow: a null in an array is NaN)
+    batch = processor.readings_of(projection.rule_atoms(readings, atoms).toPandas(), atoms, by_id)
+    got = {(r.device_id, r.seq): list(r.values.items()) for r in batch}
     assert got == {
-        ("d1", 1): [("hot", True, [85.0]), ("shaky", None, [9.0]), ("quiet", None, [1.0])],
-        ("d1", 2): [("hot", False, [70.0]), ("shaky", None, [8.0]), ("quiet", None, [1.0])],
-        ("d1", 3): [("hot", None, [None]), ("shaky", None, [1.0]), ("quiet", None, [1.0])],
-        ("d2", 1): [("hot", True, [90.0]), ("quiet", None, [1.0])],
+        ("d1", 1): [("hot", (True, [85.0])), ("shaky", (None, [9.0])), ("quiet", (None, [1.0]))],
+        ("d1", 2): [("hot", (False, [70.0])), ("shaky", (None, [8.0])), ("quiet", (None, [1.0]))],
+        ("d1", 3): [("hot", (None, [None])), ("shaky", (None, [1.0])), ("quiet", (None, [1.0]))],
+        ("d2", 1): [("hot", (True, [90.0])), ("quiet", (None, [1.0]))],
     }
-
-    # the operator's input: the same rows as pandas frames (Arrow: a null in an array is NaN)
-    batch = processor.readings_of(values.toPandas())
-    assert {(r.device_id, r.seq): r.values["hot"] for r in batch}[("d1", 3)] == (None, [None])
 
     bucket = step.new_bucket()
-    by_id = {rule.id: rule for rule in rules}
     alerts = []
     for watermark, readings_in in [(0, batch), (2_000, []), (15_000, [])]:
         judged = step.judge(bucket, readings_in, by_id, T0 + watermark, T0, 3_600_000)
@@ -315,3 +320,85 @@ def test_metric_names_are_case_sensitive_as_on_the_wire(spark: Any) -> None:
         ("r2", True, [99.0]),
         ("r3", True, [5.0]),
     ]
+
+
+LIFTED = [
+    "temperature > 80",
+    "80 < temperature",
+    "temperature >= 25.3 AND humidity < 1e2",
+    "NOT (temperature <= 50) OR humidity = 40",
+    "abs(temperature - 20) > 5",
+    "status = 'fault'",
+    "temperature IS NULL OR humidity > 10",
+    "seq % 2 = 0 AND temperature > humidity",
+    "temperature BETWEEN 80 AND 90",
+    "temperature * 2 > humidity + 1",
+    "coalesce(temperature, 0) > 10",
+]
+"""Conditions without a window: comparisons with a number either way round, logic over nulls,
+functions, strings, two metrics against each other."""
+
+
+def test_a_lifted_condition_decides_as_spark_does(spark: Any) -> None:
+    """Each condition judged from the values it lifts out (:func:`processor.readings_of`) holds,
+    fails or is null on exactly the readings where Spark's own evaluation of it does."""
+    rules = [
+        compile_rule(spark, record(f"r{i:02d}", when, None, ["d1"]))
+        for i, when in enumerate(LIFTED)
+    ]
+    grid = [None, 0.0, 10.0, 20.0, 25.3, 40.0, 50.0, 80.0, 85.0, 90.0, 100.0]
+    rows = []
+    for i, (t, h) in enumerate((t, h) for t in grid for h in grid):
+        metrics = {k: v for k, v in (("temperature", t), ("humidity", h)) if v is not None}
+        key, value, stamp = kafka_row("d1", i, i, **metrics)
+        if i % 3 == 0:
+            value = value.replace('"status": "ok"', '"status": "fault"')
+        rows.append((key, value, stamp))
+    raw = spark.createDataFrame(rows, "key string, value string, timestamp timestamp")
+    readings = projection.raw_readings(raw, projection.metrics_of(rules))
+    expected = {
+        (row.seq, rule.id): row[f"c{i}"]
+        for row in readings.selectExpr(
+            "seq", *(f"({rule.condition}) AS c{i}" for i, rule in enumerate(rules))
+        ).collect()
+        for i, rule in enumerate(rules)
+    }
+    atoms = projection.atoms_of(rules)
+    by_id = {rule.id: rule for rule in rules}
+    frame = projection.rule_atoms(readings, atoms).toPandas()
+    got = {
+        (r.seq, rule_id): fired
+        for r in processor.readings_of(frame, atoms, by_id)
+        for rule_id, (fired, _) in r.values.items()
+    }
+    assert len(got) == len(rows) * len(rules)
+    assert {k: v for k, v in got.items() if v != expected[k]} == {}
+    assert {v for v in expected.values()} == {True, False, None}
+
+
+def test_rules_that_differ_in_thresholds_and_devices_share_their_values(spark: Any) -> None:
+    """A thousand thresholds on one metric are one value per reading, each rule still judging
+    its own devices against its own threshold."""
+    rules = [
+        compile_rule(spark, record(f"r{i}", f"temperature > {60 + i}", None, [f"d{i % 2}"]))
+        for i in range(6)
+    ]
+    atoms = projection.atoms_of(rules)
+    assert atoms.sql == ("temperature",)
+    assert atoms.rules_of("d0") == ("r0", "r2", "r4")
+    assert atoms.rules_of("d9") == ()
+    raw = spark.createDataFrame(
+        [kafka_row(d, 1, 0, temperature=63.5) for d in ("d0", "d1", "d9")],
+        "key string, value string, timestamp timestamp",
+    )
+    readings = projection.raw_readings(raw, projection.metrics_of(rules))
+    frame = projection.rule_atoms(readings, atoms).toPandas()
+    by_id = {rule.id: rule for rule in rules}
+    got = {
+        r.device_id: {k: v[0] for k, v in r.values.items()}
+        for r in processor.readings_of(frame, atoms, by_id)
+    }
+    assert got == {
+        "d0": {"r0": True, "r2": True, "r4": False},
+        "d1": {"r1": True, "r3": True, "r5": False},
+    }

@@ -36,6 +36,9 @@ def hot(version: int = 1, devices: Iterable[str] | None = None) -> CompiledRule:
         metric="temperature",
         values=("temperature",),
         condition="temperature > 80",
+        shown="temperature",
+        having=["GreaterThan", ["agg", 0], ["lit", 80.0]],
+        evidence=["agg", 0],
     )
 
 

@@ -25,20 +25,25 @@ class CompiledRule:
     metric: str
     """The metric an alert names: the first the condition names, ``*`` when it names none."""
     values: tuple[str, ...]
-    """SQL the projection evaluates per reading: without a window, the condition's value as a
-    number (its left side when it is a comparison) — the alert's evidence; with one, each
-    aggregate's argument (``1`` for ``count(*)``)."""
+    """SQL the projection evaluates per reading, each as a double: without a window, the
+    values the condition compares and the alert shows (:attr:`having` over them); with one,
+    each aggregate's argument (``1`` for ``count(*)``)."""
     condition: str | None = None
-    """SQL of the condition per reading (a rule without a window)."""
+    """SQL of the condition per reading (a rule without a window): what the real-time query
+    filters on."""
+    shown: str | None = None
+    """SQL of the value an alert of a rule without a window shows: the condition's left side
+    when it is a comparison, else its first metric."""
     window_ms: tuple[int, int] | None = None
     """(size, slide) of a windowed rule."""
     aggregates: tuple[str, ...] = ()
     """Each aggregate's function, in the order of :attr:`values`."""
     having: Tree | None = None
-    """The condition above its aggregates (:mod:`~fleetwatch.streaming.rules.having`)."""
+    """The condition over :attr:`values` (:mod:`~fleetwatch.streaming.rules.having`): above its
+    aggregates with a window; above its compared expressions without one."""
     evidence: Tree | None = None
-    """The window's value an alert shows: the left side of the condition when it is a
-    comparison, else the first aggregate."""
+    """The value an alert shows, over :attr:`values`: with a window, the left side of the
+    condition when it is a comparison, else the first aggregate; without, :attr:`shown`."""
 
     @property
     def windowed(self) -> bool:

@@ -151,8 +151,20 @@ def compile_rule(spark: SparkSession, record: RuleRecord | RuleSpec) -> Compiled
                 "window", f"{aggregates[0]}() aggregates over a window: give the rule one"
             )
         left = tree.children[0] if tree.kind in _COMPARISONS else None
-        shown = left.java.sql() if left is not None else _quoted(metrics[0]) if metrics else "NULL"
-        return CompiledRule(**common, values=(shown,), condition=record.when)
+        shown = (
+            left.java.sql() if left is not None else _named(tree, metrics[0]) if metrics else "NULL"
+        )
+        atoms: list[str] = []
+        lifted = _lifted(tree, atoms)
+        evidence = ["agg", _atom(shown, atoms)]
+        return CompiledRule(
+            **common,
+            values=tuple(atoms),
+            condition=record.when,
+            shown=shown,
+            having=lifted,
+            evidence=evidence,
+        )
     if not aggregates:
         raise RuleError(
             "when", "a windowed rule's condition aggregates its readings: avg(x) > 7, count(*) = 0"
@@ -265,6 +277,39 @@ def _having(node: _Node, functions: list[str], arguments: list[str]) -> having.T
     )
 
 
+def _lifted(node: _Node, atoms: list[str]) -> having.Tree:
+    """A condition without a window as a :mod:`~fleetwatch.streaming.rules.having` tree over
+    values Spark computes per reading (``atoms``, each SQL once), its numbers lifted out:
+    ``AND`` / ``OR`` / ``NOT`` stay in the tree, as does a comparison of any expression with a
+    numeric literal (the expression a value, compared as a double); anything else is a value
+    of its own, its truth as 1.0 or 0.0. Rules that differ only in their thresholds then share
+    their values, so the projection's work per reading grows with the distinct expressions the
+    rules name, not with the rules."""
+    if node.kind in ("And", "Or", "Not"):
+        return [node.kind, *(_lifted(c, atoms) for c in node.children)]
+    if node.kind in _COMPARISONS:
+        left, right = node.children
+        if _is_number(right) and not _is_number(left):
+            return [node.kind, ["agg", _atom(left.java.sql(), atoms)], ["lit", _literal(right)]]
+        if _is_number(left) and not _is_number(right):
+            return [node.kind, ["lit", _literal(left)], ["agg", _atom(right.java.sql(), atoms)]]
+    return ["EqualTo", ["agg", _atom(node.java.sql(), atoms)], ["lit", 1.0]]
+
+
+def _atom(sql: str, atoms: list[str]) -> int:
+    if sql not in atoms:
+        atoms.append(sql)
+    return atoms.index(sql)
+
+
+_NUMERIC_TYPES = frozenset({"byte", "short", "integer", "long", "float", "double"})
+
+
+def _is_number(node: _Node) -> bool:
+    kind = str(node.attrs.get("dataType", ""))
+    return node.kind == "Literal" and (kind in _NUMERIC_TYPES or kind.startswith("decimal"))
+
+
 def _literal(node: _Node) -> float | bool | None:
     kind, value = node.attrs.get("dataType"), node.attrs.get("value")
     if value is None or kind == "null":
@@ -277,8 +322,15 @@ def _literal(node: _Node) -> float | bool | None:
         raise RuleError("when", f"{value!r} where a number is wanted") from None
 
 
-def _quoted(metric: str) -> str:
-    return f"`{metric}`"
+def _named(node: _Node, metric: str) -> str:
+    """The SQL of the first place ``node`` names ``metric``."""
+    if node.kind == "UnresolvedAttribute" and node.name == metric:
+        return str(node.java.sql())
+    for child in node.children:
+        found = _named(child, metric)
+        if found:
+            return found
+    return ""
 
 
 def _spark_message(exc: Exception) -> str:

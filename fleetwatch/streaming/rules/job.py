@@ -4,7 +4,7 @@ the scorer's process and Spark session, alerts to ``alerts``.
 The plan (PLAN_VERSION 1)::
 
     telemetry.raw ─ from_json (the metrics the rules name) ─ watermark(score.allowed_lateness)
-        └─ the rules' SQL per reading (projection.rule_values)
+        └─ the values the rules' SQL computes per reading, each once (projection.rule_atoms)
              └─ groupBy(bucket).transformWithStateInPandas(BucketJudge, EventTime)
                   └─ alert events ─▶ Kafka sink (alerts)
 
@@ -42,7 +42,7 @@ from fleetwatch.streaming.rules.conditions import RuleError, compile_rule, rules
 from fleetwatch.streaming.rules.fast import start_fast
 from fleetwatch.streaming.rules.follow import RuleFollower
 from fleetwatch.streaming.rules.processor import OUTPUT_SCHEMA, rule_judge
-from fleetwatch.streaming.rules.projection import metrics_of, raw_readings, rule_values
+from fleetwatch.streaming.rules.projection import atoms_of, metrics_of, raw_readings, rule_atoms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,7 +88,7 @@ def start(spark: SparkSession, settings: Settings, rules: list[CompiledRule]) ->
     )
     readings = raw_readings(raw, metrics_of(rules)).withWatermark("event_time", lateness)
     bucket = partial(buckets.bucket_of, buckets=buckets.BUCKETS)
-    values = rule_values(readings, rules).withColumn("bucket", bucket(F.col("device_id")))
+    values = rule_atoms(readings, atoms_of(rules)).withColumn("bucket", bucket(F.col("device_id")))
     judged = values.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=rule_judge(rules, topics.alerts, settings.score.expire_after_s * 1000),
         outputStructType=OUTPUT_SCHEMA,

@@ -18,29 +18,49 @@ from typing import Any
 import pandas as pd
 
 from fleetwatch.contracts import clock
+from fleetwatch.streaming.rules import having
 from fleetwatch.streaming.rules.compiled import CompiledRule
+from fleetwatch.streaming.rules.projection import ATOMS_COLUMN, Atoms, atoms_of
 from fleetwatch.streaming.rules.step import BucketRules, Judged, Reading, judge, new_bucket
 
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING"
 
 
-def readings_of(frame: pd.DataFrame) -> list[Reading]:
-    """The operator's input rows (:func:`~fleetwatch.streaming.rules.projection.rule_values`)
-    → readings."""
+def readings_of(
+    frame: pd.DataFrame, atoms: Atoms, rules: Mapping[str, CompiledRule]
+) -> list[Reading]:
+    """The operator's input rows (:func:`~fleetwatch.streaming.rules.projection.rule_atoms`)
+    → readings, each with every rule that judges its device: a rule without a window with its
+    condition (true, false or null, as SQL has it) and the value it shows; a windowed rule
+    with the values it aggregates. A reading no rule judges is left out."""
     out = []
-    for device, seq, event_ms, received_ms, entries in zip(
+    for device, seq, event_ms, received_ms, computed in zip(
         frame["device_id"],
         frame["seq"],
         frame["event_ms"],
         frame["received_ms"],
-        frame["rules"],
+        frame[ATOMS_COLUMN],
         strict=True,
     ):
-        values = {
-            str(e["id"]): (_flag(e["fired"]), [_number(v) for v in e["values"]]) for e in entries
-        }
+        device = str(device)
+        judging = atoms.rules_of(device)
+        if not judging:
+            continue
+        row = [_number(v) for v in computed]
+        values: dict[str, tuple[bool | None, list[float | None]]] = {}
+        for rule_id in judging:
+            rule = rules[rule_id]
+            own = [row[i] for i in atoms.index[rule_id]]
+            if rule.window_ms is not None:
+                values[rule_id] = (None, own)
+                continue
+            assert rule.having is not None
+            assert rule.evidence is not None
+            holds = having.evaluate(rule.having, own)
+            shown = having.evaluate(rule.evidence, own)
+            values[rule_id] = (None if holds is None else bool(holds), [_number(shown)])
         received = event_ms if received_ms is None or received_ms != received_ms else received_ms
-        out.append(Reading(str(device), int(seq), int(event_ms), int(received), values))
+        out.append(Reading(device, int(seq), int(event_ms), int(received), values))
     return out
 
 
@@ -50,10 +70,6 @@ def alert_rows(judged: Judged, topic: str) -> pd.DataFrame:
         for device, alert in judged.alerts
     ]
     return pd.DataFrame(rows, columns=["topic", "key", "value"])
-
-
-def _flag(value: Any) -> bool | None:
-    return None if value is None or value != value else bool(value)
 
 
 def _number(value: Any) -> float | None:
@@ -72,6 +88,7 @@ def rule_judge(rules: Sequence[CompiledRule], alerts_topic: str, expire_after_ms
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     by_id: Mapping[str, CompiledRule] = {rule.id: rule for rule in rules}
+    atoms = atoms_of(rules)
     schema = StructType([StructField("rules", BinaryType(), False)])
 
     class BucketJudge(StatefulProcessor):
@@ -102,7 +119,7 @@ def rule_judge(rules: Sequence[CompiledRule], alerts_topic: str, expire_after_ms
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            readings = [r for chunk in rows for r in readings_of(chunk)]
+            readings = [r for chunk in rows for r in readings_of(chunk, atoms, by_id)]
             yield from self._judge(readings, timerValues)
 
         def handleExpiredTimer(

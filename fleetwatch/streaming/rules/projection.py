@@ -1,13 +1,22 @@
-"""The rules' SQL over each reading, in Spark: a reading in, one row out with each rule that
-judges its device — its condition (a rule without a window) and the values it aggregates or
-shows. The rules query (:mod:`~fleetwatch.streaming.rules.job`) runs it on ``telemetry.raw``;
-``fleetwatch rules test`` on a recorded file. Its output's schema is the same whatever the
-rules, so the query's stateful operator after it keeps its state when the rules change.
+"""The rules' SQL over each reading, in Spark.
+
+:func:`rule_atoms` (the rules query, :mod:`~fleetwatch.streaming.rules.job`, and ``fleetwatch
+rules test``): a reading in, one row out with the values the rules compute on it, each
+distinct SQL once (:class:`Atoms`) — rules that differ in their thresholds or their devices
+share them, so the work per reading grows with the distinct expressions, not with the rules;
+which rules judge the device, and their conditions over those values, are the per-device
+step's (:func:`~fleetwatch.streaming.rules.processor.readings_of`). Its output's schema is the
+same whatever the rules, so the query's stateful operator after it keeps its state when the
+rules change.
+
+:func:`rule_values` (the real-time query, :mod:`~fleetwatch.streaming.rules.fast`): each rule
+that judges the device with its condition, evaluated in Spark, and the value it shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleetwatch.streaming.rules.compiled import CompiledRule
@@ -18,6 +27,45 @@ if TYPE_CHECKING:
 
 RULES_COLUMN = "rules"
 RULES_TYPE = "array<struct<id: string, fired: boolean, values: array<double>>>"
+ATOMS_COLUMN = "atoms"
+
+
+@dataclass(frozen=True)
+class Atoms:
+    """The values the rules compute on a reading, and which of them each rule reads."""
+
+    sql: tuple[str, ...]
+    """Each distinct SQL of the rules' :attr:`~CompiledRule.values`, once."""
+    index: Mapping[str, tuple[int, ...]]
+    """Rule id → the position in :attr:`sql` of each of its values."""
+    selected: Mapping[str, tuple[str, ...]]
+    """Device id → the ids of the rules that judge it, for a device some rule names."""
+    every: tuple[str, ...]
+    """The ids of the rules that judge every device (in their order)."""
+
+    def rules_of(self, device_id: str) -> tuple[str, ...]:
+        """The rules that judge ``device_id``, in the rules' order."""
+        return self.selected.get(device_id, self.every)
+
+
+def atoms_of(rules: Sequence[CompiledRule]) -> Atoms:
+    sql: list[str] = []
+    index: dict[str, tuple[int, ...]] = {}
+    for rule in rules:
+        for value in rule.values:
+            if value not in sql:
+                sql.append(value)
+        index[rule.id] = tuple(sql.index(value) for value in rule.values)
+    named: dict[str, list[str]] = {}
+    for rule in rules:
+        for device in rule.devices or ():
+            named.setdefault(device, [])
+    for rule in rules:
+        for device, ids in named.items():
+            if rule.devices is None or device in rule.devices:
+                ids.append(rule.id)
+    every = tuple(rule.id for rule in rules if rule.devices is None)
+    return Atoms(tuple(sql), index, {d: tuple(ids) for d, ids in named.items()}, every)
 
 
 def metrics_of(rules: Sequence[CompiledRule]) -> list[str]:
@@ -54,11 +102,30 @@ def raw_readings(raw: DataFrame, metrics: Sequence[str]) -> DataFrame:
     )
 
 
-def rule_values(readings: DataFrame, rules: Sequence[CompiledRule]) -> DataFrame:
+def rule_atoms(readings: DataFrame, atoms: Atoms) -> DataFrame:
     """``readings`` (a reading's fields and its metrics as columns) → ``device_id``, ``seq``,
-    ``event_ms``, ``received_ms`` and :data:`RULES_COLUMN` (:data:`RULES_TYPE`): each rule
-    that judges the device, with its condition and values; a reading no rule judges is left
-    out."""
+    ``event_ms``, ``received_ms`` and :data:`ATOMS_COLUMN`, each of :attr:`Atoms.sql` as a
+    double; a reading of a device no rule judges is left out."""
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
+
+    values = F.array(*(F.expr(f"CAST(({sql}) AS DOUBLE)") for sql in atoms.sql))
+    out = readings.select(
+        "device_id",
+        "seq",
+        "event_ms",
+        "received_ms",
+        values.cast("array<double>").alias(ATOMS_COLUMN),
+    )
+    if atoms.every:
+        return out
+    return out.where(F.col("device_id").isin(sorted(atoms.selected)))
+
+
+def rule_values(readings: DataFrame, rules: Sequence[CompiledRule]) -> DataFrame:
+    """``readings`` (a reading's fields and its metrics as columns) and rules without a window
+    → ``device_id``, ``seq``, ``event_ms``, ``received_ms`` and :data:`RULES_COLUMN`
+    (:data:`RULES_TYPE`): each rule that judges the device, with its condition and the value
+    it shows; a reading no rule judges is left out."""
     from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
     judged = F.filter(F.array(*(_judged(rule) for rule in rules)), lambda r: r.isNotNull())
@@ -70,16 +137,12 @@ def rule_values(readings: DataFrame, rules: Sequence[CompiledRule]) -> DataFrame
 def _judged(rule: CompiledRule) -> Column:
     from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
 
-    fired = (
-        F.lit(None).cast("boolean")
-        if rule.condition is None
-        else F.expr(f"({rule.condition})").cast("boolean")
-    )
-    values = F.array(*(F.expr(f"CAST(({sql}) AS DOUBLE)") for sql in rule.values))
+    if rule.condition is None or rule.shown is None:
+        raise ValueError(f"rule {rule.id} has a window: the real-time query has no state")
     entry = F.struct(
         F.lit(rule.id).alias("id"),
-        fired.alias("fired"),
-        values.cast("array<double>").alias("values"),
+        F.expr(f"({rule.condition})").cast("boolean").alias("fired"),
+        F.array(F.expr(f"CAST(({rule.shown}) AS DOUBLE)")).alias("values"),
     )
     if rule.devices is None:
         return entry
