@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -350,22 +350,30 @@ def progress_exported(
     job: str,
     registry: CollectorRegistry | None,
     also: Sequence[Callable[[dict[str, Any]], None] | None] = (),
+    beside: Sequence[str] = (),
 ) -> Iterator[None]:
     """While the block runs, the progress of the job's query (``fleetwatch-{job}``) goes to
     :class:`ProgressMetrics` on ``registry`` (if any), labelled ``query={job}``, and to each
-    handler of ``also`` that is not None. Nothing listens when there is nothing to hand to."""
+    handler of ``also`` that is not None; so does the progress of each query
+    ``fleetwatch-{name}`` of ``beside`` that runs in the same session (the scorer's rules
+    query), labelled ``query={name}``, to the metrics alone. Nothing listens when there is
+    nothing to hand to."""
     handlers = [h for h in also if h is not None]
-    if registry is not None:
-        handlers.insert(0, partial(ProgressMetrics(registry).record, job))
-    if not handlers:
-        yield
-        return
+    metrics = ProgressMetrics(registry) if registry is not None else None
+    if metrics is not None:
+        handlers.insert(0, partial(metrics.record, job))
 
     def handle(report: dict[str, Any]) -> None:
         for handler in handlers:
             handler(report)
 
-    with following(spark, f"fleetwatch-{job}", handle):
+    with ExitStack() as stack:
+        if handlers:
+            stack.enter_context(following(spark, f"fleetwatch-{job}", handle))
+        for name in beside:
+            if metrics is not None:
+                record = partial(metrics.record, name)
+                stack.enter_context(following(spark, f"fleetwatch-{name}", record))
         yield
 
 

@@ -27,6 +27,7 @@ from fleetwatch.streaming.progress_metrics import (
     following,
     new_reports,
     offsets_behind,
+    progress_exported,
     progress_log,
     source_label,
 )
@@ -397,3 +398,38 @@ def test_following_hands_on_each_report_of_the_named_query_once_in_order() -> No
         score.reports.append(FakeReport(150))
         score.active = False  # ends within the block: its last report is still handed on
     assert seen == list(range(151))
+
+
+def test_the_rules_query_beside_the_scorer_is_exported_under_its_own_label(
+    registry: CollectorRegistry,
+) -> None:
+    """The scorer's session also runs the rules query (restarted per change, a new run each
+    time): its batches reach the same metrics labelled ``query="rules"``, and the scorer's own
+    handlers see only the scorer's reports."""
+    spark = FakeSession()
+    score, rules_1, rules_2 = FakeJavaQuery(), FakeJavaQuery(), FakeJavaQuery()
+    spark.queries = [
+        FakeQuery("fleetwatch-score", "s", score),
+        FakeQuery("fleetwatch-rules", "r1", rules_1),
+    ]
+    seen: list[int] = []
+
+    def batches(query: str) -> float:
+        value = registry.get_sample_value("fleetwatch_streaming_batches_total", {"query": query})
+        return value or 0.0
+
+    with progress_exported(
+        spark,  # type: ignore[arg-type]
+        "score",
+        registry,
+        (lambda report: seen.append(report["batchId"]),),
+        beside=("rules",),
+    ):
+        score.reports = [FakeReport(b) for b in range(3)]
+        rules_1.reports = [FakeReport(b) for b in range(2)]
+        wait_until(lambda: batches("rules") == 2 and batches("score") == 3, 10, "first reports")
+        rules_1.active = False  # a change of the rules: the query starts again, a new run
+        spark.queries[1] = FakeQuery("fleetwatch-rules", "r2", rules_2)
+        rules_2.reports = [FakeReport(2)]
+        wait_until(lambda: batches("rules") == 3, 10, "the new run's report")
+    assert seen == [0, 1, 2]

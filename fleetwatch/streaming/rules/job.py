@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PLAN_VERSION = 1
-QUERY_NAME = "fleetwatch-rules"
+JOB = "rules"
+QUERY_NAME = f"fleetwatch-{JOB}"
 SETTLE_S = 0.2
 """After a change, the follower reads on until the topic has been quiet this long, so that a
 burst of edits (``rules apply`` of a file) restarts the query once."""

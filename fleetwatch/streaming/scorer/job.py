@@ -50,6 +50,7 @@ from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.progress_metrics import progress_exported, progress_log
 from fleetwatch.streaming.query_loop import stop_after_batch, watch
 from fleetwatch.streaming.readiness import QueryReadiness
+from fleetwatch.streaming.rules.job import JOB as RULES_JOB
 from fleetwatch.streaming.rules.job import RulesRunner
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics, counted
 from fleetwatch.streaming.scorer.errors import ScoringError
@@ -250,7 +251,9 @@ def run(settings: Settings, stop: threading.Event) -> None:
         try:
             counts = ScorerMetrics(registry).record if port else None
             log = progress_log(settings.spark.progress_log)
-            with progress_exported(spark, JOB, registry if port else None, (counts, log)):
+            with progress_exported(
+                spark, JOB, registry if port else None, (counts, log), beside=(RULES_JOB,)
+            ):
                 query = start(spark, settings)
                 ready.follow(query)
                 rules = RulesRunner(settings)
