@@ -56,7 +56,7 @@ from fleetwatch.models import learned, trend
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
-from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.errors import require_positive
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -141,12 +141,7 @@ class ChangeDetector(ProfileDetector):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.drift > 0:
-            raise HyperParameterError(f"drift must be > 0, got {self.drift}")
-        if not self.local_halflife > 0:
-            raise HyperParameterError(
-                f"local_halflife must be > 0 readings, got {self.local_halflife}"
-            )
+        require_positive(self, "drift", "local_halflife")
         learned.start(self)
         self.grid = Grid()
         """Per metric, the step its readings sit on (:mod:`~fleetwatch.models.grid`)."""

@@ -39,7 +39,7 @@ from fleetwatch.models.base import Detector, Readings, ScoringMemory, detector_c
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, score_from_surprise
 from fleetwatch.models.device_tail import DeviceTail
-from fleetwatch.models.errors import HyperParameterError, ParamsError
+from fleetwatch.models.errors import HyperParameterError, ParamsError, require_positive
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.level import NEW_NORMAL_AFTER_S, LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
@@ -82,12 +82,9 @@ class CombinedDetector(Detector):
         self.detectors: list[Detector] = default_members() if detectors is None else list(detectors)
         if not self.detectors:
             raise HyperParameterError("a combined detector needs at least one member")
-        if adapt_s is not None and not adapt_s > 0:
-            raise HyperParameterError(f"adapt_s must be > 0 or None, got {adapt_s}")
-        if device_budget is not None and not device_budget > 0:
-            raise HyperParameterError(f"device_budget must be > 0 or None, got {device_budget}")
         self.adapt_s = adapt_s
         self.device_budget = device_budget
+        require_positive(self, "adapt_s", "device_budget", or_none=True)
         self._memory = _tail_memory(self.detectors) if device_budget is not None else 0.0
         self.device_tail = (
             None if device_budget is None else DeviceTail(device_budget, self._memory)

@@ -43,3 +43,15 @@ class UnknownModel(RegistryError):
 
 class UnknownVersion(RegistryError):
     """The model has no such version, or no version under that alias."""
+
+
+def require_positive(owner: object, *names: str, or_none: bool = False) -> None:
+    """Refuse the first of ``owner``'s attributes ``names`` that is not > 0 (with ``or_none``,
+    ``None`` passes too), in the order given."""
+    for name in names:
+        value = getattr(owner, name)
+        if or_none and value is None:
+            continue
+        if not value > 0:
+            allowed = "> 0 or None" if or_none else "> 0"
+            raise HyperParameterError(f"{name} must be {allowed}, got {value}")

@@ -70,7 +70,7 @@ from fleetwatch.models.alerting import alerts_of
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import S_ALERT
-from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.errors import HyperParameterError, require_positive
 from fleetwatch.models.grid import GRID_SD, Grid
 from fleetwatch.models.profile import ProfileDetector
 from fleetwatch.models.scores import Reason, Scores
@@ -166,12 +166,8 @@ class LevelShiftDetector(ProfileDetector):
             )
         if self.release is not None and not 0 < self.release <= 1:
             raise HyperParameterError(f"release must be in (0, 1] or None, got {self.release}")
-        if self.adopt_s is not None and not self.adopt_s > 0:
-            raise HyperParameterError(f"adopt_s must be > 0 or None, got {self.adopt_s}")
-        if not self.false_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"false_alerts_per_day must be > 0, got {self.false_alerts_per_day}"
-            )
+        require_positive(self, "adopt_s", or_none=True)
+        require_positive(self, "false_alerts_per_day")
         learned.start(self)
         self.tails: list[StreamTail] = []
         self.excluded_since: list[int | None] = []

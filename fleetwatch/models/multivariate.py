@@ -90,7 +90,7 @@ import numpy.typing as npt
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
-from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.errors import HyperParameterError, require_positive
 from fleetwatch.models.grid import GRID_SD, Grid, shrink
 from fleetwatch.models.lasting import SINGLE, WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
@@ -147,16 +147,11 @@ class PcaDetector(DecayedDetector):
         super().__post_init__()
         if self.components < 1:
             raise HyperParameterError(f"components must be >= 1, got {self.components}")
-        if not self.min_residual_var > 0:
-            raise HyperParameterError(f"min_residual_var must be > 0, got {self.min_residual_var}")
-        if self.max_axis_var is not None and not self.max_axis_var > 0:
-            raise HyperParameterError(f"max_axis_var must be > 0 or None, got {self.max_axis_var}")
-        for name in ("false_alerts_per_day", "shock_alerts_per_day"):
-            budget = getattr(self, name)
-            if budget is not None and not budget > 0:
-                raise HyperParameterError(f"{name} must be > 0 or None, got {budget}")
-        if not self.tail_halflife > 0:
-            raise HyperParameterError(f"tail_halflife must be > 0, got {self.tail_halflife}")
+        require_positive(self, "min_residual_var")
+        require_positive(
+            self, "max_axis_var", "false_alerts_per_day", "shock_alerts_per_day", or_none=True
+        )
+        require_positive(self, "tail_halflife")
         self.tail = StreamTail(self.tail_halflife)
         """The device's own history of the residual's statistic (:mod:`~fleetwatch.models.tail`)."""
         self.metrics: list[str] = []

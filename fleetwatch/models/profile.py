@@ -37,7 +37,7 @@ import numpy.typing as npt
 from fleetwatch.models import learned
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch, extend_metrics
-from fleetwatch.models.errors import HyperParameterError
+from fleetwatch.models.errors import HyperParameterError, require_positive
 
 FloatArray = npt.NDArray[np.float64]
 Tables = tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
@@ -202,10 +202,7 @@ class DecayedDetector(Detector):
     halflife_hours: float | None = 168.0
 
     def __post_init__(self) -> None:
-        if self.halflife_hours is not None and not self.halflife_hours > 0:
-            raise HyperParameterError(
-                f"halflife_hours must be > 0 or None, got {self.halflife_hours}"
-            )
+        require_positive(self, "halflife_hours", or_none=True)
 
     @property
     def halflife_ms(self) -> float | None:
@@ -236,8 +233,7 @@ class ProfileDetector(DecayedDetector):
             raise HyperParameterError(
                 f"need buckets >= 1 and period_hours > 0, got {self.buckets}, {self.period_hours}"
             )
-        if not self.min_std > 0:
-            raise HyperParameterError(f"min_std must be > 0, got {self.min_std}")
+        require_positive(self, "min_std")
         self.profile = self.new_profile()
 
     def new_profile(self) -> SeasonalProfile:

@@ -16,7 +16,7 @@ from fleetwatch.contracts.settings import ScoreSettings
 from fleetwatch.models.base import Detector, detector_class, load_params, registered_kinds
 from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector, default_members
-from fleetwatch.models.errors import HyperParameterError, UnknownDetector
+from fleetwatch.models.errors import UnknownDetector, require_positive
 from fleetwatch.models.flatline import FlatlineDetector
 from fleetwatch.models.level import NEW_NORMAL_AFTER_S, LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
@@ -59,14 +59,8 @@ class Tuning:
     (:mod:`~fleetwatch.models.device_tail`)."""
 
     def __post_init__(self) -> None:
-        if not self.false_alerts_per_day > 0:
-            raise HyperParameterError(
-                f"false_alerts_per_day must be > 0, got {self.false_alerts_per_day}"
-            )
-        if self.new_normal_after_s is not None and not self.new_normal_after_s > 0:
-            raise HyperParameterError(
-                f"new_normal_after_s must be > 0 or None, got {self.new_normal_after_s}"
-            )
+        require_positive(self, "false_alerts_per_day")
+        require_positive(self, "new_normal_after_s", or_none=True)
 
     @classmethod
     def of(cls, score: ScoreSettings) -> Tuning:

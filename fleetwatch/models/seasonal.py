@@ -76,7 +76,7 @@ import numpy.typing as npt
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_two_sided_surprise
-from fleetwatch.models.errors import HyperParameterError, ParamsError
+from fleetwatch.models.errors import HyperParameterError, ParamsError, require_positive
 from fleetwatch.models.grid import Grid, floor_std, shrink
 from fleetwatch.models.neighbours import NeighbourScale, medians_before
 from fleetwatch.models.params import array, ints
@@ -142,11 +142,8 @@ class SeasonalBaseline(ProfileDetector):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        budget = self.false_alerts_per_day
-        if budget is not None and not budget > 0:
-            raise HyperParameterError(f"false_alerts_per_day must be > 0 or None, got {budget}")
-        if not self.tail_halflife > 0:
-            raise HyperParameterError(f"tail_halflife must be > 0, got {self.tail_halflife}")
+        require_positive(self, "false_alerts_per_day", or_none=True)
+        require_positive(self, "tail_halflife")
         if self.jump_ratio is not None and not self.jump_ratio >= 1:
             raise HyperParameterError(f"jump_ratio must be >= 1 or None, got {self.jump_ratio}")
         if self.jump_window < 3:
