@@ -18,6 +18,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.streaming.rules import check as checker
 from fleetwatch.streaming.rules import processor, projection, step
 from fleetwatch.streaming.rules.conditions import RuleError, check, compile_rule, rules_session
+from fleetwatch.streaming.rules.loosest import loosest
 from fleetwatch.streaming.spark_session import build_session
 from tests.jvm import with_quick_jit
 
@@ -402,3 +403,41 @@ def test_rules_that_differ_in_thresholds_and_devices_share_their_values(spark: A
         "d0": {"r0": True, "r2": True, "r4": False},
         "d1": {"r1": True, "r3": True, "r5": False},
     }
+
+
+def test_the_loosest_bound_holds_wherever_a_rule_fires_and_leaves_out_the_rest(
+    spark: Any,
+) -> None:
+    """The real-time query's filter before its rules: every reading some rule fires on passes
+    it, and readings no rule can fire on do not (rules of one shape with many thresholds are
+    one comparison with the loosest)."""
+    whens = [
+        *(f"temperature > {t}" for t in (81, 85.5, 90)),
+        *(f"humidity < {h}" for h in (12, 20)),
+        *(f"{t} < temperature AND humidity >= {h}" for t, h in ((50, 30), (60, 35))),
+        "status = 'fault' OR temperature = 42",
+        "temperature = 10",
+    ]
+    rules = [
+        compile_rule(spark, record(f"r{i}", when, None, ["d1"])) for i, when in enumerate(whens)
+    ]
+    bound = loosest(rules)
+    assert bound is not None
+    assert bound.count("> CAST('81.0' AS DOUBLE)") == 1  # one comparison for three thresholds
+    grid = [None, 0.0, 10.0, 15.0, 25.0, 30.0, 40.0, 42.0, 55.0, 70.0, 82.0, 95.0]
+    rows = []
+    for i, (t, h) in enumerate((t, h) for t in grid for h in grid):
+        metrics = {k: v for k, v in (("temperature", t), ("humidity", h)) if v is not None}
+        rows.append(kafka_row("d1", i, i, **metrics))
+    raw = spark.createDataFrame(rows, "key string, value string, timestamp timestamp")
+    readings = projection.raw_readings(raw, projection.metrics_of(rules))
+    fired = " OR ".join(f"coalesce(({rule.condition}), false)" for rule in rules)
+    judged = readings.selectExpr("seq", f"{fired} AS fired", f"coalesce(({bound}), false) AS kept")
+    seen = {(row.fired, row.kept) for row in judged.collect()}
+    assert (True, False) not in seen  # no firing reading is left out
+    assert (False, False) in seen  # and the bound leaves some out
+    assert (True, True) in seen
+    # a shape that bounds nothing (NOT) leaves every reading in
+    assert (
+        loosest([*rules, compile_rule(spark, record("n", "NOT (rpm > 5)", None, ["d1"]))]) is None
+    )

@@ -10,7 +10,8 @@ first, with the same id (:func:`~fleetwatch.contracts.rules.rule_alert_id`, SHA-
 the API (its materialiser) keeps an early event only when no episode of the rule is open on
 the device, and the stateful path's events then carry the episode on. The plan is::
 
-    telemetry.raw ─ from_json ─ the rules' SQL per reading (projection.rule_values)
+    telemetry.raw ─ from_json ─ the rules' loosest bound (loosest) ─ each rule's SQL
+        (projection.rule_values)
         └─ explode the rules that fire ─ alert JSON ─▶ Kafka sink (alerts.fast), realTime
 """
 
@@ -28,6 +29,7 @@ from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.streaming.checkpoints import versioned
 from fleetwatch.streaming.kafka_io import kafka_stream
 from fleetwatch.streaming.rules.compiled import CompiledRule
+from fleetwatch.streaming.rules.loosest import loosest
 from fleetwatch.streaming.rules.projection import metrics_of, raw_readings, rule_values
 
 if TYPE_CHECKING:
@@ -101,6 +103,8 @@ def start_fast(
 ) -> StreamingQuery | None:
     """The real-time query over the rules without a window, or None when there are none or
     the session has too few task slots to hold one per partition beside the other queries."""
+    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
+
     stateless = [r for r in rules if r.window_ms is None]
     if not stateless:
         return None
@@ -123,7 +127,11 @@ def start_fast(
     raw = kafka_stream(
         spark, settings, settings.topics.telemetry_raw, from_timestamp_ms=clock.now_ms() - back_ms
     )
-    values = rule_values(raw_readings(raw, metrics_of(stateless)), stateless)
+    readings = raw_readings(raw, metrics_of(stateless))
+    bound = loosest(stateless)
+    if bound is not None:  # most readings fire no rule: they skip the rules' expressions
+        readings = readings.where(F.expr(bound))
+    values = rule_values(readings, stateless)
     checkpoint = versioned(settings.checkpoint_root, "rules-fast", PLAN_VERSION)
     writer: Any = (  # pyspark's overloads of trigger() do not list realTime yet
         early_alerts(values, stateless)
