@@ -14,7 +14,9 @@ the stateful ``open`` on ``alerts`` (the rules query), over ``--seconds``. Then 
 (``temperature > 200`` on ``EDIT_DEVICES`` of the fleet: never fires) gets a version 2
 (``temperature > 0``: fires on each of their readings) while readings flow; *edit in effect*
 = its publish on the ``rules`` topic to the first alert of version 2 arriving at a consumer,
-on either path (each path's also given).
+on either path (each path's also given); and from when new readings are judged by it on the
+stateful path: the publish to the event time of the earliest reading version 2 alerts on
+(``stateful_readings_ms``: the readings before it were judged by version 1).
 
 *Scale.* ``--scale-rules`` rules (half thresholds on a reading, half ``avg`` / ``min`` /
 ``count(*)`` over tumbling or sliding windows of 1 to 5 minutes), each naming
@@ -42,7 +44,8 @@ over the readings published.
         [--skip-scale | --skip-alerts]
 
 Last line: {"stateless_p50_ms": [per run], "stateless_p95_ms", "stateless_p99_ms",
-"stateful_p50_ms", "stateful_p99_ms", "edit_in_effect_ms", "stateless_p99_holds",
+"stateful_p50_ms", "stateful_p99_ms", "edit_in_effect_ms", "edit_stateful_readings_ms",
+"stateless_p99_holds",
 "edit_holds", "scale_via", "scale_keeps_up", "scale_input_rps", "scale_committed_rps",
 "scale_processed_rps", "scale_lag_end", "scale_catch_up_ms", "scorer_cpu_us_per_reading", …}
 (every list: one value per run).
@@ -234,6 +237,11 @@ def first_arrival(watch: Watch) -> int | None:
     return min(arrived) if arrived else None
 
 
+def first_judged(watch: Watch) -> int | None:
+    """The event time of the earliest reading whose alert ``watch`` saw."""
+    return min(watch.event_ms.values()) if watch.event_ms else None
+
+
 def until(probe: Any, timeout_s: float) -> bool:
     """Poll ``probe`` until it holds or ``timeout_s`` passes; whether it held."""
     deadline = time.monotonic() + timeout_s
@@ -319,9 +327,11 @@ def alerts_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             name: first_arrival(w) for name, w in (("fast", edit_fast), ("stateful", edit_slow))
         }
         seen = [a for a in after.values() if a is not None]
+        judged = first_judged(edit_slow)
         out["edit"] = {
             "in_effect_ms": min(seen) - published if seen else None,
             **{f"{name}_ms": None if a is None else a - published for name, a in after.items()},
+            "stateful_readings_ms": None if judged is None else judged - published,
             "load_avg_1m": load_avg_1m(),
         }
     finally:
@@ -535,6 +545,7 @@ def headline(
         "edit_in_effect_ms": edit,
         "edit_fast_ms": per_run(alerts, "edit", "fast_ms"),
         "edit_stateful_ms": per_run(alerts, "edit", "stateful_ms"),
+        "edit_stateful_readings_ms": per_run(alerts, "edit", "stateful_readings_ms"),
         "stateless_p99_holds": holds(p99, STATELESS_TARGET_MS),
         "edit_holds": holds(edit, EDIT_TARGET_MS),
         "load_avg_1m": per_run(alerts, "load_avg_1m"),

@@ -182,6 +182,7 @@ class Watch(threading.Thread):
         self.consumer.subscribe([topic])
         self.prefix, self.only_open, self.rule_id = prefix.encode(), only_open, rule_id
         self.arrived: dict[tuple[str, int], int] = {}  # (device, seq) -> arrival ms
+        self.event_ms: dict[tuple[str, int], int] = {}  # (device, seq) -> the record's event_ms
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -195,7 +196,9 @@ class Watch(threading.Thread):
                     continue
                 if self.rule_id is not None and value.get("rule_id") != self.rule_id:
                     continue
-                self.arrived.setdefault((value["device_id"], value["seq"]), arrived)
+                key = (value["device_id"], value["seq"])
+                self.arrived.setdefault(key, arrived)
+                self.event_ms.setdefault(key, value.get("event_ms", arrived))
         self.consumer.close()
 
     def latencies(self, published: dict[tuple[str, int], int]) -> list[float]:
