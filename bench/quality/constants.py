@@ -9,8 +9,9 @@ are made in — ``fleetwatch/models/``, ``fleetwatch/streaming/scorer/``, ``flee
   constants (names imported from ``fleetwatch`` are followed to their module to tell);
 - an UPPER_CASE name of the same kind in a class body (enum members are codes, not constants,
   and are left out);
-- apart from those, the numeric keyword defaults of each detector's ``__init__`` (a class with
-  a ``kind`` string): its hyper-parameters' defaults, reported as such and not counted below.
+- apart from those, the numeric defaults of each detector's fields and ``__init__`` keywords (a
+  class with a ``kind`` string): its hyper-parameters' defaults, reported as such and not
+  counted below.
 
 Each constant is ``plumbing`` when :data:`PLUMBING` names it (a size, a wire limit, a version
 …: it cannot change which readings alert nor their score), ``derived`` when :data:`DERIVED`
@@ -88,6 +89,7 @@ PLUMBING: Mapping[str, str] = {
     f"{_F}columns:NUMERIC_SHARE": "parsing",
     f"{_F}columns:TIME_SHARE": "parsing",
     f"{_F}csvfile:DEFAULT_PIECE_ROWS": "memory",
+    f"{_F}rules:NEVER_EXPIRE_MS": "sentinel",
 }
 """``module:NAME`` (``module:Class.NAME`` in a class) → why it cannot change which readings alert
 nor their score, in one word: a format's version, a faster path to the same result, a
@@ -397,8 +399,9 @@ def _is_enum(node: ast.ClassDef) -> bool:
 
 
 def _hyper_defaults(modules: _Modules, module: _Module, node: ast.ClassDef) -> list[Constant]:
-    """The numeric keyword defaults of a detector's ``__init__`` (a class with a ``kind``)."""
-    is_detector = any(
+    """The numeric defaults of a detector's fields and ``__init__`` keywords (a class with a
+    ``kind``, or a base of detectors: a class named ``…Detector``)."""
+    is_detector = node.name.endswith("Detector") or any(
         isinstance(s, ast.Assign | ast.AnnAssign)
         and any(
             isinstance(t, ast.Name) and t.id == "kind"
@@ -406,17 +409,29 @@ def _hyper_defaults(modules: _Modules, module: _Module, node: ast.ClassDef) -> l
         )
         for s in node.body
     )
+    if not is_detector:
+        return []
+    # a dataclass's fields: ``name: type = default`` in the class body
+    fields = [
+        Constant(module.name, f"{node.name}({s.target.id})", _written(module, s.value), "", HYPER)
+        for s in node.body
+        if isinstance(s, ast.AnnAssign)
+        and isinstance(s.target, ast.Name)
+        and s.value is not None
+        and not _UPPER.fullmatch(s.target.id)
+        and modules.is_numeric(module, s.value)
+    ]
     init = next(
         (s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
     )
-    if not is_detector or init is None:
-        return []
+    if init is None:
+        return fields
     args = init.args
     positional = [*args.posonlyargs, *args.args]
     defaulted = positional[len(positional) - len(args.defaults) :]
     pairs = list(zip(defaulted, args.defaults, strict=True))
     pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
-    return [
+    return fields + [
         Constant(module.name, f"{node.name}({arg.arg})", _written(module, default), "", HYPER)
         for arg, default in pairs
         if modules.is_numeric(module, default)

@@ -67,6 +67,12 @@ class Holder:
     TAG = "t"
 
 
+class FieldsDetector:
+    window: int = 30
+    label: str = "x"
+    WIDTH: int = 4
+
+
 class Toy:
     kind = "toy"
 
@@ -104,12 +110,13 @@ def test_finds_the_numeric_constants_and_classifies_them(tmp_path: Path) -> None
         "INF",
         "limit",
         "Holder.STEP",
+        "FieldsDetector.WIDTH",
     ]
     assert [(c.name, c.why) for c in found if c.kind == PLUMBING_CLASS] == [("CACHE_SIZE", "cache")]
     assert [(c.name, c.why) for c in found if c.kind == DERIVED_CLASS] == [
         ("NATS", "THRESHOLD in nats")
     ]
-    assert by_kind[HYPER] == ["Toy(lam)", "Toy(floor)"]
+    assert by_kind[HYPER] == ["FieldsDetector(window)", "Toy(lam)", "Toy(floor)"]
     assert {c.module for c in found} == {"pkg.detector"}
 
 
@@ -124,16 +131,16 @@ def test_reports_value_as_written_and_first_line_of_doc(tmp_path: Path) -> None:
 
 def test_summary_counts_against_the_budget(tmp_path: Path) -> None:
     found = _census(tmp_path)
-    assert summary(found, budget=9) == {
-        "alerting": 9,
+    assert summary(found, budget=10) == {
+        "alerting": 10,
         "plumbing": 1,
         "derived": 1,
-        "hyperparameter_defaults": 2,
-        "budget": 9,
+        "hyperparameter_defaults": 3,
+        "budget": 10,
         "within_budget": True,
-        "by_module": {"pkg.detector": 9},
+        "by_module": {"pkg.detector": 10},
     }
-    assert summary(found, budget=8)["within_budget"] is False
+    assert summary(found, budget=9)["within_budget"] is False
 
 
 def test_a_derived_constant_must_name_what_it_restates(tmp_path: Path) -> None:
