@@ -49,44 +49,99 @@ OPERATORS = frozenset(
 )
 
 
+Judge = Callable[[Sequence[float | None]], Value]
+_COMPILED: dict[int, tuple[Tree, Judge]] = {}
+"""id(tree) → (the tree, its function): the tree held, so its id is not reused meanwhile."""
+_MOST_COMPILED = 65_536
+
+
 def evaluate(tree: Tree, aggregates: Sequence[float | None]) -> Value:
+    """The tree's value over ``aggregates``, by its function (:func:`compiled`)."""
+    return compiled(tree)(aggregates)
+
+
+def compiled(tree: Tree) -> Judge:
+    """The tree as a Python function of the values, made once per tree: a rule's condition is
+    evaluated for every reading that it judges."""
+    held = _COMPILED.get(id(tree))
+    if held is not None and held[0] is tree:
+        return held[1]
+    judge = _compile(tree)
+    if len(_COMPILED) >= _MOST_COMPILED:
+        _COMPILED.clear()
+    _COMPILED[id(tree)] = (tree, judge)
+    return judge
+
+
+def _compile(tree: Tree) -> Judge:
     head = tree[0]
     if head == "lit":
-        return tree[1]  # type: ignore[no-any-return]
+        constant: Value = tree[1]
+        return lambda _: constant
     if head == "agg":
-        return aggregates[tree[1]]
-    if head == "And":
-        left, right = evaluate(tree[1], aggregates), evaluate(tree[2], aggregates)
-        if left is False or right is False:
-            return False
-        return None if left is None or right is None else True
-    if head == "Or":
-        left, right = evaluate(tree[1], aggregates), evaluate(tree[2], aggregates)
-        if left is True or right is True:
-            return True
-        return None if left is None or right is None else False
-    if head == "IsNull":
-        return evaluate(tree[1], aggregates) is None
-    if head == "IsNotNull":
-        return evaluate(tree[1], aggregates) is not None
-    if head == "EqualNullSafe":
-        return evaluate(tree[1], aggregates) == evaluate(tree[2], aggregates)
-    args = [evaluate(child, aggregates) for child in tree[1:]]
-    if any(a is None for a in args):
-        return None
-    if head == "Not":
-        return not args[0]
-    if head == "UnaryMinus":
-        return -args[0]  # type: ignore[operator]
-    if head == "abs":
-        return abs(args[0])  # type: ignore[arg-type]
-    if head in _COMPARE:
-        return _COMPARE[head](args[0], args[1])
-    if head in _ARITHMETIC:
-        return _ARITHMETIC[head](args[0], args[1])  # type: ignore[arg-type]
-    if head == "Divide":
-        return None if args[1] == 0 else args[0] / args[1]  # type: ignore[operator]
+        index: int = tree[1]
+        return lambda values: values[index]
+    children = [_compile(child) for child in tree[1:]]
+    if head in ("And", "Or"):
+        return _logic(head, children[0], children[1])
+    if head in ("IsNull", "IsNotNull", "EqualNullSafe"):
+        return _null_aware(head, children)
+    if head in ("Not", "UnaryMinus", "abs"):
+        return _unary(head, children[0])
+    if head in _COMPARE or head in _ARITHMETIC or head == "Divide":
+        return _binary(head, children[0], children[1])
     raise ValueError(f"not an operator of a rule's condition: {head}")
+
+
+def _logic(head: str, left: Judge, right: Judge) -> Judge:
+    """``AND`` / ``OR`` in SQL's three-valued logic (both sides evaluated)."""
+    decisive = head != "And"  # False decides an AND, True an OR
+
+    def judge(values: Sequence[float | None]) -> Value:
+        a, b = left(values), right(values)
+        if a is decisive or b is decisive:
+            return decisive
+        return None if a is None or b is None else not decisive
+
+    return judge
+
+
+def _null_aware(head: str, children: list[Judge]) -> Judge:
+    child = children[0]
+    if head == "IsNull":
+        return lambda values: child(values) is None
+    if head == "IsNotNull":
+        return lambda values: child(values) is not None
+    other = children[1]
+    return lambda values: child(values) == other(values)
+
+
+def _unary(head: str, child: Judge) -> Judge:
+    def judge(values: Sequence[float | None]) -> Value:
+        a = child(values)
+        if a is None:
+            return None
+        if head == "Not":
+            return not a
+        return -a if head == "UnaryMinus" else abs(a)
+
+    return judge
+
+
+def _binary(head: str, left: Judge, right: Judge) -> Judge:
+    """A comparison or arithmetic: null if either side is, as SQL has it; division by zero is
+    null (ANSI mode off)."""
+    op: Callable[[Any, Any], Any] | None = _COMPARE.get(head) or _ARITHMETIC.get(head)
+
+    def judge(values: Sequence[float | None]) -> Value:
+        a, b = left(values), right(values)
+        if a is None or b is None:
+            return None
+        if op is None:
+            return None if b == 0 else a / b
+        return op(a, b)  # type: ignore[no-any-return]
+
+    return judge
 
 
 def fires(tree: Tree, aggregates: Sequence[float | None]) -> bool:

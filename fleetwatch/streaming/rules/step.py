@@ -30,6 +30,9 @@ from fleetwatch.contracts.rules import rule_alert_id
 from fleetwatch.streaming.rules import having, panes
 from fleetwatch.streaming.rules.compiled import CompiledRule
 
+FIRST_AGGREGATE: having.Tree = ["agg", 0]
+"""What a windowed rule without an evidence of its own shows: its first aggregate."""
+
 UPDATE_EVERY_MS = 60_000
 """An open episode's value is refreshed at most once a minute of event time: what an operator's
 dashboard or webhook can follow without one event per reading."""
@@ -234,7 +237,7 @@ def _close_windows(
         empty = not any(end - size <= s < end for s in state["panes"])
         values = panes.window_values(rule.aggregates, state["panes"], end - size, end)
         fired = having.fires(rule.having, values)
-        shown = having.evaluate(rule.evidence or ["agg", 0], values)
+        shown = having.evaluate(rule.evidence or FIRST_AGGREGATE, values)
         value = None if shown is None else float(shown)
         at = Reading(device_id, -1, end, end, {})
         _lifecycle(state, rule, device_id, fired, value, at, now_ms, out)
