@@ -13,6 +13,7 @@ import pytest
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.streaming.rules import job
 from fleetwatch.streaming.rules.compiled import CompiledRule
+from tests.polling import wait_until
 
 RULE = CompiledRule("hot", 1, "hot", "warning", "t > 1", None, ("t",), "t", ("t",), "t > 1")
 
@@ -34,7 +35,7 @@ class FakeFollower:
 
     def poll(self, timeout_s: float) -> bool:
         self.polls += 1
-        time.sleep(0.01)
+        time.sleep(0.01)  # a poll blocks for a while (the topic's, up to its timeout)
         return self.polls <= 2
 
     def close(self) -> None:
@@ -44,11 +45,11 @@ class FakeFollower:
 def run(runner: job.RulesRunner, until: Any, timeout_s: float = 5.0) -> None:
     thread = threading.Thread(target=runner._follow, args=(None, FakeFollower()))
     thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not until() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    runner._stop.set()
-    thread.join(5)
+    try:
+        wait_until(until, timeout_s, "the runner's queries", interval_s=0.01)
+    finally:
+        runner._stop.set()
+        thread.join(5)
     assert not thread.is_alive()
 
 
