@@ -59,12 +59,11 @@ def atoms_of(rules: Sequence[CompiledRule]) -> Atoms:
     named: dict[str, list[str]] = {}
     for rule in rules:
         for device in rule.devices or ():
-            named.setdefault(device, [])
-    for rule in rules:
-        for device, ids in named.items():
-            if rule.devices is None or device in rule.devices:
-                ids.append(rule.id)
+            named.setdefault(device, []).append(rule.id)
     every = tuple(rule.id for rule in rules if rule.devices is None)
+    if every:  # a named device is judged by the rules of every device too, in the rules' order
+        order = {rule.id: i for i, rule in enumerate(rules)}
+        named = {d: sorted([*ids, *every], key=order.__getitem__) for d, ids in named.items()}
     return Atoms(tuple(sql), index, {d: tuple(ids) for d, ids in named.items()}, every)
 
 
