@@ -188,8 +188,8 @@ class RulesRunner:
             follower.close()
 
     def _restart(self, spark: SparkSession, records: Iterable[RuleRecord]) -> bool:
-        """The queries on ``records``; False (logged) when they could not start, to be tried
-        again after :data:`RETRY_S`."""
+        """The queries on ``records``; False (logged) when they could not start: the caller
+        starts them again after :data:`RETRY_S`."""
         rules = compiled(spark, records)
         self._halt()
         self.applied = {r.id: r.version for r in rules}
@@ -200,7 +200,7 @@ class RulesRunner:
             self.query = start(spark, self.settings, rules)
             if self.settings.score.rules_fast_path:
                 self.fast = start_fast(spark, self.settings, rules)
-        except Exception:  # the scoring query goes on; the rules are tried again
+        except Exception:  # the scoring query goes on; the rules start again after RETRY_S
             logger.exception("the rules query could not start; trying again in %.0f s", RETRY_S)
             self._halt()
             return False
