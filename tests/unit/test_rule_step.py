@@ -294,7 +294,8 @@ def test_late_readings_are_counted_and_ignored() -> None:
     # the windows up to 10 s are judged over the one reading on time: no alert, no new device
     assert judged.alerts == []
     assert set(bucket["devices"]) == {"d1"}
-    assert bucket["devices"]["d1"]["seen"] == pickle.loads(before)["devices"]["d1"]["seen"]
+    assert pickle.loads(before)["devices"]["d1"]["seen_seqs"] == [[1, 1, T0 + 5_000]]
+    assert bucket["devices"]["d1"]["seen_seqs"] == []  # behind the watermark: nothing to keep
     # a reading at the watermark is on time
     on_time = judge(bucket, [reading("d1", 4, 10_000, temperature=99.0)], rules, 10_000)
     assert (on_time.late, brief(on_time)) == (0, [("d1", "hot", "open", 10_000, 99.0)])
@@ -317,6 +318,48 @@ def test_repeated_readings_are_dropped() -> None:
     # a reading with the same seq at another time is another reading
     other = judge(bucket, [reading("d1", 1, 2_100, vibration=9.0)], rules, 2_000)
     assert other.repeats == 0
+
+
+def test_a_devices_state_stays_bounded_however_long_it_reads() -> None:
+    bucket = step.new_bucket()
+    rules = [hot()]
+    for n in range(1, 2_001):  # a reading a second for over half an hour, never firing
+        judge(bucket, [reading("d1", n, n * 1_000, temperature=20.0)], rules, n * 1_000 - 120_000)
+    device = bucket["devices"]["d1"]
+    assert device["rules"] == {}  # a rule without a window holds nothing while nothing is open
+    assert device["seen_seqs"] == [[1, 2_000, T0 + 2_000_000]]
+    assert len(pickle.dumps(bucket)) < 200
+    # a repeat within the watermark is still known as one, and a new reading is not
+    again = judge(bucket, [reading("d1", 1_990, 1_990_000, temperature=99.0)], rules, 1_900_000)
+    assert (again.repeats, again.alerts) == (1, [])
+    fires = judge(bucket, [reading("d1", 2_001, 2_001_000, temperature=99.0)], rules, 1_900_000)
+    assert brief(fires) == [("d1", "hot", "open", 2_001_000, 99.0)]
+    assert set(device["rules"]) == {"hot"}
+
+
+def test_a_device_that_numbers_its_readings_again_is_judged() -> None:
+    bucket = step.new_bucket()
+    rules = [hot()]
+    judge(bucket, [reading("d1", n, n * 1_000, temperature=20.0) for n in range(1, 6)], rules, 0)
+    restarted = judge(bucket, [reading("d1", 1, 9_000, temperature=99.0)], rules, 0)
+    assert (restarted.repeats, brief(restarted)) == (0, [("d1", "hot", "open", 9_000, 99.0)])
+    assert bucket["devices"]["d1"]["seen_seqs"] == [[1, 1, T0 + 9_000]]
+    assert judge(bucket, [reading("d1", 3, 3_000, temperature=20.0)], rules, 0).repeats == 0
+
+
+def test_a_state_written_with_the_older_seen_list_carries_on() -> None:
+    bucket = step.new_bucket()
+    old: Any = bucket
+    old["devices"]["d1"] = {
+        "rules": {"hot": {"version": 1, "panes": {}, "next_end": None, "episode": None}},
+        "seen": [[1, T0 + 1_000]],
+        "last_ms": T0 + 1_000,
+    }
+    judged = judge(bucket, [reading("d1", 2, 2_000, temperature=20.0)], [hot()], 0)
+    assert judged.alerts == []
+    assert "seen" not in bucket["devices"]["d1"]
+    assert bucket["devices"]["d1"]["rules"] == {}
+    assert bucket["devices"]["d1"]["seen_seqs"] == [[2, 2, T0 + 2_000]]
 
 
 def test_an_on_time_reading_earlier_than_the_first_is_in_its_windows() -> None:
@@ -604,7 +647,7 @@ def test_a_device_silent_past_expire_after_leaves_the_state_unless_an_episode_is
     return_at = EXPIRE_MS + 2
     back = judge(bucket, [reading("calm", 2, return_at, temperature=99.0)], rules, EXPIRE_MS + 1)
     assert brief(back) == [("calm", "hot", "open", return_at, 99.0)]
-    assert bucket["devices"]["calm"]["seen"] == [[2, T0 + return_at]]
+    assert bucket["devices"]["calm"]["seen_seqs"] == [[2, 2, T0 + return_at]]
 
 
 def test_next_timer_is_the_earliest_window_end_still_to_judge() -> None:

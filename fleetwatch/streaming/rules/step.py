@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from fleetwatch.contracts.alerts import RULE_KIND, Alert, event_id
 from fleetwatch.contracts.rules import rule_alert_id
@@ -36,9 +36,6 @@ FIRST_AGGREGATE: having.Tree = ["agg", 0]
 UPDATE_EVERY_MS = 60_000
 """An open episode's value is refreshed at most once a minute of event time: what an operator's
 dashboard or webhook can follow without one event per reading."""
-SEEN_READINGS = 512
-"""Readings per device remembered to drop repeats (a reading sent twice, a replayed batch):
-bounded, as the gateway stamps repeats within seconds of each other."""
 
 
 class Episode(TypedDict):
@@ -63,8 +60,10 @@ class RuleState(TypedDict):
 
 class DeviceRules(TypedDict):
     rules: dict[str, RuleState]
-    seen: list[list[int]]
-    """``[seq, event_ms]`` of the latest readings, oldest first."""
+    """A windowed rule's state, and a rule without a window's while its episode is open."""
+    seen_seqs: list[list[int]]
+    """The ``[lowest seq, highest seq, newest event_ms]`` ranges of the sequence numbers seen
+    within the watermark, sorted and disjoint."""
     last_ms: int
 
 
@@ -113,24 +112,32 @@ def judge(
             out.late += 1
             continue
         device = devices.setdefault(
-            reading.device_id, {"rules": {}, "seen": [], "last_ms": reading.event_ms}
+            reading.device_id, {"rules": {}, "seen_seqs": [], "last_ms": reading.event_ms}
         )
         if _repeated(device, reading):
             out.repeats += 1
             continue
         device["last_ms"] = max(device["last_ms"], reading.event_ms)
+        held = device["rules"]
         for rule_id, (fired, values) in reading.values.items():
             rule = rules.get(rule_id)
             if rule is None:
                 continue
-            state = _rule_state(device, rule, reading.device_id, reading.event_ms, now_ms, out)
             if rule.window_ms is None:
+                if not fired and rule_id not in held:
+                    continue  # nothing open to resolve, nothing to open
+                state = _rule_state(device, rule, reading.device_id, reading.event_ms, now_ms, out)
                 value = values[0] if values else None
                 _lifecycle(state, rule, reading.device_id, fired, value, reading, now_ms, out)
+                if state["episode"] is None:
+                    del held[rule_id]
             else:
+                state = _rule_state(device, rule, reading.device_id, reading.event_ms, now_ms, out)
                 _into_pane(state, rule, reading.event_ms, values)
     for device_id in sorted(devices):
         device = devices[device_id]
+        device["seen_seqs"] = [r for r in _seen(device) if r[2] >= watermark_ms]
+        cast(dict[str, Any], device).pop("seen", None)  # a state written before the ranges
         _retire(device, rules, device_id, watermark_ms, now_ms, out)
         for rule_id, state in device["rules"].items():
             rule = rules[rule_id]
@@ -152,13 +159,46 @@ def next_timer(bucket: BucketRules) -> int | None:
     return min(ends, default=None)
 
 
+def _seen(device: DeviceRules) -> list[list[int]]:
+    # a state written before the ranges has none, and its readings' repeats soon fall behind
+    # the watermark
+    return device.setdefault("seen_seqs", [])
+
+
 def _repeated(device: DeviceRules, reading: Reading) -> bool:
-    key = [reading.seq, reading.event_ms]
-    if key in device["seen"]:
-        return True
-    device["seen"].append(key)
-    del device["seen"][:-SEEN_READINGS]
+    """Whether ``reading`` was judged before: its sequence number is in a range seen, at an
+    event time no later than the range's newest (the same number later is a device that
+    restarted its numbering: the ranges start again). Ranges older than the watermark are
+    dropped at the end of a batch: a repeat of their readings is late."""
+    ranges = _seen(device)
+    seq, event_ms = reading.seq, reading.event_ms
+    for lo, hi, newest in ranges:
+        if lo <= seq <= hi:
+            if event_ms <= newest:
+                return True
+            ranges.clear()
+            break
+    _add_seq(ranges, seq, event_ms)
     return False
+
+
+def _add_seq(ranges: list[list[int]], seq: int, event_ms: int) -> None:
+    """Record ``seq`` in the sorted, disjoint ``[lo, hi, newest event_ms]`` ranges."""
+    for r in ranges:
+        if r[0] - 1 <= seq <= r[1] + 1:
+            r[0], r[1], r[2] = min(r[0], seq), max(r[1], seq), max(r[2], event_ms)
+            break
+    else:
+        ranges.append([seq, seq, event_ms])
+        ranges.sort()
+    merged: list[list[int]] = []
+    for r in ranges:
+        if merged and r[0] <= merged[-1][1] + 1:
+            top = merged[-1]
+            top[1], top[2] = max(top[1], r[1]), max(top[2], r[2])
+        else:
+            merged.append(r)
+    ranges[:] = merged
 
 
 def _open(device: DeviceRules) -> bool:
@@ -196,7 +236,9 @@ def _retire(
         if rule is not None and (rule.devices is None or device_id in rule.devices):
             if device["rules"][rule_id]["version"] != rule.version:
                 state = _rule_state(device, rule, device_id, at, now_ms, out)
-                if rule.window_ms is not None:
+                if rule.window_ms is None:
+                    del device["rules"][rule_id]
+                else:
                     size, slide = rule.window_ms
                     state["next_end"] = at - at % slide + size
             continue
