@@ -17,6 +17,7 @@ from fleetwatch.filemode.columns import DEVICE_NAMES, TIME_NAMES
 from fleetwatch.filemode.csvfile import DEFAULT_PIECE_ROWS, DetectSummary, detect_csv
 from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS
 from fleetwatch.models.registry import KINDS, Tuning, detector_factory
+from fleetwatch.streaming.scorer.policy import policy_of
 
 console = Console()
 
@@ -45,6 +46,8 @@ def _report(summary: DetectSummary, out: Path) -> None:
         table.add_row("unreadable timestamps", f"{summary.bad_times:,} rows (not scored)")
     if summary.no_values:
         table.add_row("rows without a value", f"{summary.no_values:,} (not scored)")
+    if summary.pools is not None:
+        table.add_row("fleet", f"pooled {summary.pools:,} times from new parameters")
     table.add_row("time", f"{summary.seconds:.2f} s ({summary.rows_per_s:,.0f} rows/s)")
     console.print(table)
 
@@ -73,7 +76,7 @@ def _as_json(summary: DetectSummary, out: Path) -> dict[str, object]:
         "no_values": summary.no_values,
         "seconds": summary.seconds,
         "rows_per_s": summary.rows_per_s,
-    }
+    } | ({} if summary.pools is None else {"fleet_pools": summary.pools})
 
 
 def detect(
@@ -119,13 +122,23 @@ def detect(
             f"(known: {', '.join(sorted(KINDS))}), e.g. level,flatline",
         ),
     ] = None,
+    fleet: Annotated[
+        bool,
+        typer.Option(
+            "--fleet",
+            help="score the file's devices as one fleet: in lockstep of event time, each "
+            "scope's fleet model pooled from the devices (at 120 s, then each minute) and used "
+            "as the scorer uses its champion (score.fleet_model); needs a device column",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Score a recorded CSV online and causally with the scorer's own per-device step: per
     device, in timestamp order, each chunk of rows is scored (alert episodes, device-wide
     moves) with what the trainer's step learned from the earlier chunks, then learned.
     Writes every input row with anomaly_score (0-1), alert (an alert of the device is open at
-    the row), alert_metric and reason. --json: the summary as one JSON object."""
+    the row), alert_metric and reason. --fleet: the devices as one fleet, each held to its
+    scope's pooled fleet model as in production. --json: the summary as one JSON object."""
     settings = load_settings()
     if out.resolve() == file.resolve():
         fail("--out must not be the input file")
@@ -143,6 +156,8 @@ def detect(
                 piece_rows,
                 make,
                 on_piece=lambda rows, _alerts: update(rows),
+                fleet=fleet,
+                policy=policy_of(settings),
             )
     except FleetwatchError as exc:
         fail(str(exc))

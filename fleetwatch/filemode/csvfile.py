@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from fleetwatch.contracts.settings import Settings
 from fleetwatch.filemode.columns import FileColumns, FileModeError, choose_columns
 from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, FileDetector
 from fleetwatch.models.base import Detector
 from fleetwatch.models.registry import default_detector
+from fleetwatch.streaming.scorer.policy import Policy, policy_of
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class DetectSummary:
     bad_times: int
     no_values: int
     seconds: float
+    pools: int | None = None
+    """With ``fleet``, how many times the fleet's champions were pooled from new parameters."""
 
     @property
     def alert_rate(self) -> float:
@@ -70,9 +74,13 @@ def detect_csv(
     piece_rows: int = DEFAULT_PIECE_ROWS,
     make: Callable[[], Detector] = default_detector,
     on_piece: Callable[[int, int], None] | None = None,
+    fleet: bool = False,
+    policy: Policy | None = None,
 ) -> DetectSummary:
     """Score ``source`` into ``out`` (every input row, its columns, then the scores);
-    ``on_piece(rows, alerts)``, if given, after each piece with the totals so far."""
+    ``on_piece(rows, alerts)``, if given, after each piece with the totals so far; ``fleet``
+    scores the devices as one fleet (:mod:`~fleetwatch.filemode.fleet`); ``policy`` is the
+    scorer's (default: the default settings')."""
     if not source.is_file():
         raise FileModeError(f"no such file: {source}")
     started = time.perf_counter()
@@ -83,7 +91,9 @@ def detect_csv(
             continue
         if detector is None:
             columns = choose_columns(piece, timestamp, device, values)
-            detector = FileDetector(columns, chunk_rows, make)
+            detector = FileDetector(
+                columns, chunk_rows, make, policy or policy_of(Settings()), fleet
+            )
         scored = detector.score_piece(piece)
         scored.to_csv(out, mode="w" if rows == 0 else "a", header=rows == 0, index=False)
         rows += len(scored)
@@ -101,4 +111,5 @@ def detect_csv(
         detector.bad_times,
         detector.no_values,
         time.perf_counter() - started,
+        None if detector.pool is None else detector.pool.pools,
     )

@@ -29,6 +29,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.models.base import Detector
+from fleetwatch.streaming.scorer.detectors import FleetLookup
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.device_step import Role, process
 from fleetwatch.streaming.scorer.episodes import Observation
@@ -74,12 +75,21 @@ class DevicePipeline:
     seq: int = 0
     open_alerts: dict[str, Observation] = field(default_factory=dict)
     """Alert id → the observation of its latest event, for the alerts open now."""
+    in_force: tuple[int, str | None] = (0, None)
+    """The parameters (version, JSON) the latest chunk was scored with: learned from the chunks
+    before it only, what a fleet pooled after that chunk's first reading may take
+    (:mod:`~fleetwatch.filemode.fleet`)."""
 
     def chunk(
-        self, event_ms: npt.NDArray[np.int64], values: npt.NDArray[np.float64], names: list[str]
+        self,
+        event_ms: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+        names: list[str],
+        fleet: FleetLookup | None = None,
     ) -> Marks:
         """Score then learn one chunk: ``values`` has a row per reading (in time order) and a
-        column per metric of ``names``; NaN is a metric the reading does not have."""
+        column per metric of ``names``; NaN is a metric the reading does not have. ``fleet``
+        finds the champion of the device's scope, as the scorer's does."""
         n = event_ms.size
         marks = Marks.empty(n)
         present = ~np.isnan(values)
@@ -98,6 +108,7 @@ class DevicePipeline:
         if self.state is not None and self.fresh:
             self.state["params_version"] = self.version
         row_scores: dict[int, float] = {}
+        self.in_force = (self.version, self.params_json)
         self.state, out = process(
             self.device_id,
             self.state,
@@ -106,7 +117,7 @@ class DevicePipeline:
             int(watermark),
             self.newest_ms,
             self.policy,
-            None,
+            fleet,
             row_scores,
         )
         self.fresh = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -149,3 +150,40 @@ def test_the_false_alert_budget_is_a_setting(
     refused = run(source, "--out", tmp_path / "out-0.csv")
     assert refused.exit_code != 0
     assert "false_alerts_per_device_day" in refused.output
+
+
+def test_fleet_scores_the_devices_as_one_fleet(
+    run: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--fleet``: the scores of ``detect_frame(fleet=True)``, the pools counted in the
+    summary; ``score.fleet_model=off`` gives each device's scores alone."""
+    source = tmp_path / "in.csv"
+    frame = recording(rows=1200, devices=("a", "b", "c"))
+    frame.to_csv(source, index=False)
+    fleet_out, alone_out = tmp_path / "fleet.csv", tmp_path / "alone.csv"
+    result = run(source, "--out", fleet_out, "--fleet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["fleet_pools"] > 0
+    expected = detect_frame(frame, "timestamp", "device_id", ["temp", "hum"], fleet=True)
+    got = pd.read_csv(fleet_out, keep_default_na=False)
+    np.testing.assert_allclose(got["anomaly_score"], expected["anomaly_score"], atol=1e-6)
+    assert got["alert"].tolist() == expected["alert"].tolist()
+    alone = run(source, "--out", alone_out, "--json")
+    assert alone.exit_code == 0, alone.output
+    assert "fleet_pools" not in json.loads(alone.stdout.strip().splitlines()[-1])
+    assert fleet_out.read_bytes() != alone_out.read_bytes()
+    monkeypatch.setenv("FLEETWATCH_SCORE__FLEET_MODEL", "off")
+    off_out = tmp_path / "off.csv"
+    assert run(source, "--out", off_out, "--fleet").exit_code == 0
+    assert off_out.read_bytes() == alone_out.read_bytes()
+
+
+def test_fleet_needs_a_device_column(run: Invoke, tmp_path: Path) -> None:
+    source = tmp_path / "in.csv"
+    recording(rows=200).to_csv(source, index=False)
+    result = run(source, "--out", tmp_path / "out.csv", "--fleet")
+    assert result.exit_code == 1
+    assert "--fleet pools the file's devices" in result.output
+    assert "--device" in result.output
+    assert "Traceback" not in result.output
