@@ -32,7 +32,7 @@ from fleetwatch.filemode.columns import (
 from fleetwatch.filemode.csvfile import pieces
 from fleetwatch.streaming.rules.compiled import CompiledRule
 from fleetwatch.streaming.rules.conditions import READING_FIELDS, compile_rule
-from fleetwatch.streaming.rules.processor import readings_of
+from fleetwatch.streaming.rules.processor import Plans, readings_of
 from fleetwatch.streaming.rules.projection import atoms_of, metrics_of, rule_atoms
 from fleetwatch.streaming.rules.step import BucketRules, Reading, judge, new_bucket
 
@@ -64,6 +64,7 @@ def judge_file(
     out = RuleTest(rules)
     by_id = {rule.id: rule for rule in rules}
     atoms = atoms_of(rules)
+    plans = Plans(atoms, by_id)
     bucket: BucketRules = new_bucket()
     metrics = metrics_of(rules)
     latest = -(2**62)
@@ -81,7 +82,7 @@ def judge_file(
         if frame.empty:
             continue
         computed = rule_atoms(spark.createDataFrame(frame), atoms).toPandas()
-        for chunk in _in_time_order(readings_of(computed, atoms, by_id)):
+        for chunk in _in_time_order(readings_of(computed, plans)):
             # as in the query: a step is judged with the watermark of the steps before it
             result = judge(bucket, chunk, by_id, latest - lateness_ms, 0, NEVER_EXPIRE_MS)
             latest = max(latest, max(r.event_ms for r in chunk))

@@ -271,7 +271,9 @@ def test_the_projection_and_the_step_agree_on_what_the_rules_mean(spark: Any) ->
     by_id = {rule.id: rule for rule in rules}
 
     # the operator's input: the rows as pandas frames (Arrow: a null in an array is NaN)
-    batch = processor.readings_of(projection.rule_atoms(readings, atoms).toPandas(), atoms, by_id)
+    batch = processor.readings_of(
+        projection.rule_atoms(readings, atoms).toPandas(), processor.Plans(atoms, by_id)
+    )
     got = {(r.device_id, r.seq): list(r.values.items()) for r in batch}
     assert got == {
         ("d1", 1): [("hot", (True, [85.0])), ("shaky", (None, [9.0])), ("quiet", (None, [1.0]))],
@@ -369,7 +371,7 @@ def test_a_lifted_condition_decides_as_spark_does(spark: Any) -> None:
     frame = projection.rule_atoms(readings, atoms).toPandas()
     got = {
         (r.seq, rule_id): fired
-        for r in processor.readings_of(frame, atoms, by_id)
+        for r in processor.readings_of(frame, processor.Plans(atoms, by_id))
         for rule_id, (fired, _) in r.values.items()
     }
     assert len(got) == len(rows) * len(rules)
@@ -397,7 +399,7 @@ def test_rules_that_differ_in_thresholds_and_devices_share_their_values(spark: A
     by_id = {rule.id: rule for rule in rules}
     got = {
         r.device_id: {k: v[0] for k, v in r.values.items()}
-        for r in processor.readings_of(frame, atoms, by_id)
+        for r in processor.readings_of(frame, processor.Plans(atoms, by_id))
     }
     assert got == {
         "d0": {"r0": True, "r2": True, "r4": False},

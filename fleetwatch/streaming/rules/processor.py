@@ -26,9 +26,42 @@ from fleetwatch.streaming.rules.step import BucketRules, Judged, Reading, judge,
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING"
 
 
-def readings_of(
-    frame: pd.DataFrame, atoms: Atoms, rules: Mapping[str, CompiledRule]
-) -> list[Reading]:
+Entry = tuple[str, tuple[int, ...], having.Judge | None, having.Judge | None]
+"""A rule as one device's readings meet it: its id, the positions of its values among the
+atoms, and — without a window — its condition and the value it shows as functions of them."""
+
+
+class Plans:
+    """Each device's rules as :data:`Entry` tuples, made once per device: a reading then meets
+    its device's rules without looking each one up."""
+
+    def __init__(self, atoms: Atoms, rules: Mapping[str, CompiledRule]) -> None:
+        self.atoms = atoms
+        self.rules = rules
+        self._by_ids: dict[tuple[str, ...], tuple[Entry, ...]] = {}
+        self._by_device: dict[str, tuple[Entry, ...]] = {}
+
+    def of(self, device_id: str) -> tuple[Entry, ...]:
+        plan = self._by_device.get(device_id)
+        if plan is None:
+            ids = self.atoms.rules_of(device_id)
+            plan = self._by_ids.get(ids)
+            if plan is None:  # devices judged by the same rules share one plan
+                plan = self._by_ids[ids] = tuple(self._entry(rule_id) for rule_id in ids)
+            self._by_device[device_id] = plan
+        return plan
+
+    def _entry(self, rule_id: str) -> Entry:
+        rule = self.rules[rule_id]
+        index = self.atoms.index[rule_id]
+        if rule.window_ms is not None:
+            return (rule_id, index, None, None)
+        assert rule.having is not None
+        assert rule.evidence is not None
+        return (rule_id, index, having.compiled(rule.having), having.compiled(rule.evidence))
+
+
+def readings_of(frame: pd.DataFrame, plans: Plans) -> list[Reading]:
     """The operator's input rows (:func:`~fleetwatch.streaming.rules.projection.rule_atoms`)
     → readings, each with every rule that judges its device: a rule without a window with its
     condition (true, false or null, as SQL has it) and the value it shows; a windowed rule
@@ -43,22 +76,18 @@ def readings_of(
         strict=True,
     ):
         device = str(device)
-        judging = atoms.rules_of(device)
-        if not judging:
+        plan = plans.of(device)
+        if not plan:
             continue
         row = [_number(v) for v in computed]
         values: dict[str, tuple[bool | None, list[float | None]]] = {}
-        for rule_id in judging:
-            rule = rules[rule_id]
-            own = [row[i] for i in atoms.index[rule_id]]
-            if rule.window_ms is not None:
+        for rule_id, index, holds, shown in plan:
+            own = [row[i] for i in index]
+            if holds is None or shown is None:
                 values[rule_id] = (None, own)
                 continue
-            assert rule.having is not None
-            assert rule.evidence is not None
-            holds = having.evaluate(rule.having, own)
-            shown = having.evaluate(rule.evidence, own)
-            values[rule_id] = (None if holds is None else bool(holds), [_number(shown)])
+            held = holds(own)
+            values[rule_id] = (None if held is None else bool(held), [_number(shown(own))])
         received = event_ms if received_ms is None or received_ms != received_ms else received_ms
         out.append(Reading(device, int(seq), int(event_ms), int(received), values))
     return out
@@ -88,7 +117,7 @@ def rule_judge(rules: Sequence[CompiledRule], alerts_topic: str, expire_after_ms
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     by_id: Mapping[str, CompiledRule] = {rule.id: rule for rule in rules}
-    atoms = atoms_of(rules)
+    plans = Plans(atoms_of(rules), by_id)
     schema = StructType([StructField("rules", BinaryType(), False)])
 
     class BucketJudge(StatefulProcessor):
@@ -119,7 +148,7 @@ def rule_judge(rules: Sequence[CompiledRule], alerts_topic: str, expire_after_ms
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
-            readings = [r for chunk in rows for r in readings_of(chunk, atoms, by_id)]
+            readings = [r for chunk in rows for r in readings_of(chunk, plans)]
             yield from self._judge(readings, timerValues)
 
         def handleExpiredTimer(
