@@ -101,6 +101,7 @@ Everything not named here counts as alerting."""
 DERIVED: Mapping[str, str] = {
     f"{_M}calibration:S_ALERT": "ALERT_P in nats",
     f"{_M}calibration:ALERT_Z": "ALERT_P as a two-sided normal deviate",
+    f"{_M}calibration:ALERT_SCORE": "S_ALERT (ALERT_P) as a score",
     f"{_M}grid:_KEEP": "HALFLIFE as a decay per value",
     f"{_M}lasting:CAP_Z": "CAP_P as an upper normal deviate",
     f"{_M}seasonal:SPLIT_Z": "EARLY_Z",

@@ -26,13 +26,17 @@ ALERT_P = 1e-6
 """Per-row tail probability at which a row alerts."""
 S_ALERT = -math.log(ALERT_P)
 _LN2 = math.log(2.0)
-ALERT_SCORE = 0.5
 
 
 def score_from_surprise(surprise: npt.ArrayLike) -> FloatArray:
     s = np.maximum(np.asarray(surprise, dtype=np.float64), 0.0)
     out: FloatArray = s / (s + S_ALERT)
     return out
+
+
+ALERT_SCORE = float(score_from_surprise(S_ALERT))
+"""The score of a row at ``ALERT_P`` (``S_ALERT`` through the map above: exactly 0.5), at and
+above which a row alerts."""
 
 
 def normal_two_sided_surprise(z: npt.ArrayLike) -> FloatArray:

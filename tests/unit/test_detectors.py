@@ -16,6 +16,7 @@ from fleetwatch.contracts.errors import ConfigurationError, FleetwatchError
 from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import (
+    ALERT_SCORE,
     ALERT_Z,
     S_ALERT,
     normal_two_sided_surprise,
@@ -60,6 +61,7 @@ def test_the_alert_level_is_a_normal_deviation_of_about_4_9() -> None:
     assert pytest.approx(4.8916, abs=1e-3) == ALERT_Z
     assert float(normal_two_sided_surprise(ALERT_Z)) == pytest.approx(S_ALERT, rel=1e-6)
     assert float(score_from_surprise(S_ALERT)) == 0.5
+    assert ALERT_SCORE == 0.5  # the score at the alert level: derived, and the same float
 
 
 def test_scores_of_growing_deviations_grow_strictly_and_never_reach_one() -> None:
