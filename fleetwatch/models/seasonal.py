@@ -98,10 +98,6 @@ EARLY_Z = 2.0 * ALERT_Z
 """The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
 SPLIT_Z = EARLY_Z
 """A learned reading this far from its metric's profile belongs to the metric's second regime."""
-JUMP_RATIO = 3.0
-"""How many times its ``|z|`` against the profile a reading's distance from its neighbours'
-median (in their own spread) may make it (see the module's docstring). The option is off by
-default (``jump_ratio=None``): the profile alone judges a reading."""
 SEPARATION = 3.0
 """The second regime is used once its mean is this many standard deviations (the wider of the
 two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped

@@ -13,9 +13,11 @@ import pytest
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.neighbours import MIN_NEIGHBOURS, medians_before
-from fleetwatch.models.seasonal import JUMP_RATIO, SeasonalBaseline
+from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.trend import SMALL
 
+JUMP_RATIO = 3.0
+"""The ``jump_ratio`` these tests turn the option on with (it is off by default: ``None``)."""
 START = 1_767_225_600_000
 STEP_MS = 1_000
 
