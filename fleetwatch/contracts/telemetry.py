@@ -25,6 +25,7 @@ payload it refuses; it writes records with :func:`encode_record`, byte for byte 
 from __future__ import annotations
 
 import json
+import re
 import types
 from typing import Annotated, Any, get_args, get_origin
 
@@ -151,7 +152,6 @@ def _whole(pattern: str) -> str:
 
 
 _EpochMs = Annotated[int, msgspec.Meta(ge=0, lt=10**14)]
-_MetricName = Annotated[str, msgspec.Meta(pattern=_whole(METRIC_NAME_PATTERN))]
 _MetricValue = Annotated[float, msgspec.Meta(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
 _Label = Annotated[str, msgspec.Meta(max_length=LABEL_LENGTH, pattern=_whole(LABEL_PATTERN))]
 _DeviceId = Annotated[str, msgspec.Meta(pattern=_whole(DEVICE_ID_PATTERN))]
@@ -168,24 +168,44 @@ class CompiledReading(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ts: _EpochMs
     sent: _EpochMs
     metrics: Annotated[
-        dict[_MetricName, _MetricValue], msgspec.Meta(min_length=1, max_length=READING_METRICS)
+        dict[str, _MetricValue], msgspec.Meta(min_length=1, max_length=READING_METRICS)
     ]
+    """Its names are held to :data:`METRIC_NAME_PATTERN` by :func:`decode_readings`."""
     firmware: _Label | None = None
     status: _Label | None = None
     device_id: _DeviceId | None = None
 
 
 _READINGS = msgspec.json.Decoder(CompiledReading | list[CompiledReading])
+_METRIC_NAME = re.compile(_whole(METRIC_NAME_PATTERN))
+_NAMES_KNOWN = 4_096
+"""Metric names remembered as checked: a fleet sends a few dozen, and a device that invents
+names cannot grow the set past this (its names are then checked each time)."""
+_checked_names: set[str] = set()
 
 
 def decode_readings(payload: bytes | bytearray) -> CompiledReading | list[CompiledReading] | None:
     """A payload of one reading or a batch of them, decoded and checked in one pass; ``None``
     when it is anything else (broken JSON, a reading :class:`Reading` refuses, or something
-    this path leaves to :class:`Reading`, such as a byte-order mark): the model says why."""
+    this path leaves to :class:`Reading`, such as a byte-order mark): the model says why.
+    Metric names are checked against their pattern once per name, not once per reading."""
     try:
-        return _READINGS.decode(payload)
+        decoded = _READINGS.decode(payload)
     except msgspec.MsgspecError:
         return None
+    if isinstance(decoded, list):
+        return decoded if all(_named_well(r.metrics) for r in decoded) else None
+    return decoded if _named_well(decoded.metrics) else None
+
+
+def _named_well(metrics: dict[str, float]) -> bool:
+    for name in metrics:
+        if name not in _checked_names:
+            if _METRIC_NAME.search(name) is None:
+                return False
+            if len(_checked_names) < _NAMES_KNOWN:
+                _checked_names.add(name)
+    return True
 
 
 class _Record(msgspec.Struct, omit_defaults=True):

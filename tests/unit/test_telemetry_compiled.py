@@ -208,3 +208,24 @@ def test_decoding_errors_are_msgspecs_own() -> None:
     """What :func:`decode_readings` catches is all msgspec raises for a payload."""
     with pytest.raises(msgspec.MsgspecError):
         msgspec.json.decode(b"{", type=CompiledReading)
+
+
+def test_a_metric_name_off_its_pattern_is_refused_however_often_good_names_came() -> None:
+    good = b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"temperature":1.0}}'
+    assert decode_readings(good) is not None
+    assert decode_readings(good) is not None  # the name checked once, then known
+    for bad in ("1temperature", "temp erature", "t" * 65, "temperature\n"):
+        payload = json.dumps({"v": 1, "seq": 1, "ts": 1, "sent": 1, "metrics": {bad: 1.0}})
+        assert decode_readings(payload.encode()) is None, bad
+        assert by_the_model(payload.encode()) is None
+    batch = b"[" + good + b',{"v":1,"seq":2,"ts":1,"sent":1,"metrics":{"9x":1.0}}]'
+    assert decode_readings(batch) is None
+
+
+def test_a_device_inventing_names_cannot_grow_the_names_known_without_bound() -> None:
+    from fleetwatch.contracts import telemetry
+
+    for i in range(telemetry._NAMES_KNOWN + 100):
+        payload = b'{"v":1,"seq":1,"ts":1,"sent":1,"metrics":{"m%d":1.0}}' % i
+        assert decode_readings(payload) is not None
+    assert len(telemetry._checked_names) == telemetry._NAMES_KNOWN
