@@ -150,3 +150,16 @@ def test_a_large_offset_keeps_the_variance_of_the_noise() -> None:
     assert math.isclose(window[0] or 0.0, float(np.var(noise, ddof=1)), rel_tol=1e-3)
     naive = (math.fsum(x * x for x in xs) - math.fsum(xs) ** 2 / len(xs)) / (len(xs) - 1)
     assert not math.isclose(naive, want_var, rel_tol=1e-1)  # what the panes avoid
+
+
+def test_packed_partials_unpack_to_the_same_floats() -> None:
+    pane = panes.empty()
+    untouched = panes.empty()
+    for v in (0.1, -3.25, 1e300, 7.0):
+        panes.add(pane, v)
+    packed = panes.pack([pane, untouched])
+    assert isinstance(packed, bytes)
+    assert panes.unpack(packed) == [pane, untouched]  # inf and -inf of an empty one included
+    assert panes.unpack([pane]) == [pane]  # a state written before panes were packed
+    by_start = {0: packed, 10: [pane, untouched]}
+    assert panes.window_values(["max", "count"], by_start, 0, 20) == [1e300, 0.0]

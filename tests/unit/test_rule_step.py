@@ -313,7 +313,8 @@ def test_repeated_readings_are_dropped() -> None:
     assert replayed.repeats == 1
     closed = judge(bucket, [], rules, 2_000)
     assert closed.alerts == []
-    partials = [p[0] for p in bucket["devices"]["d1"]["rules"]["shaky"]["panes"].values()]
+    held = bucket["devices"]["d1"]["rules"]["shaky"]["panes"].values()
+    partials = [panes.unpack(p)[0] for p in held]
     assert panes.value("count", panes.merged(partials)) == 2
     # a reading with the same seq at another time is another reading
     other = judge(bucket, [reading("d1", 1, 2_100, vibration=9.0)], rules, 2_000)
@@ -360,6 +361,23 @@ def test_a_state_written_with_the_older_seen_list_carries_on() -> None:
     assert "seen" not in bucket["devices"]["d1"]
     assert bucket["devices"]["d1"]["rules"] == {}
     assert bucket["devices"]["d1"]["seen_seqs"] == [[2, 2, T0 + 2_000]]
+
+
+def test_a_state_written_with_unpacked_panes_carries_on_alike() -> None:
+    rules = [shaky()]
+    first = [reading("d1", 1, 100, vibration=9.0), reading("d1", 2, 900, vibration=8.0)]
+    packed, unpacked = step.new_bucket(), step.new_bucket()
+    judge(packed, first, rules, 0)
+    judge(unpacked, first, rules, 0)
+    state = unpacked["devices"]["d1"]["rules"]["shaky"]
+    older: Any = {start: panes.unpack(p) for start, p in state["panes"].items()}
+    state["panes"] = older
+    later = [reading("d1", 3, 2_100, vibration=9.5)]
+    opened = brief(judge(packed, later, rules, 2_000))
+    assert opened == brief(judge(unpacked, later, rules, 2_000))
+    assert opened == [("d1", "shaky", "open", 2_000, 8.5)]  # the window [-2 s, 2 s)
+    closed = brief(judge(packed, [], rules, 4_000))
+    assert closed == brief(judge(unpacked, [], rules, 4_000))  # [0, 4 s): 9, 8 and 9.5
 
 
 def test_an_on_time_reading_earlier_than_the_first_is_in_its_windows() -> None:

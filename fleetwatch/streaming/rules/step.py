@@ -52,7 +52,7 @@ class Episode(TypedDict):
 
 class RuleState(TypedDict):
     version: int
-    panes: dict[int, list[panes.Pane]]
+    panes: dict[int, panes.Packed]
     next_end: int | None
     """The end of the next window to judge (a windowed rule)."""
     episode: Episode | None
@@ -254,11 +254,11 @@ def _into_pane(
     assert rule.window_ms is not None
     slide = rule.window_ms[1]
     start = event_ms - event_ms % slide
-    pane = state["panes"].get(start)
-    if pane is None:
-        pane = state["panes"][start] = [panes.empty() for _ in rule.aggregates]
+    held = state["panes"].get(start)
+    pane = [panes.empty() for _ in rule.aggregates] if held is None else panes.unpack(held)
     for partial, value in zip(pane, values, strict=True):
         panes.add(partial, value)
+    state["panes"][start] = panes.pack(pane)
     if state["next_end"] is None or start + slide < state["next_end"]:
         state["next_end"] = start + slide  # on time, so its windows are not judged yet
 
