@@ -652,6 +652,34 @@ def test_a_device_no_longer_selected_resolves_its_episode() -> None:
     assert bucket["devices"]["d2"]["rules"]["hot"]["episode"] is not None
 
 
+def test_devices_are_checked_against_the_rules_only_when_the_rules_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    retire = step._retire
+
+    def counted(device: Any, rules: Any, device_id: str, *rest: Any) -> None:
+        calls.append(device_id)
+        retire(device, rules, device_id, *rest)
+
+    monkeypatch.setattr(step, "_retire", counted)
+    bucket = step.new_bucket()
+    rules = {"hot": hot()}
+    for n in range(1, 4):
+        step.judge(bucket, [reading("d1", n, n)], rules, T0, NOW, EXPIRE_MS)
+    assert calls == ["d1"]  # the first batch only: the rules stayed the same
+    judge(bucket, [reading("d1", 9, 9, temperature=99.0)], [hot(version=2)], 0)
+    assert calls == ["d1", "d1"]
+    assert step.rules_key({"hot": hot()}) != step.rules_key({"hot": hot(devices={"d1"})})
+
+
+def test_a_value_for_a_rule_that_does_not_select_the_device_is_ignored() -> None:
+    bucket = step.new_bucket()
+    judged = judge(bucket, [reading("d1", 1, 0, temperature=99.0)], [hot(devices={"d2"})], 0)
+    assert judged.alerts == []
+    assert bucket["devices"]["d1"]["rules"] == {}
+
+
 def test_a_device_silent_past_expire_after_leaves_the_state_unless_an_episode_is_open() -> None:
     bucket = step.new_bucket()
     rules = [hot()]

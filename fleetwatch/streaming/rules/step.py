@@ -21,9 +21,10 @@ batch.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from fleetwatch.contracts.alerts import RULE_KIND, Alert, event_id
 from fleetwatch.contracts.rules import rule_alert_id
@@ -70,10 +71,34 @@ class DeviceRules(TypedDict):
 class BucketRules(TypedDict):
     devices: dict[str, DeviceRules]
     timer_ms: int | None
+    rules_key: NotRequired[str]
+    """:func:`rules_key` of the rules that judged the bucket last: while they stay the same,
+    no device has state of a rule that is gone, replaced or no longer selects it."""
 
 
 def new_bucket() -> BucketRules:
     return {"devices": {}, "timer_ms": None}
+
+
+_KEYS: dict[int, tuple[Mapping[str, CompiledRule], str]] = {}
+"""id(rules) → (the rules, their key): a query's rules are one mapping for its life."""
+
+
+def rules_key(rules: Mapping[str, CompiledRule]) -> str:
+    """A digest of every rule's id, version and devices, the same in every process."""
+    held = _KEYS.get(id(rules))
+    if held is not None and held[0] is rules:
+        return held[1]
+    digest = hashlib.sha256()
+    for rule_id in sorted(rules):
+        rule = rules[rule_id]
+        devices = "*" if rule.devices is None else "\x1f".join(sorted(rule.devices))
+        digest.update(f"{rule_id}\x1e{rule.version}\x1e{devices}\x1d".encode())
+    key = digest.hexdigest()
+    if len(_KEYS) >= 64:
+        _KEYS.clear()
+    _KEYS[id(rules)] = (rules, key)
+    return key
 
 
 @dataclass(frozen=True)
@@ -121,7 +146,7 @@ def judge(
         held = device["rules"]
         for rule_id, (fired, values) in reading.values.items():
             rule = rules.get(rule_id)
-            if rule is None:
+            if rule is None or (rule.devices is not None and reading.device_id not in rule.devices):
                 continue
             if rule.window_ms is None:
                 if not fired and rule_id not in held:
@@ -134,11 +159,14 @@ def judge(
             else:
                 state = _rule_state(device, rule, reading.device_id, reading.event_ms, now_ms, out)
                 _into_pane(state, rule, reading.event_ms, values)
+    key = rules_key(rules)
+    changed = bucket.get("rules_key") != key
     for device_id in sorted(devices):
         device = devices[device_id]
         device["seen_seqs"] = [r for r in _seen(device) if r[2] >= watermark_ms]
         cast(dict[str, Any], device).pop("seen", None)  # a state written before the ranges
-        _retire(device, rules, device_id, watermark_ms, now_ms, out)
+        if changed:
+            _retire(device, rules, device_id, watermark_ms, now_ms, out)
         for rule_id, state in device["rules"].items():
             rule = rules[rule_id]
             if rule.window_ms is not None:
@@ -146,6 +174,7 @@ def judge(
         if device["last_ms"] < watermark_ms - expire_after_ms and not _open(device):
             del devices[device_id]
     bucket["timer_ms"] = next_timer(bucket)
+    bucket["rules_key"] = key
     return out
 
 
