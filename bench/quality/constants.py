@@ -60,6 +60,7 @@ PLUMBING: Mapping[str, str] = {
     f"{_M}flatline:SQRT_2PI": "math",
     f"{_M}grid:WIDTH": "layout",
     f"{_M}grid:MEMO_SIZE": "cache",
+    f"{_M}grid:_EPS": "math",
     f"{_M}lasting:CARRIED": "layout",
     f"{_M}level:TINY": "guard",
     f"{_M}level:CARRY": "layout",
@@ -196,6 +197,8 @@ class _Modules:
             return bool(node.elts) and all(self.is_numeric(module, e) for e in node.elts)
         if isinstance(node, ast.Name):
             return self.is_numeric_name(module, node.id)
+        if isinstance(node, ast.Attribute) and _is_machine_limits(node.value):
+            return True  # ``np.finfo(np.float64).eps``: a number, as ``math.pi`` is
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             base = node.value.id
             if base in _NUMERIC_MODULES:
@@ -228,6 +231,19 @@ class _Modules:
             if isinstance(arg, ast.Constant) and str(arg.value).lower() in {"inf", "-inf", "nan"}:
                 return True
         return all(self.is_numeric(module, a) for a in args)
+
+
+def _is_machine_limits(node: ast.expr) -> bool:
+    """``np.finfo(…)`` or ``np.iinfo(…)``: a float or integer type's limits, whose attributes
+    (``eps``, ``max``, …) are numbers. Without this a tolerance derived from float64's
+    precision would be missed by the census (neither counted nor shown)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"finfo", "iinfo"}
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in _NUMERIC_MODULES
+    )
 
 
 def _parse(name: str, path: Path) -> _Module:

@@ -55,9 +55,12 @@ MAX_OFF = 0.1
 TOL = 1e-3
 """How near a whole multiple of the step a difference must be, in steps."""
 MAX_REFINE = 16.0
-DECIMALS = 9
-"""The finest decimal a provisional step goes down to (coarser than float rounding)."""
-_POWERS = [10.0**-k for k in range(DECIMALS + 1)]
+_EPS = float(np.finfo(np.float64).eps)
+"""float64's resolution: ``x / q`` is within about ``|x / q| · _EPS`` of its exact value."""
+_POWERS = [10.0**-k for k in range(int(-math.log10(_EPS)) + 1)]
+"""1, 0.1, …, down to the finest decimal :func:`_written` can tell: a value within ``TOL`` of 0
+is a multiple of 1, and for any larger one the finest it tells, ``|x| · _EPS / TOL``, is at
+least ``_EPS``."""
 GRID_SD = 0.5
 """The floor of a spread on a grid, in steps. The rounding alone is ``1 / √12`` (0.29), but a
 stream that sits on one or two values of its grid says nothing of its noise below the step,
@@ -82,10 +85,17 @@ def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
 
 
 def _written(x: float) -> float:
-    """The last decimal ``x`` was written with: the coarsest of 1, 0.1, …, ``10^-DECIMALS``
-    that it is a whole multiple of (to within ``TOL`` of that step), 0 for none or a value not
-    finite (0 itself counts as a multiple of 1)."""
-    for q in _POWERS if math.isfinite(x) else ():
+    """The last decimal ``x`` was written with: the coarsest of 1, 0.1, 0.01, … that it is a
+    whole multiple of (to within ``TOL`` of that step), 0 for none or a value not finite (0
+    itself counts as a multiple of 1). The decimals tried end where float64 can no longer tell
+    them: below ``q = |x| · _EPS / TOL`` the rounding of ``x / q`` alone reaches ``TOL`` of a
+    step, and a reading of any decimals would pass."""
+    if not math.isfinite(x):
+        return 0.0
+    finest = abs(x) * _EPS / TOL
+    for q in _POWERS:
+        if q < finest:
+            break
         ratio = x / q
         if abs(ratio - round(ratio)) <= TOL:
             return q

@@ -151,3 +151,22 @@ def test_a_derived_constant_must_name_what_it_restates(tmp_path: Path) -> None:
     module.write_text(DETECTOR)
     with pytest.raises(ValueError, match="LOG2 is said to restate THRESHOLD"):
         census([module], tmp_path, plumbing={}, derived={"pkg.detector:LOG2": "THRESHOLD"})
+
+
+def test_a_float_types_limits_are_numbers(tmp_path: Path) -> None:
+    """``np.finfo(…).eps`` and what is computed from it are found (as ``math.pi`` is)."""
+    (tmp_path / "pkg").mkdir()
+    module = tmp_path / "pkg" / "limits.py"
+    module.write_text(
+        "import numpy as np\n"
+        "EPS = float(np.finfo(np.float64).eps)\n"
+        "BIG = np.iinfo(np.int64).max\n"
+        "HALF = 0.5 * EPS\n"
+        "OTHER = np.asarray([1.0]).size\n"
+    )
+    found = census([module], tmp_path, plumbing={"pkg.limits:EPS": "math"}, derived={})
+    assert [(c.name, c.kind) for c in found] == [
+        ("EPS", PLUMBING_CLASS),
+        ("BIG", ALERTING),
+        ("HALF", ALERTING),
+    ]

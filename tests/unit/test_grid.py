@@ -15,7 +15,7 @@ from fleetwatch.models import grid
 from fleetwatch.models.calibration import S_ALERT
 from fleetwatch.models.change import ChangeDetector
 from fleetwatch.models.combiner import CombinedDetector
-from fleetwatch.models.grid import Grid
+from fleetwatch.models.grid import Grid, _written
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import load_params
@@ -90,6 +90,18 @@ def test_until_a_step_is_confirmed_the_last_decimal_written_is_the_step_used() -
     assert g.steps()[:3] == pytest.approx([1.0, 0.1, 0.1])
     assert g.steps()[3] == 0.0
     assert Grid().steps().size == 0
+
+
+def test_the_decimals_written_go_as_fine_as_float64_tells_them_and_no_finer() -> None:
+    assert _written(0.25) == 0.01
+    assert _written(0.1 + 0.2) == 0.1, "float rounding of a sum is not a decimal"
+    assert _written(0.0012345678901) == pytest.approx(1e-13), "finer than nine decimals"
+    assert _written(1e8 + 0.25) == 0.01
+    # a hundred million and nine decimals: float64 holds about seven of them, so no decimal is
+    # told (a fixed nine decimals found 1e-7, a digit float64 does not hold)
+    assert _written(1e8 + 0.123456789) == 0.0
+    assert _written(float("nan")) == 0.0
+    assert _written(0.0) == 1.0
 
 
 def test_learning_in_pieces_gives_the_state_of_one_batch() -> None:
