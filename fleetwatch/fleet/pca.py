@@ -58,20 +58,20 @@ from typing import Any
 
 import numpy as np
 
-from fleetwatch.models.calibration import ALERT_Z
 from fleetwatch.models.errors import FleetModelError
 from fleetwatch.models.grid import GRID_SD, MIN_ON
 from fleetwatch.models.multivariate import FloatArray, PcaDetector
 from fleetwatch.models.profile import decay_factor
+from fleetwatch.models.seasonal import EARLY_Z
 
 logger = logging.getLogger(__name__)
 
-RANGE_Z = 2.0 * ALERT_Z
+RANGE_Z = EARLY_Z
 """How far past its mean, in its standard deviations, a device's normal readings of a metric
 reach, for the fleet's range: the moments say nothing of a metric's tail, and a heavy-tailed
-metric's normal readings pass ``ALERT_Z`` of them (a machine's vibration as it starts). Twice
-the floor, as for a stream whose tail is still unknown
-(:data:`~fleetwatch.models.seasonal.EARLY_Z`)."""
+metric's normal readings pass ``ALERT_Z`` of them (a machine's vibration as it starts). The
+same question as for a stream whose tail is still unknown, with the same answer
+(:data:`~fleetwatch.models.seasonal.EARLY_Z`, twice ``ALERT_Z``)."""
 
 RANGE_SHARE = 0.05
 """The share of devices whose extreme low or high end the fleet's range leaves out, at least
