@@ -108,6 +108,7 @@ DERIVED: Mapping[str, str] = {
     f"{_M}seasonal:SPLIT_Z": "EARLY_Z",
     "fleetwatch.fleet.pca:RANGE_Z": "EARLY_Z (how far normal readings reach, their tail unknown)",
     f"{_M}tail:_BODY_NATS": "P_BODY in nats",
+    f"{_M}tail:MIN_HISTORY": "MIN_PEAKS values above the body's 1 - P_BODY quantile",
     f"{_M}tail:MIN_BETA": "BIN_WIDTH",
 }
 """``module:NAME`` → the constant it restates in other units (no choice of its own: a

@@ -46,11 +46,14 @@ BINS = LINEAR_BINS + 12 * GEOMETRIC_STEPS
 P_BODY = 0.1
 """The tail above the ``1 - P_BODY`` quantile is the one extrapolated."""
 _BODY_NATS = -math.log(P_BODY)
-MIN_HISTORY = 200.0
-"""Weight of history below which the history is not trusted (the floor is used)."""
-MIN_BETA = BIN_WIDTH
 MIN_PEAKS = 20.0
-"""Weight of excursion peaks below which a threshold is taken from the body alone."""
+"""The fewest values a generalised Pareto fit is trusted on: below this weight of excursion
+peaks a threshold is taken from the body alone."""
+MIN_HISTORY = MIN_PEAKS / P_BODY
+"""Weight of history below which the history is not trusted (the floor is used): the body's
+tail above its ``1 - P_BODY`` quantile then holds ``MIN_PEAKS`` values, the fewest a fit of it
+is trusted on, as for the peaks (200)."""
+MIN_BETA = BIN_WIDTH
 FEW = 3.5
 """Less weight than this of highest peaks is a few that a fit may leave out."""
 NONE = 0.01

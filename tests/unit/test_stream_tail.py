@@ -17,6 +17,8 @@ from fleetwatch.models.tail import (
     BIN_WIDTH,
     BINS,
     MIN_HISTORY,
+    MIN_PEAKS,
+    P_BODY,
     PEAK_MEMORY,
     PRIOR_WEIGHT,
     StreamTail,
@@ -47,6 +49,11 @@ def learned(values: np.ndarray, batches: int) -> StreamTail:
         tail.summary.add(part)
         tail.excursions(part, cap)
     return tail
+
+
+def test_a_body_is_trusted_once_its_tail_holds_as_many_values_as_a_fit_of_peaks_needs() -> None:
+    assert MIN_HISTORY * P_BODY == MIN_PEAKS
+    assert MIN_HISTORY == 200.0
 
 
 def test_a_long_excursion_is_one_peak_when_it_ends_and_short_ones_each_count() -> None:
