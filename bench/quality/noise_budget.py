@@ -3,7 +3,12 @@ with no anomaly at all, through file mode's engine; every alert is a false one.
 
 Each shape is ``--devices`` devices (seeded) of one metric, one reading every 10 s for
 ``--days`` simulated days, scored by :func:`~fleetwatch.filemode.scoring.detect_frame` (what
-``fleetwatch detect`` runs: per device, online and causal, chunks of ``--chunk-rows``):
+``fleetwatch detect`` runs: per device, online and causal, chunks of ``--chunk-rows``). With
+``--fleet``, each shape's devices are one fleet (``fleetwatch detect --fleet``: scored in lockstep
+of event time, each scope's fleet model pooled from the devices as production pools it). With
+``--metrics N``, each device reports ``N`` independent streams of its shape (metrics ``value``,
+``value_2``, …): production pools a scope's devices only once their multivariate member has
+learned, which takes two metrics, so a fleet of single-metric devices has no fleet model.
 
 - ``student_t2``, ``student_t3``: heavy-tailed noise, Student-t with 2 and 3 degrees of freedom;
 - ``random_walk``: a level that wanders (Gaussian steps);
@@ -20,13 +25,14 @@ resolve). Printed per shape: alerts per device-day over the whole run and after 
 
     python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
         [--budgets 1,0.1,0.01] [--device-calibration] [--detectors KIND[,KIND...]]
-        (a combined detector of those kinds; default: the default)
+        (a combined detector of those kinds; default: the default) [--fleet] [--metrics N]
 
 Last line: {"shapes": {shape: alerts_per_device_day}, "budget": the first budget, "worst":
 shape, "over_budget": [shapes], "after_day1": {shape: alerts_per_device_day},
 "alert_row_share": {shape: share}, "by_budget": {budget: {"shapes", "after_day1",
-"over_budget", "worst_ratio" (the worst shape's rate over the budget)}}, "detectors", "days",
-"devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at the start), "loadavg_1m_end"}
+"over_budget", "worst_ratio" (the worst shape's rate over the budget)}}, "detectors", "fleet",
+"metrics", "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at the start),
+"loadavg_1m_end"}
 """
 
 from __future__ import annotations
@@ -105,17 +111,21 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-def stream(shape: Shape, seed: int, days: float) -> pd.DataFrame:
-    """One device's readings (epoch ms, value), rounded as a sensor would report them."""
+def stream(shape: Shape, seed: int, days: float, metrics: int = 1) -> pd.DataFrame:
+    """One device's readings (epoch ms, then :func:`metric_names`), rounded as a sensor would
+    report them; each further metric an independent stream of the shape."""
     n = round(days * PER_DAY)
     rng = np.random.default_rng(seed)
     start_ms = int(START.timestamp() * 1000)
-    return pd.DataFrame(
-        {
-            "timestamp": start_ms + np.arange(n, dtype=np.int64) * STEP_MS,
-            "value": np.round(shape(rng, n), 4),
-        }
-    )
+    columns = {"timestamp": start_ms + np.arange(n, dtype=np.int64) * STEP_MS}
+    for name in metric_names(metrics):
+        columns[name] = np.round(shape(rng, n), 4)
+    return pd.DataFrame(columns)
+
+
+def metric_names(metrics: int) -> list[str]:
+    """``value``, ``value_2``, … for ``metrics`` metrics."""
+    return ["value", *(f"value_{i}" for i in range(2, metrics + 1))]
 
 
 def episodes_per_device(
@@ -139,7 +149,7 @@ def run_budget(
     engine_s, total_rows = 0.0, 0
     for index, (name, shape) in enumerate(SHAPES.items()):
         frames = [
-            stream(shape, args.seed * 1000 + index * 100 + d, args.days).assign(
+            stream(shape, args.seed * 1000 + index * 100 + d, args.days, args.metrics).assign(
                 device_id=f"{name}-{d}"
             )
             for d in range(args.devices)
@@ -147,7 +157,15 @@ def run_budget(
         frame = pd.concat(frames, ignore_index=True)
         rows = len(frames[0])
         started = time.perf_counter()
-        scored = detect_frame(frame, "timestamp", "device_id", ["value"], args.chunk_rows, make)
+        scored = detect_frame(
+            frame,
+            "timestamp",
+            "device_id",
+            metric_names(args.metrics),
+            args.chunk_rows,
+            make,
+            args.fleet,
+        )
         engine_s += time.perf_counter() - started
         total_rows += len(frame)
         flags = scored["alert"].to_numpy(dtype=bool)
@@ -177,6 +195,10 @@ def main() -> None:
     parser.add_argument(
         "--device-calibration", action="store_true", help="score.device_calibration on"
     )
+    parser.add_argument(
+        "--fleet", action="store_true", help="each shape's devices as one fleet (detect --fleet)"
+    )
+    parser.add_argument("--metrics", type=int, default=1, help="streams of the shape a device")
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     load_start = os.getloadavg()[0]
@@ -210,6 +232,8 @@ def main() -> None:
         "by_budget": by_budget,
         "detectors": args.detectors or "default",
         "device_calibration": args.device_calibration,
+        "fleet": args.fleet,
+        "metrics": args.metrics,
         "days": args.days,
         "devices": args.devices,
         "rows": total_rows,
