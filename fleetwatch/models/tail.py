@@ -56,8 +56,6 @@ is trusted on, as for the peaks (200)."""
 MIN_BETA = BIN_WIDTH
 FEW = 3.5
 """Less weight than this of highest peaks is a few that a fit may leave out."""
-NONE = 0.01
-"""Less weight than this in a bin is none (a decayed memory)."""
 OUTLIER_ODDS = 0.01
 """A few highest peaks that the others' fit reaches with lower odds are left out of the fit."""
 PEAK_MEMORY = 10.0
@@ -409,7 +407,7 @@ class StreamTail:
         left out at any age, and without their weight; the rate of peaks past the fit's start
         still counts them (see ``_threshold``). A heavy tail's own far peaks are kept: the
         others' fit reaches them, and more than a few of them are the tail."""
-        occupied = np.flatnonzero(self.peaks > NONE)
+        occupied = np.flatnonzero(self.peaks > 0.0)  # a faded peak counts by its faded weight
         occupied = occupied[occupied > top]
         best = (shape, scale)
         rest = self.peaks.copy()
