@@ -106,6 +106,7 @@ DERIVED: Mapping[str, str] = {
     f"{_M}grid:_KEEP": "HALFLIFE as a decay per value",
     f"{_M}lasting:CAP_Z": "CAP_P as an upper normal deviate",
     f"{_M}seasonal:SPLIT_Z": "EARLY_Z",
+    f"{_M}level:UNBACKED": "EARLY_Z over ALERT_Z (a tail nothing knows: twice the floor)",
     "fleetwatch.fleet.pca:RANGE_Z": "EARLY_Z (how far normal readings reach, their tail unknown)",
     f"{_M}tail:_BODY_NATS": "P_BODY in nats",
     f"{_M}tail:MIN_HISTORY": "MIN_PEAKS values above the body's 1 - P_BODY quantile",

@@ -69,11 +69,12 @@ from fleetwatch.models import learned
 from fleetwatch.models.alerting import alerts_of
 from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
-from fleetwatch.models.calibration import S_ALERT
+from fleetwatch.models.calibration import ALERT_Z, S_ALERT
 from fleetwatch.models.errors import HyperParameterError, require_positive
 from fleetwatch.models.grid import GRID_SD, Grid
 from fleetwatch.models.profile import ProfileDetector
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.seasonal import EARLY_Z
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
 
 FloatArray = npt.NDArray[np.float64]
@@ -86,9 +87,10 @@ low enough to end (see Release). A carry of two, written before these, takes an 
 to have peaked at its threshold."""
 NEW_NORMAL_AFTER_S = 600.0
 """A metric's shift that lasts this long is its new normal (``adopt_s``)."""
-UNBACKED = 2.0
+UNBACKED = EARLY_Z / ALERT_Z
 """A young stream of a fleet whose pooled tail knows no excursions yet is held to ``UNBACKED``
-times ``min_z`` at least (see :meth:`LevelShiftDetector._threshold`)."""
+times ``min_z`` at least (see :meth:`LevelShiftDetector._threshold`): a stream whose tail
+nothing knows is held to the seasonal member's ``EARLY_Z`` over its floor, twice it."""
 SETTLE = 3.0
 """An adopted average has followed ``SETTLE / lam`` readings of the new level (with ``lam`` 0.1,
 30 readings: within 4 % of it)."""

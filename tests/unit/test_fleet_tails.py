@@ -120,6 +120,7 @@ def test_a_stream_is_held_to_the_fleet_tail_at_any_age() -> None:
 
 
 def test_a_fleet_that_knows_no_excursions_yet_holds_a_young_stream_to_twice_its_floor() -> None:
+    assert UNBACKED == 2.0
     started_together = [fed(heavy(320, s)) for s in range(4)]
     assert all(d.tails[0].summary.weight >= MIN_HISTORY for d in started_together)
     pooled = level_pool(started_together)
