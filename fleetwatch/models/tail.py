@@ -48,7 +48,8 @@ P_BODY = 0.1
 _BODY_NATS = -math.log(P_BODY)
 MIN_PEAKS = 20.0
 """The fewest values a generalised Pareto fit is trusted on: below this weight of excursion
-peaks a threshold is taken from the body alone."""
+peaks a threshold is taken from the body alone (from 30, the noise bench's on/off shape passed
+its budget 2.5 times over: decision 0004)."""
 MIN_HISTORY = MIN_PEAKS / P_BODY
 """Weight of history below which the history is not trusted (the floor is used): the body's
 tail above its ``1 - P_BODY`` quantile then holds ``MIN_PEAKS`` values, the fewest a fit of it
