@@ -424,6 +424,13 @@ class ScoreSettings(_Part):
     micro-batch holds a few thousand rows, and its tasks build every projection again: the
     code is generated (and found compiled in a cache) per task, which costs more than running
     the same projections interpreted over so few rows. Off by default."""
+    shuffle_partitions: int = Field(1, ge=1)
+    """Shuffle partitions of the scoring query (its ``spark.sql.shuffle.partitions``, in place
+    of ``spark.shuffle_partitions``): the tasks its stateful operator runs in each micro-batch.
+    Each task sets the operator's state up again and has a Python worker of its own, a fixed
+    cost every batch; one task pays it once, and bounds the operator to one core (decision
+    0021). Spark keeps the count a checkpoint was started with: a new value takes effect on a
+    new checkpoint only."""
     window_size_s: int = Field(60, ge=1)
     """Event-time windows of each device's metrics (count, mean, std, min, max): their size…"""
     window_slide_s: int = Field(60, ge=1)

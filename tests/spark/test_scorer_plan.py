@@ -22,7 +22,14 @@ from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.progress_metrics import progress_exported
 from fleetwatch.streaming.scorer.batch_counts import COUNT_ROLE, ScorerMetrics
-from fleetwatch.streaming.scorer.job import OUTPUT_SCHEMA, QUERY_NAME, scored_frame, scorer_input
+from fleetwatch.streaming.scorer.job import (
+    CODE_GENERATION_OFF,
+    OUTPUT_SCHEMA,
+    QUERY_NAME,
+    query_confs,
+    scored_frame,
+    scorer_input,
+)
 from fleetwatch.streaming.scorer.processor import device_scorer
 from fleetwatch.streaming.spark_session import build_session
 from tests.jvm import with_quick_jit
@@ -298,3 +305,43 @@ def test_lifts_count_only_from_their_topic_and_reach_their_devices_bucket(
     reading_bucket = next(r["bucket"] for r in rows if r["src"] == "r" and r["device_id"] == "d1")
     assert updates[lift_key("d1")]["bucket"] == reading_bucket
     assert updates[lift_key("d1")]["params"] == lift
+
+
+def test_one_shuffle_partition_and_a_checkpoint_started_with_two_keep_the_devices_state(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The scoring query runs its stateful step in ``score.shuffle_partitions`` tasks (one);
+    a checkpoint started with two goes on with two, each device's state where it was: the
+    alerts opened before resolve after."""
+    devices = [f"p-d{i}" for i in range(8)]  # buckets in both of two partitions
+    t = T0 + 7_200_000
+    spikes = [reading(d, 0, t, temperature=60.0) for d in devices]
+    calm = [reading(d, s, t + s * 1000, temperature=21.0) for d in devices for s in (1, 2, 3)]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        (tmp_path / "two").mkdir()
+        two = Steps(spark, tmp_path / "two")
+        opened = {a["device_id"]: a["alert_id"] for a in values(two.run(spikes), TOPICS.alerts)}
+        assert set(opened) == set(devices)
+        for key, value in query_confs(SETTINGS).items():
+            spark.conf.set(key, value)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "1"
+        resolved = [a for a in values(two.run(calm), TOPICS.alerts) if a["status"] == "resolve"]
+        assert {a["device_id"]: a["alert_id"] for a in resolved} == opened
+        assert state_partitions(tmp_path / "two") == ["0", "1"]
+        (tmp_path / "one").mkdir()
+        one = Steps(spark, tmp_path / "one")
+        assert {a["device_id"] for a in values(one.run(spikes), TOPICS.alerts)} == set(devices)
+        resolved = [a for a in values(one.run(calm), TOPICS.alerts) if a["status"] == "resolve"]
+        assert {a["device_id"] for a in resolved} == set(devices)
+        assert state_partitions(tmp_path / "one") == ["0"]
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+        for key in CODE_GENERATION_OFF:
+            spark.conf.unset(key)
+
+
+def state_partitions(root: Path) -> list[str]:
+    """The partitions of the stateful operator's state in the checkpoint of :class:`Steps`."""
+    return sorted(p.name for p in (root / "checkpoint/state/0").iterdir() if p.name.isdigit())

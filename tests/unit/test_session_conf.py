@@ -94,4 +94,15 @@ def test_the_scoring_query_runs_without_code_generation_unless_asked() -> None:
     off = query_confs(Settings())
     assert off["spark.sql.codegen.wholeStage"] == "false"
     assert off["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
-    assert query_confs(Settings(score=ScoreSettings(code_generation=True))) == {}
+    on = query_confs(Settings(score=ScoreSettings(code_generation=True)))
+    assert "spark.sql.codegen.wholeStage" not in on
+    assert "spark.sql.codegen.factoryMode" not in on
+
+
+def test_the_scoring_query_runs_its_stateful_step_in_one_task_unless_set() -> None:
+    from fleetwatch.contracts.settings import ScoreSettings
+    from fleetwatch.streaming.scorer.job import query_confs
+
+    assert query_confs(Settings())["spark.sql.shuffle.partitions"] == "1"
+    two = Settings(score=ScoreSettings(shuffle_partitions=2))
+    assert query_confs(two)["spark.sql.shuffle.partitions"] == "2"

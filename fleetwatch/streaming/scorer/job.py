@@ -191,7 +191,9 @@ CODE_GENERATION_OFF = {
 
 def query_confs(settings: Settings) -> dict[str, str]:
     """The SQL confs the scoring query starts with, beyond the session's."""
-    return {} if settings.score.code_generation else dict(CODE_GENERATION_OFF)
+    # one task for the stateful step (score.shuffle_partitions): its state set up once a batch
+    confs = {"spark.sql.shuffle.partitions": str(settings.score.shuffle_partitions)}
+    return confs if settings.score.code_generation else confs | CODE_GENERATION_OFF
 
 
 def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
