@@ -7,12 +7,14 @@ and expiry; the state pickles and judging carries on from it alike."""
 from __future__ import annotations
 
 import pickle
+import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
 
 from fleetwatch.contracts.alerts import RULE_KIND, Alert
+from fleetwatch.streaming import seen
 from fleetwatch.streaming.rules import panes, step
 from fleetwatch.streaming.rules.compiled import CompiledRule
 from fleetwatch.streaming.rules.step import UPDATE_EVERY_MS, BucketRules, Judged, Reading
@@ -336,6 +338,16 @@ def test_a_devices_state_stays_bounded_however_long_it_reads() -> None:
     fires = judge(bucket, [reading("d1", 2_001, 2_001_000, temperature=99.0)], rules, 1_900_000)
     assert brief(fires) == [("d1", "hot", "open", 2_001_000, 99.0)]
     assert set(device["rules"]) == {"hot"}
+
+
+def test_a_device_numbering_its_readings_at_random_keeps_a_bounded_state() -> None:
+    bucket = step.new_bucket()
+    numbers = random.Random(5).sample(range(10**9), 20_000)
+    noisy = [reading("noisy", seq, i, temperature=20.0) for i, seq in enumerate(numbers)]
+    judged = judge(bucket, [*noisy, reading("d1", 1, 0, temperature=99.0)], [hot()], 0)
+    assert brief(judged) == [("d1", "hot", "open", 0, 99.0)]
+    assert (judged.repeats, judged.late) == (0, 0)
+    assert len(bucket["devices"]["noisy"]["seen_seqs"]) == seen.MOST_RANGES
 
 
 def test_a_device_that_numbers_its_readings_again_is_judged() -> None:

@@ -28,6 +28,7 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from fleetwatch.contracts.alerts import RULE_KIND, Alert, event_id
 from fleetwatch.contracts.rules import rule_alert_id
+from fleetwatch.streaming import seen
 from fleetwatch.streaming.rules import having, panes
 from fleetwatch.streaming.rules.compiled import CompiledRule
 
@@ -188,7 +189,7 @@ def next_timer(bucket: BucketRules) -> int | None:
     return min(ends, default=None)
 
 
-def _seen(device: DeviceRules) -> list[list[int]]:
+def _seen(device: DeviceRules) -> seen.Ranges:
     # a state written before the ranges has none, and its readings' repeats soon fall behind
     # the watermark
     return device.setdefault("seen_seqs", [])
@@ -200,34 +201,13 @@ def _repeated(device: DeviceRules, reading: Reading) -> bool:
     restarted its numbering: the ranges start again). Ranges older than the watermark are
     dropped at the end of a batch: a repeat of their readings is late."""
     ranges = _seen(device)
-    seq, event_ms = reading.seq, reading.event_ms
-    for lo, hi, newest in ranges:
-        if lo <= seq <= hi:
-            if event_ms <= newest:
-                return True
-            ranges.clear()
-            break
-    _add_seq(ranges, seq, event_ms)
+    held = seen.find(ranges, reading.seq)
+    if held is not None:
+        if reading.event_ms <= held[2]:
+            return True
+        ranges.clear()
+    seen.add(ranges, reading.seq, reading.event_ms)
     return False
-
-
-def _add_seq(ranges: list[list[int]], seq: int, event_ms: int) -> None:
-    """Record ``seq`` in the sorted, disjoint ``[lo, hi, newest event_ms]`` ranges."""
-    for r in ranges:
-        if r[0] - 1 <= seq <= r[1] + 1:
-            r[0], r[1], r[2] = min(r[0], seq), max(r[1], seq), max(r[2], event_ms)
-            break
-    else:
-        ranges.append([seq, seq, event_ms])
-        ranges.sort()
-    merged: list[list[int]] = []
-    for r in ranges:
-        if merged and r[0] <= merged[-1][1] + 1:
-            top = merged[-1]
-            top[1], top[2] = max(top[1], r[1]), max(top[2], r[2])
-        else:
-            merged.append(r)
-    ranges[:] = merged
 
 
 def _open(device: DeviceRules) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetwatch.streaming import seen
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.output import Output
 from fleetwatch.streaming.scorer.readings import Rows
@@ -50,7 +51,7 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
         evs = frame["event_ms"].tolist()
     devs = frame["device_event_ms"].tolist()
     metrics = frame["metric"].tolist()
-    ranges: list[list[int]] = st["seen_seqs"]
+    ranges: seen.Ranges = st["seen_seqs"]
     last_dev = st["last_device_ms"]
     keep_rows: list[int] = []
     late_rows: list[int] = []
@@ -68,9 +69,9 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
             if kind == "dup":
                 out.duplicates += 1
             elif kind == "keep":
-                if _in_ranges(ranges, seq):  # the same seq after a reboot: a new epoch
+                if seen.find(ranges, seq) is not None:  # the same seq after a reboot: a new epoch
                     ranges = []
-                _add_seq(ranges, seq, ev)
+                seen.add(ranges, seq, ev)
                 last_dev = dev if last_dev is None else max(last_dev, dev)
         if kind == "keep":
             keep_rows.append(i)
@@ -103,32 +104,9 @@ def _in_order(evs: list[int], seqs: list[int]) -> bool:
 
 
 def _classify(
-    ranges: list[list[int]], seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
+    ranges: seen.Ranges, seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
 ) -> str:
     """``dup`` (seen within the lateness), ``late`` (behind the watermark) or ``keep``."""
-    if _in_ranges(ranges, seq) and (last_dev is None or dev <= last_dev):
+    if seen.find(ranges, seq) is not None and (last_dev is None or dev <= last_dev):
         return "dup"
     return "late" if ev < watermark else "keep"
-
-
-def _in_ranges(ranges: list[list[int]], seq: int) -> bool:
-    return any(lo <= seq <= hi for lo, hi, _ in ranges)
-
-
-def _add_seq(ranges: list[list[int]], seq: int, ev: int) -> None:
-    """Record ``seq`` in the sorted, disjoint ``[lo, hi, newest event_ms]`` ranges."""
-    for r in ranges:
-        if r[0] - 1 <= seq <= r[1] + 1:
-            r[0], r[1], r[2] = min(r[0], seq), max(r[1], seq), max(r[2], ev)
-            break
-    else:
-        ranges.append([seq, seq, ev])
-    ranges.sort()
-    merged: list[list[int]] = []
-    for r in ranges:
-        if merged and r[0] <= merged[-1][1] + 1:
-            top = merged[-1]
-            top[1], top[2] = max(top[1], r[1]), max(top[2], r[2])
-        else:
-            merged.append(r)
-    ranges[:] = merged
