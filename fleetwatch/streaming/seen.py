@@ -16,8 +16,9 @@ Ranges = list[list[int]]
 
 MOST_RANGES = 512
 """Ranges kept per device. Past it, the range of the lowest numbers is forgotten (a device's
-numbers grow with time: those are its oldest readings): a repeat of them is taken as new. In-order readings need one; at this bound a search is
-nine comparisons and an insertion moves at most this many references, microseconds either."""
+numbers grow with time: those are its oldest readings), and a repeat of them is taken as new.
+In-order readings need one range; at this bound a search is nine comparisons and an insertion
+moves at most this many references, microseconds either way."""
 
 
 def _lows(r: list[int]) -> int:

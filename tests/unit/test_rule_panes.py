@@ -161,5 +161,5 @@ def test_packed_partials_unpack_to_the_same_floats() -> None:
     assert isinstance(packed, bytes)
     assert panes.unpack(packed) == [pane, untouched]  # inf and -inf of an empty one included
     assert panes.unpack([pane]) == [pane]  # a state written before panes were packed
-    by_start = {0: packed, 10: [pane, untouched]}
+    by_start: dict[int, panes.Packed | list[panes.Pane]] = {0: packed, 10: [pane, untouched]}
     assert panes.window_values(["max", "count"], by_start, 0, 20) == [1e300, 0.0]
