@@ -12,9 +12,10 @@ back as the scorer reads it (:func:`~fleetwatch.streaming.scorer.detectors.fleet
 it uses a champion (:func:`~fleetwatch.streaming.scorer.detectors.choose`: the members borrow its
 pooled tails, and ``score.fleet_model`` says where it stands in for the multivariate member).
 
-When: the first pool at :data:`FIRST_POOL_MS` of event time after the file's first reading, then
-every :data:`POOL_EVERY_MS`, as the offline replay of the pipeline pools
-(``bench/quality/offline.py``, decision 0005): a scheduled ``register-fleet`` and ``promote``.
+When: production pools when an operator's schedule runs ``register-fleet`` and ``promote``; a
+file is pooled on the schedule :class:`FilePool` is given, by default the offline replay's
+(``bench/quality/offline.py``, decision 0005): 120 s of event time after the file's first
+reading, then every minute.
 
 Causal: a pool at time ``T`` takes each device's parameters in force when its latest chunk
 starting before ``T`` was scored (:attr:`~fleetwatch.filemode.pipeline.DevicePipeline.in_force`),
@@ -36,19 +37,16 @@ from fleetwatch.filemode.pipeline import DevicePipeline
 from fleetwatch.fleet.publish import pooled_by_scope
 from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model, fleet_params
 
-FIRST_POOL_MS = 120_000
-"""Event time after the file's first reading at which its scopes are first pooled: the offline
-replay's ``FLEET_S``, by when a fleet's devices have published parameters."""
-
-POOL_EVERY_MS = 60_000
-"""Event time between pools after the first: the offline replay's ``FLEET_EVERY_S``, a
-scheduled ``register-fleet`` and ``promote``."""
-
 
 @dataclass
 class FilePool:
     """The champions of a file's scopes, pooled from its devices as event time passes."""
 
+    first_ms: int = 120_000
+    """Event time after the file's first reading at which its scopes are first pooled (the
+    schedule's first ``register-fleet``)."""
+    every_ms: int = 60_000
+    """Event time between pools after the first (the schedule's period)."""
     due_ms: int | None = None
     """The next pooling time (``None``: no reading seen yet)."""
     champions: dict[str, FleetModel] = field(default_factory=dict)
@@ -65,12 +63,12 @@ class FilePool:
         """Pool as of the latest pooling time at or before ``event_ms``, if one came since the
         last call: before scoring a chunk whose first reading is at ``event_ms``."""
         if self.due_ms is None:
-            self.due_ms = event_ms + FIRST_POOL_MS
+            self.due_ms = event_ms + self.first_ms
             return
         if event_ms < self.due_ms:
             return
-        at = self.due_ms + (event_ms - self.due_ms) // POOL_EVERY_MS * POOL_EVERY_MS
-        self.due_ms = at + POOL_EVERY_MS
+        at = self.due_ms + (event_ms - self.due_ms) // self.every_ms * self.every_ms
+        self.due_ms = at + self.every_ms
         self._pool(at, devices)
 
     def _pool(self, at_ms: int, devices: Mapping[str, DevicePipeline]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from fleetwatch.evaluation.detections import run_starts
 from fleetwatch.filemode.columns import FileColumns, FileModeError
-from fleetwatch.filemode.fleet import FIRST_POOL_MS, POOL_EVERY_MS, FilePool
+from fleetwatch.filemode.fleet import FilePool
 from fleetwatch.filemode.scoring import FileDetector, detect_frame
 from tests.unit.recordings import recording
 
@@ -104,13 +104,14 @@ def test_a_young_device_of_a_fleet_that_knows_heavy_tailed_noise_alerts_less_tha
 
 
 def test_pools_come_at_the_cadence_and_only_from_new_parameters() -> None:
-    pool = FilePool()
+    assert (FilePool().first_ms, FilePool().every_ms) == (120_000, 60_000)  # offline.py's
+    pool = FilePool(first_ms=30_000, every_ms=10_000)
     pool.until(0, {})
-    assert pool.due_ms == FIRST_POOL_MS
-    pool.until(FIRST_POOL_MS - 1, {})
-    assert pool.due_ms == FIRST_POOL_MS
-    pool.until(FIRST_POOL_MS + 3 * POOL_EVERY_MS + 5, {})
-    assert pool.due_ms == FIRST_POOL_MS + 4 * POOL_EVERY_MS
+    assert pool.due_ms == 30_000
+    pool.until(29_999, {})
+    assert pool.due_ms == 30_000
+    pool.until(30_000 + 3 * 10_000 + 5, {})
+    assert pool.due_ms == 30_000 + 4 * 10_000
     assert (pool.pools, pool.champions) == (0, {}), "no device has parameters: nothing to pool"
 
 
