@@ -325,6 +325,24 @@ def test_metric_names_are_case_sensitive_as_on_the_wire(spark: Any) -> None:
     ]
 
 
+def test_a_version_judges_on_the_real_time_path_only_readings_received_after_it(
+    spark: Any,
+) -> None:
+    newer = record("r1", "temperature > 50", None, ["d1"]).model_copy(
+        update={"version": 2, "updated_ms": T0 + 1_000}
+    )
+    rule = compile_rule(spark, newer)
+    assert rule.since_ms == T0 + 1_000
+    raw = spark.createDataFrame(
+        [kafka_row("d1", i, at, temperature=99.0) for i, at in enumerate([0, 994, 995, 2_000])],
+        "key string, value string, timestamp timestamp",
+    )
+    readings = projection.raw_readings(raw, projection.metrics_of([rule]))
+    judged = [r.seq for r in projection.rule_values(readings, [rule]).collect()]
+    assert judged == [2, 3]  # received at T0 + 1,000 and after
+    assert check(spark, spec("temperature > 50")).since_ms is None  # a spec is not a version
+
+
 LIFTED = [
     "temperature > 80",
     "80 < temperature",

@@ -44,6 +44,10 @@ class CompiledRule:
     evidence: Tree | None = None
     """The value an alert shows, over :attr:`values`: with a window, the left side of the
     condition when it is a comparison, else the first aggregate; without, :attr:`shown`."""
+    since_ms: int | None = None
+    """When this version was accepted (a rule without a window, from the API): the real-time
+    query judges with it only readings the gateway received from then on, so a restart that
+    reads ``telemetry.raw`` again does not judge older readings by a newer version."""
 
     @property
     def windowed(self) -> bool:

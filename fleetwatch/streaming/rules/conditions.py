@@ -164,6 +164,7 @@ def compile_rule(spark: SparkSession, record: RuleRecord | RuleSpec) -> Compiled
             shown=shown,
             having=lifted,
             evidence=evidence,
+            since_ms=getattr(record, "updated_ms", None),
         )
     if not aggregates:
         raise RuleError(

@@ -143,6 +143,10 @@ def _judged(rule: CompiledRule) -> Column:
         F.expr(f"({rule.condition})").cast("boolean").alias("fired"),
         F.array(F.expr(f"CAST(({rule.shown}) AS DOUBLE)")).alias("values"),
     )
-    if rule.devices is None:
-        return entry
-    return F.when(F.col("device_id").isin(sorted(rule.devices)), entry)
+    judged: Column | None = None
+    if rule.devices is not None:
+        judged = F.col("device_id").isin(sorted(rule.devices))
+    if rule.since_ms is not None:
+        received = F.col("received_ms") >= F.lit(rule.since_ms)
+        judged = received if judged is None else judged & received
+    return entry if judged is None else F.when(judged, entry)
