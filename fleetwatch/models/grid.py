@@ -87,8 +87,8 @@ def shrink(deviation: npt.ArrayLike, step: npt.ArrayLike) -> FloatArray:
 def _written(x: float) -> float:
     """The last decimal ``x`` was written with: the coarsest of 1, 0.1, 0.01, … that it is a
     whole multiple of (to within ``TOL`` of that step), 0 for none or a value not finite (0
-    itself counts as a multiple of 1). The decimals tried end where float64 can no longer tell
-    them: below ``q = |x| · _EPS / TOL`` the rounding of ``x / q`` alone reaches ``TOL`` of a
+    itself counts as a multiple of 1). The candidate decimals stop where float64 can no longer
+    tell them: below ``q = |x| · _EPS / TOL`` the rounding of ``x / q`` alone reaches ``TOL`` of a
     step, and a reading of any decimals would pass."""
     if not math.isfinite(x):
         return 0.0

@@ -35,7 +35,7 @@ class FakeFollower:
 
     def poll(self, timeout_s: float) -> bool:
         self.polls += 1
-        time.sleep(0.01)  # a poll blocks for a while (the topic's, up to its timeout)
+        time.sleep(0.01)  # stands for the blocking Kafka poll, so the runner's loop does not spin
         return self.polls <= 2
 
     def close(self) -> None:
