@@ -11,10 +11,25 @@ reading, the probe spikes' latency (produce → ``open`` alert), the batches and
 the 1-minute load average at its start and end, and the CPU per batch (``cpu_ms_per_batch``:
 a batch's fixed cost dominates at low rates). Several ``--variant`` run interleaved (ABAB…),
 ``--repeat`` rounds: on a shared machine compare CPU per reading and per batch, not latency.
+A rate given more than once is one phase each (``1000``, ``1000#2``, …).
+
+The JVM is young in the first phases: its JIT compiles the same code at rising tiers for
+minutes (no class is generated per batch; Spark's generated code is compiled in the first
+batch and then found in its cache). Issue 71, 1,000/s after a 15 s warm-up, load 4-9: the JIT
+took 0.33, 0.19, 0.10, 0.09, 0.06, 0.05, 0.04, 0.04 of a core in minutes 1-8 (330, 42, 25,
+13, 9, 6.5, 5, 4 compilations a batch) and the scorer 0.87 → 0.48-0.52 of a core. Each phase
+gives the JVM's age (``jvm_age_s``, from the scorer's start) and its classes loaded and JIT
+compilations per batch (``classes_per_batch``, ``compiles_per_batch``, from the JVM's perf
+counters); to compare settings at the scorer's steady state, warm up for minutes
+(``--warmup 300``), or compare the same phase of interleaved runs.
 
 ``--jfr DIR`` records a JFR profile (``jcmd JFR.start``) of the JVM and ``--py-spy DIR`` a
 py-spy profile of each Python worker, during each phase (``pip install py-spy`` into the
-virtualenv first: it is not among the project's dependencies).
+virtualenv first: it is not among the project's dependencies). With ``--jfr`` the scorer's JVM
+starts with a one-second recording (``-XX:StartFlightRecording``): the first recording in a
+JVM instruments a few JDK classes (JVMTI redefinition), which on JDK 17 throws away all the
+JVM's compiled code; started in a running scorer, that was some 24,000 methods, compiled
+again during the recording (0.35-0.62 of a core of JIT in the phase), at launch nearly none.
 Read a recording with ``jfr print --json --stack-depth 200 --events jdk.ExecutionSample`` (by
 thread: the stream execution thread plans each batch, ``stateConnectionListenerThread`` serves
 the Python workers' state calls) and ``jfr summary`` / ``jdk.CompilerStatistics`` for the JIT.
@@ -89,6 +104,40 @@ def profile(pid: int, seconds: int, jfr: Path | None, spy: Path | None, tag: str
     return procs
 
 
+JVM_COUNTERS = {"java.cls.loadedClasses": "classes", "sun.ci.totalCompiles": "compiles"}
+"""The JVM's perf counters (``jcmd PerfCounter.print``) a phase counts per batch."""
+
+
+def jvm_of(pid: int) -> int | None:
+    """The scorer's JVM: the ``java`` process in its tree."""
+    return next((p for p in tree(pid) if comm(p) == "java"), None)
+
+
+def jvm_counters(pid: int | None) -> dict[str, int]:
+    """:data:`JVM_COUNTERS` of a JVM now (empty when it cannot be read)."""
+    if pid is None:
+        return {}
+    done = subprocess.run(
+        ["jcmd", str(pid), "PerfCounter.print"], check=False, capture_output=True, text=True
+    )
+    out: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key in JVM_COUNTERS and value.strip().isdigit():
+            out[JVM_COUNTERS[key]] = int(value)
+    return out
+
+
+def jfr_at_launch(env: dict[str, str], settings: Settings, jfr: Path, what: str) -> None:
+    """Start the scorer's JVM with a one-second recording into ``jfr``: JFR's instrumentation
+    of JDK classes is done then, not when a phase's recording starts (see the docstring)."""
+    jfr.mkdir(parents=True, exist_ok=True)
+    key = "FLEETWATCH_SPARK__JAVA_OPTIONS"
+    options = env.get(key, settings.spark.java_options)
+    boot = f"-XX:StartFlightRecording=duration=1s,filename={jfr / f'{what}-launch.jfr'}"
+    env[key] = f"{options} {boot}".strip()
+
+
 def parts_p50(phase: list[Batch]) -> dict[str, float | None]:
     """The p50 of each part of the phase's batches (``durationMs``, and the state operator's
     commit)."""
@@ -108,6 +157,9 @@ def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) 
     progress = run_dir / "progress.jsonl"
     env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
     env.update(env_over)
+    progress = Path(env["FLEETWATCH_SPARK__PROGRESS_LOG"])  # a variant's own, kept after the run
+    if args.jfr is not None:
+        jfr_at_launch(env, settings, args.jfr, f"{name}-{tag}")
     kafka = settings.kafka
     load, alerts = Load(kafka, topics.telemetry_raw), Alerts(kafka, topics.alerts)
     scorer = stage(env, run_dir, "score", "score")
@@ -121,17 +173,23 @@ def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) 
         alerts.start()
         load.rate = 1000.0
         time.sleep(args.warmup)
+        jvm = jvm_of(scorer.pid)
         for rate in (float(r) for r in args.rates.split(",")):
             load.rate = rate
             shares = CpuShares({"scorer": scorer.pid}, ["scorer"])
             shares.start()
             label = f"{int(rate)}"
-            what = f"{name}-{tag}-{label}"
+            if label in out["phases"]:  # a rate given again: a phase of its own
+                label += f"#{sum(1 for k in out['phases'] if k.split('#')[0] == label) + 1}"
+            what = f"{name}-{tag}-{label}".replace("#", "_")
+            age_s = round(time.monotonic() - started)
             spies = profile(scorer.pid, args.seconds, args.jfr, args.py_spy, what)
+            counters = jvm_counters(jvm)
             lo, load1 = now_ms(), load_avg_1m()
             time.sleep(args.seconds)
             hi, cores, cpu = now_ms(), shares.cores(), shares.seconds()
             load2 = load_avg_1m()
+            counted = {k: v - counters[k] for k, v in jvm_counters(jvm).items() if k in counters}
             for s in spies:
                 s.wait(30)
             time.sleep(3)  # the phase's last alerts arrive
@@ -152,6 +210,11 @@ def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) 
                 "missed": len(sent) - len(lat),
                 "batches": len(phase),
                 "cpu_ms_per_batch": round(total * 1e3 / max(1, len(phase)), 1),
+                "jvm_age_s": age_s,
+                **{
+                    f"{k}_per_batch": round(v / max(1, len(phase)), 1)
+                    for k, v in sorted(counted.items())
+                },
                 "empty_batches": sum(1 for b in phase if b.rows == 0),
                 "batch_p50_ms": percentile([float(b.duration_ms) for b in phase], 50),
                 "parts_p50_ms": parts_p50(phase),
