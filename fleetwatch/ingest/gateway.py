@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import paho.mqtt.client as mqtt
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -134,11 +134,39 @@ class _NotQueued:
         return None
 
 
+class _Acknowledger(Protocol):
+    def ack(self, mid: int, qos: int) -> object: ...
+
+
+class _Acks:
+    """The acknowledgements of the MQTT messages whose records one producer poll confirmed,
+    handed to paho's network thread together (:meth:`BufferedClient.ack_all`): one queued
+    packet, one wake-up of the thread and one ``send`` for them all."""
+
+    __slots__ = ("_client", "_mids")
+
+    def __init__(self, client: BufferedClient) -> None:
+        self._client = client
+        self._mids: deque[int] = deque()
+
+    def ack(self, mid: int, qos: int) -> None:
+        if qos == 1:
+            self._mids.append(mid)
+        else:
+            self._client.ack(mid, qos)
+
+    def send(self) -> None:
+        """Acknowledge what :meth:`ack` took since the last call, in its order."""
+        mids = self._mids
+        if mids:
+            self._client.ack_all([mids.popleft() for _ in range(len(mids))])
+
+
 @dataclass(slots=True, eq=False)
 class _PendingAck:
     """Acknowledge one MQTT message once all records made from it are in Kafka."""
 
-    client: mqtt.Client
+    client: _Acknowledger
     counters: Counters
     mid: int
     qos: int
@@ -210,6 +238,8 @@ class Gateway:
         self._retiring = False
         self._unsubscribed = threading.Event()
         self._last_message = time.monotonic()
+        self._acks = _Acks(self.client)
+        """Filled by delivery reports during a producer poll, sent after it."""
         self.relay = CommandRelay(settings, self.client, self.metrics)
         g = settings.gateway
         self.rates = DeviceRates(g.device_rate, g.device_burst, g.device_backlog_s)
@@ -296,7 +326,7 @@ class Gateway:
             counters.rejected += sum(dl.readings for dl in outcome.rejected)
         self.metrics.handled(outcome, telemetry)
         pending = _PendingAck(
-            client,
+            self._acks,
             counters,
             msg.mid,
             msg.qos,
@@ -403,6 +433,7 @@ class Gateway:
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
+                self._acks.send()
                 self._redirect_refused()
                 self.relay.pump()
                 now = time.monotonic()
@@ -433,6 +464,7 @@ class Gateway:
         try:
             while not stop.is_set():
                 self.producer.poll(0.05)
+                self._acks.send()
                 self._redirect_refused()
                 self._flush_metrics()
                 quiet = time.monotonic() - self._last_message > idle_s
@@ -442,6 +474,7 @@ class Gateway:
         finally:
             self._closing.set()
             self.producer.flush(30)
+            self._acks.send()
             end = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
             end.SessionExpiryInterval = 0
             self.client.disconnect(properties=end)
@@ -476,6 +509,7 @@ class Gateway:
                 "%d records not confirmed by Kafka at shutdown; MQTT will deliver them again",
                 remaining,
             )
+        self._acks.send()  # queued before the DISCONNECT, so written before it
         self.relay.close()
         self.client.disconnect()
         self.client.loop_stop()

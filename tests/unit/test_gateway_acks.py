@@ -27,7 +27,7 @@ class FakeError:
 
 def test_a_message_is_acknowledged_once_every_record_is_delivered() -> None:
     client = FakeClient()
-    pending = _PendingAck(client, Counters(), mid=7, qos=1, remaining=3)  # type: ignore[arg-type]
+    pending = _PendingAck(client, Counters(), mid=7, qos=1, remaining=3)
     pending(None, None)  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == []
@@ -37,7 +37,7 @@ def test_a_message_is_acknowledged_once_every_record_is_delivered() -> None:
 
 def test_a_message_with_a_failed_record_is_never_acknowledged() -> None:
     client, counters = FakeClient(), Counters()
-    pending = _PendingAck(client, counters, mid=8, qos=1, remaining=2)  # type: ignore[arg-type]
+    pending = _PendingAck(client, counters, mid=8, qos=1, remaining=2)
     pending(FakeError(), None)  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == []
@@ -95,7 +95,7 @@ def test_a_record_kafka_refuses_is_acknowledged_once_its_dead_letter_is_in() -> 
         letters.append(record)
         return True
 
-    pending = _PendingAck(client, counters, mid=9, qos=1, remaining=2, refused=refused)  # type: ignore[arg-type]
+    pending = _PendingAck(client, counters, mid=9, qos=1, remaining=2, refused=refused)
     pending(FakeError(), FakeRecord("telemetry.raw"))  # type: ignore[arg-type]
     pending(None, None)  # type: ignore[arg-type]
     assert client.acked == [], "not before the dead letter is delivered"
@@ -114,7 +114,7 @@ def test_the_gateway_sends_a_refused_record_to_the_dead_letter_topic(
     produced: list[tuple[Any, ...]] = []
     monkeypatch.setattr(gateway, "_produce", lambda *args: produced.append(args))
     client = FakeClient()
-    pending = _PendingAck(client, gateway.counters, 3, 1, 1, gateway._on_refused)  # type: ignore[arg-type]
+    pending = _PendingAck(client, gateway.counters, 3, 1, 1, gateway._on_refused)
     big = b"x" * (MAX_DEAD_LETTER_BYTES + 10)
     pending(FakeError(), FakeRecord(settings.topics.telemetry_raw, big))  # type: ignore[arg-type]
     assert produced == [], "produced from the main loop, not inside the producer's poll"
@@ -134,7 +134,7 @@ def test_the_gateway_sends_a_refused_record_to_the_dead_letter_topic(
     on_delivery(None, None)  # the dead letter is in Kafka
     assert client.acked == [(3, 1)]
     # a dead letter Kafka refuses too leaves its message unacknowledged (nothing is lost)
-    again = _PendingAck(client, gateway.counters, 4, 1, 1, gateway._on_refused)  # type: ignore[arg-type]
+    again = _PendingAck(client, gateway.counters, 4, 1, 1, gateway._on_refused)
     again(FakeError(), FakeRecord(settings.topics.telemetry_deadletter))  # type: ignore[arg-type]
     assert (4, 1) not in client.acked
     assert gateway.counters.delivery_errors == 1
@@ -164,7 +164,7 @@ def test_a_record_produce_refuses_at_once_is_dead_lettered_and_its_message_ackno
     producer = RefusingProducer()
     gateway.producer = producer  # type: ignore[assignment]
     client = FakeClient()
-    pending = _PendingAck(client, gateway.counters, 5, 1, 1, gateway._on_refused)  # type: ignore[arg-type]
+    pending = _PendingAck(client, gateway.counters, 5, 1, 1, gateway._on_refused)
     gateway._produce(settings.topics.telemetry_raw, b"d1", b'{"seq": 1}', 1234, pending)
     assert producer.queued == [], "nothing queued: it was refused"
     assert client.acked == [], "not before its dead letter is in"

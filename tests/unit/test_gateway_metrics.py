@@ -18,7 +18,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.ingest.accept import Accepted, Outcome
 from fleetwatch.ingest.commands import CommandRelay
-from fleetwatch.ingest.gateway import Gateway
+from fleetwatch.ingest.gateway import Gateway, _Acks
 from fleetwatch.ingest.metrics import (
     DEAD_LETTER_REASONS,
     MULTIPROCESS_ENV,
@@ -42,6 +42,9 @@ class FakeClient:
 
     def ack(self, mid: int, qos: int) -> None:
         self.acked.append((mid, qos))
+
+    def ack_all(self, mids: list[int]) -> None:
+        self.acked.extend((mid, 1) for mid in mids)
 
     def subscribe(self, topics: Any) -> None:
         self.subscribed.append(topics)
@@ -99,16 +102,25 @@ def message(topic: str, payload: bytes, mid: int = 1, qos: int = 1) -> mqtt.MQTT
     return msg
 
 
+def mqtt_client(gw: Gateway) -> FakeClient:
+    """The gateway's MQTT client, recording what it is told to acknowledge."""
+    client = FakeClient()
+    gw._acks = _Acks(client)  # type: ignore[arg-type]
+    return client
+
+
 def receive(gw: Gateway, client: FakeClient, msg: mqtt.MQTTMessage) -> None:
     """An MQTT message arrives (paho's network thread calls the gateway)."""
     gw._on_message(client, None, msg)  # type: ignore[arg-type]
 
 
-def deliver(produced: list[tuple[Any, ...]], latency: float = 0.004) -> None:
-    """Kafka confirms every record produced so far."""
+def deliver(gw: Gateway, produced: list[tuple[Any, ...]], latency: float = 0.004) -> None:
+    """Kafka confirms every record produced so far (one producer poll's delivery reports),
+    and the gateway acknowledges the messages they settled, as its main loop does."""
     for topic, key, value_, _, on_delivery, *_ in produced:
         on_delivery(None, Delivered(topic, key, value_, latency))
     produced.clear()
+    gw._acks.send()
 
 
 def telemetry(device: str) -> str:
@@ -119,7 +131,7 @@ def test_accepted_readings_their_clock_offsets_and_clamps_are_counted(
     gateway: tuple[Gateway, list[tuple[Any, ...]]],
 ) -> None:
     gw, produced = gateway
-    client = FakeClient()
+    client = mqtt_client(gw)
     # a device 90 s behind the gateway's clock: offset 90 s
     receive(
         gw,
@@ -140,7 +152,7 @@ def test_accepted_readings_their_clock_offsets_and_clamps_are_counted(
     assert value(m, "fleetwatch_gateway_clock_offset_seconds_bucket", le="120.0") == 1
     assert value(m, "fleetwatch_gateway_clock_offset_seconds_bucket", le="600.0") == 2
     assert value(m, "fleetwatch_gateway_in_flight_messages") == 2
-    deliver(produced, latency=0.004)
+    deliver(gw, produced, latency=0.004)
     assert value(m, "fleetwatch_gateway_in_flight_messages") == 0
     assert client.acked == [(1, 1), (2, 1)]
     assert value(m, "fleetwatch_gateway_produce_latency_seconds_count") == 2
@@ -152,7 +164,7 @@ def test_dead_letters_are_counted_by_the_kind_of_each_readings_rejection(
     gateway: tuple[Gateway, list[tuple[Any, ...]]],
 ) -> None:
     gw, _ = gateway
-    client = FakeClient()
+    client = mqtt_client(gw)
     ok = reading_payload(1, NOW - 5, NOW, {"t": 1.0})
     early = reading_payload(2, NOW + 120_000, NOW, {"t": 1.0})  # sent before it happened
     not_finite = b'{"v":1,"seq":3,"ts":1,"sent":1,"metrics":{"t":"x"}}'
@@ -182,7 +194,7 @@ def test_a_record_kafka_refuses_is_counted_as_a_delivery_error_and_a_dead_letter
     gateway: tuple[Gateway, list[tuple[Any, ...]]],
 ) -> None:
     gw, produced = gateway
-    client = FakeClient()
+    client = mqtt_client(gw)
     payload = reading_payload(1, NOW - 5, NOW, {"t": 1.0})
     receive(gw, client, message(telemetry("d1"), payload))
     ((topic, key, record, _, on_delivery, *_),) = produced
@@ -195,7 +207,7 @@ def test_a_record_kafka_refuses_is_counted_as_a_delivery_error_and_a_dead_letter
     assert value(m, "fleetwatch_gateway_dead_lettered_total", reason="kafka_refused") == 1
     assert value(m, "fleetwatch_gateway_in_flight_messages") == 1, "until its dead letter is in"
     gw._redirect_refused()
-    deliver(produced)
+    deliver(gw, produced)
     assert value(m, "fleetwatch_gateway_in_flight_messages") == 0
     assert client.acked == [(1, 1)]
     assert value(m, "fleetwatch_gateway_produce_latency_seconds_count") == 1  # the dead letter

@@ -11,7 +11,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from fleetwatch.ingest.mqtt_client import READ_BYTES, BufferedClient
+from fleetwatch.ingest.mqtt_client import READ_BYTES, BufferedClient, ReceivedMessage
 
 
 def varint(n: int) -> bytes:
@@ -87,7 +87,7 @@ def test_packets_larger_than_a_read_and_random_boundaries(wired) -> None:  # typ
     assert [m.mid for m in received] == list(range(1, 41))
 
 
-def _readable(client: BufferedClient) -> bool:
+def _readable(client: mqtt.Client) -> bool:
     """Whether the socket still holds bytes (what a select would report)."""
     try:
         return bool(client._sock.recv(1, socket.MSG_PEEK))  # type: ignore[union-attr, call-arg]
@@ -267,3 +267,93 @@ def test_a_publish_is_decoded_as_paho_decodes_it(
         )
 
     assert receive(BufferedClient) == receive(mqtt.Client)
+
+
+def test_a_stream_of_publishes_and_other_packets_reaches_the_callbacks_as_paho_hands_it() -> None:
+    """PUBLISH packets taken straight from the buffer, and those left to paho's reader (with
+    properties, QoS 2, another packet type between them), arrive in order as paho's own client
+    hands them over, whatever the reads' boundaries."""
+    suback = bytes([0x90, 3]) + struct.pack("!H", 1) + b"\x00"  # SUBACK of a subscribe never sent
+    pingresp = bytes([0xD0, 0])
+    packets = []
+    for i in range(30):
+        if i % 7 == 3:
+            body = publish_body(b"fw/p/telemetry", 1, i + 1, b"\x01\x01", b"props%d" % i)
+            packets.append(bytes([0x32]) + varint(len(body)) + body)
+        elif i % 11 == 5:
+            body = publish_body(b"fw/q2/telemetry", 2, i + 1, b"", b"qos2")
+            packets.append(bytes([0x34]) + varint(len(body)) + body)
+        elif i % 13 == 6:
+            packets.append(pingresp if i % 2 else suback)
+        packets.append(publish_packet(f"fw/d{i}/telemetry", i + 1, b"x" * (i * 37)))
+    stream = b"".join(packets)
+
+    def messages(cls: type[mqtt.Client], cuts: list[int]) -> list[tuple[object, ...]]:
+        c = cls(CallbackAPIVersion.VERSION2, client_id="t", protocol=mqtt.MQTTv5, manual_ack=True)
+        got: list[mqtt.MQTTMessage] = []
+        c.on_message = lambda _c, _u, msg: got.append(msg)
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        c._sock = ours
+        try:
+            for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+                theirs.sendall(stream[start:end])
+                while _readable(c) and c.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS:
+                    pass
+        finally:
+            ours.close()
+            theirs.close()
+        return [(m.topic, m.mid, m.qos, m.payload) for m in got]
+
+    rng = random.Random(3)
+    expected = messages(mqtt.Client, [])
+    assert len(expected) == 30 + 4  # every PUBLISH but QoS 2's (delivered on their PUBREL)
+    for cuts in ([], sorted(rng.sample(range(1, len(stream)), 40)), list(range(1, len(stream)))):
+        assert messages(BufferedClient, cuts) == expected
+
+
+def test_per_topic_callbacks_take_their_messages(wired) -> None:  # type: ignore[no-untyped-def]
+    client, broker, received = wired
+    filtered: list[str] = []
+    client.message_callback_add("fw/+/acks", lambda _c, _u, msg: filtered.append(msg.topic))
+    broker.sendall(
+        publish_packet("fw/d1/acks", 1, b"a") + publish_packet("fw/d1/telemetry", 2, b"t")
+    )
+    read_all(client)
+    assert filtered == ["fw/d1/acks"]
+    assert [m.topic for m in received] == ["fw/d1/telemetry"]
+
+
+def test_a_received_message_builds_its_info_only_when_read(wired) -> None:  # type: ignore[no-untyped-def]
+    client, broker, received = wired
+    broker.sendall(publish_packet("fw/d1/telemetry", 5, b"x"))
+    read_all(client)
+    (msg,) = received
+    assert isinstance(msg, ReceivedMessage)
+    assert isinstance(msg, mqtt.MQTTMessage)
+    assert msg._info is None
+    assert msg.info.mid == 5
+    assert msg.info is msg.info
+
+
+def test_acknowledgements_handed_together_are_one_packet_one_wake_up_one_send(writer) -> None:  # type: ignore[no-untyped-def]
+    client, broker, sends = writer
+    wake = _WakeCounter()
+    client._sockpairW = wake
+    mids = [9, 1, 65535, 300]
+    client.ack_all(mids)
+    client.ack_all([])
+    assert len(wake.sent) == 1
+    assert len(client._out_packet) == 1
+    expected = b"".join(bytes([0x40, 2]) + struct.pack("!H", mid) for mid in mids)
+    assert _queued(client) == expected
+    one_by_one = BufferedClient(
+        CallbackAPIVersion.VERSION2, client_id="t", protocol=mqtt.MQTTv5, manual_ack=True
+    )
+    one_by_one.on_socket_register_write = lambda _c, _u, _s: None
+    for mid in mids:
+        one_by_one.ack(mid, 1)
+    assert _queued(one_by_one) == expected, "the bytes paho's ack() writes for each"
+    assert client.loop_write() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert sends == [len(expected)]
+    assert _received(broker, len(expected)) == expected
