@@ -18,10 +18,24 @@ Last line: {"baseline_mqtt_rps", "baseline_cpu_us_per_msg", "gateway_rps": {"1":
 "gateway_cpu_us_per_msg": {"1": .., "2": ..}, "gateway_cpu_vs_baseline": {"1": .., "2": ..},
 "backpressure": {...}}
 (CPU: user + system seconds of the draining process tree, over the drain, per message.)
+
+A steady rate instead of a backlog: the simulated fleet of ``DEVICES`` devices publishes (QoS 1)
+``RATE`` readings a second for ``SECONDS``, first to a bare subscriber (its own process, QoS 1,
+auto-ack, no Kafka), then to the gateway (one worker); each after a warm-up at the same rate.
+At a steady rate a process wakes for a few messages at a time, so what it does per wake-up
+counts beside what it does per message. Its figures are printed, not written to
+``bench/results`` (they are the drain's):
+
+    python bench/micro/gateway.py --rate RATE [--seconds 60]
+
+Last line: {"rate", "seconds", "load_avg_1m", "bare_cpu_us_per_msg", "gateway_cpu_us_per_msg",
+"gateway_cpu_vs_bare"} (CPU: user + system seconds of the process over the phase, from its first
+reading published to its last delivered, per reading).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -30,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -42,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import (
     free_port,
+    load_avg_1m,
     private_stack_settings,
     rss_mb,
     tree_cpu_s,
@@ -52,11 +68,14 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.contracts.telemetry import reading_payload
 from fleetwatch.kafka_topic import end_offsets
 from fleetwatch.mqtt_config import configure
+from fleetwatch.simulator.runner import run as run_fleet
+from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.stack.credentials import login
 from fleetwatch.stack.kafka import KafkaBroker
 from fleetwatch.stack.manager import Stack
 
 BURST, DEVICES, BACKLOG = 60_000, 1_000, 100_000
+WARMUP_S = 10
 
 
 def payloads(settings: Settings, n: int, offset: int = 0) -> list[tuple[str, bytes]]:
@@ -168,7 +187,127 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(60)
 
 
+def subscriber(count_file: str) -> None:
+    """A bare subscriber (clean session, QoS 1, auto-ack) of every device's telemetry: writes
+    how many messages it has received to ``count_file`` twice a second, until SIGTERM."""
+    settings = Settings()
+    received = 0
+
+    def on_message(client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        nonlocal received
+        received += 1
+
+    sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-bare", protocol=mqtt.MQTTv5)
+    sub.on_message = on_message
+    sub.on_connect = lambda c, *_: c.subscribe(settings.mqtt.telemetry_filter, qos=1)
+    sub.on_subscribe = lambda *_: print("subscribed to", settings.mqtt.telemetry_filter, flush=True)
+    configure(sub, login(settings, "gateway"))
+    sub.connect(settings.mqtt.host, settings.mqtt.services_port)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    sub.loop_start()
+    count, partial = Path(count_file), Path(f"{count_file}.partial")
+
+    def write() -> None:
+        partial.write_text(str(received))
+        partial.replace(count)  # whole, for a reader at any moment
+
+    while not stopping.wait(0.5):
+        write()
+    sub.disconnect()
+    sub.loop_stop()
+    write()
+
+
+def steady_cpu_us(
+    settings: Settings,
+    proc: subprocess.Popen[bytes],
+    delivered: Callable[[], int],
+    rate: float,
+    seconds: int,
+) -> float:
+    """CPU µs a reading of ``proc`` while the fleet publishes ``rate`` readings a second for
+    ``seconds`` (after a warm-up as long as ``WARMUP_S``); ``delivered()``: readings it has
+    passed on so far."""
+    per_device = rate / DEVICES
+    sim = login(settings, "sim")
+
+    def publish(for_s: int) -> int:
+        scenario = Scenario(
+            devices=DEVICES, rate=per_device, count=round(per_device * for_s), seed=11, qos=1
+        )
+        return run_fleet(scenario, sim, threading.Event()).sent
+
+    warm = publish(WARMUP_S)
+    wait_for(lambda: delivered() >= warm, 120)
+    before, cpu = delivered(), tree_cpu_s(proc.pid)
+    sent = publish(seconds)
+    wait_for(lambda: delivered() >= before + sent, 120)
+    return (tree_cpu_s(proc.pid) - cpu) / (delivered() - before) * 1e6
+
+
+def steady(rate: float, seconds: int) -> None:
+    """The steady-rate mode (see the module's docstring)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
+        settings = private_stack_settings(Path(tmp))
+        env = dict(os.environ)
+        env.update(
+            {
+                "FLEETWATCH_RUN_DIR": tmp,
+                "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+                "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
+                "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
+            }
+        )
+        stack = Stack(settings)
+        stack.up()
+        log = Path(tmp) / "gateway.log"
+        count = Path(tmp) / "bare.count"
+        try:
+            load = load_avg_1m()
+            argv = [sys.executable, __file__, "--subscriber", str(count)]
+            bare = subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+            try:
+                wait_for(lambda: "subscribed to" in log.read_text(), 30)
+
+                def received() -> int:
+                    return int(count.read_text()) if count.exists() else 0
+
+                bare_us = steady_cpu_us(settings, bare, received, rate, seconds)
+            finally:
+                stop(bare)
+            print(f"bare subscriber at {rate:,.0f}/s: {bare_us:.1f} µs CPU a message")
+            proc = gateway(env, log, 1)
+            try:
+                wait_for(lambda: log.read_text().count("subscribed to") >= 2, 30)
+                gateway_us = steady_cpu_us(
+                    settings, proc, lambda: raw_count(settings), rate, seconds
+                )
+            finally:
+                stop(proc)
+            print(f"gateway x1 at {rate:,.0f}/s: {gateway_us:.1f} µs CPU a reading")
+        finally:
+            stack.down()
+    figures = {
+        "rate": rate,
+        "seconds": seconds,
+        "load_avg_1m": [load, load_avg_1m()],
+        "bare_cpu_us_per_msg": round(bare_us, 1),
+        "gateway_cpu_us_per_msg": round(gateway_us, 1),
+        "gateway_cpu_vs_bare": round(gateway_us / bare_us, 2),
+    }
+    print(json.dumps(figures))
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, help="readings a second: the steady-rate mode")
+    parser.add_argument("--seconds", type=int, default=60, help="of the steady-rate phases")
+    args = parser.parse_args()
+    if args.rate:
+        steady(args.rate, args.seconds)
+        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
         settings = private_stack_settings(Path(tmp))
@@ -268,4 +407,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--subscriber":
+        subscriber(sys.argv[2])
+    else:
+        main()
