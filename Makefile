@@ -139,9 +139,11 @@ format: $(VENV)/.installed
 bench: setup
 	@set -e; for b in bench/*/[!_]*.py; do echo "== $$b"; $(PY) $$b; done
 
-# The README's current-figures table, from the results file each bench writes when it runs.
+# The README's current-figures table and docs/budget.md's curve, from the results file each
+# bench writes when it runs.
 bench-report: $(VENV)/.installed
 	$(PY) bench/report.py
+	$(PY) bench/budget_doc.py
 
 stack-up: setup
 	$(VENV)/bin/fleetwatch stack up
