@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # see bench/common.py
 
-from bench.report import RESULTS, ROOT, between
+from bench.report import RESULTS, ROOT, between, update
 
 DOC = ROOT / "docs" / "budget.md"
 BEGIN = "<!-- curve:begin -->"
@@ -85,17 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.results / f"{NAME}.json"
     record = json.loads(path.read_text()) if path.is_file() else None
-    before = args.doc.read_text()
-    try:
-        after = between(before, BEGIN, END, table(record))
-    except ValueError as exc:
-        print(f"{args.doc}: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        return 0 if after == before else 1
-    if after != before:
-        args.doc.write_text(after)
-    return 0
+    return update(args.doc, lambda text: between(text, BEGIN, END, table(record)), args.check)
 
 
 if __name__ == "__main__":

@@ -292,26 +292,34 @@ def render(readme: str, benches: Sequence[Bench], results: Mapping[str, Mapping[
     return between(readme, BEGIN, END, table(benches, results))
 
 
+def update(path: Path, render_text: Callable[[str], str], check: bool) -> int:
+    """Render ``path``'s generated part with ``render_text``: 0 when written (or, with
+    ``check``, when already current), 1 when ``check`` finds it stale, 2 when it has no
+    markers (the file is then left as it is)."""
+    before = path.read_text()
+    try:
+        after = render_text(before)
+    except ValueError as exc:
+        print(f"{path}: the file has {exc}", file=sys.stderr)
+        return 2
+    if check:
+        if after != before:
+            print(f"{path}: the generated table is stale; run make bench-report")
+            return 1
+        return 0
+    if after != before:
+        path.write_text(after)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--check", action="store_true", help="exit 1 if the table is stale")
     args = parser.parse_args(argv)
-    before = args.readme.read_text()
-    try:
-        after = render(before, BENCHES, load(args.results))
-    except ValueError as exc:
-        print(f"{args.readme}: the README has {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        if after != before:
-            print(f"{args.readme}: the figures table is stale; run make bench-report")
-            return 1
-        return 0
-    if after != before:
-        args.readme.write_text(after)
-    return 0
+    results = load(args.results)
+    return update(args.readme, lambda text: render(text, BENCHES, results), args.check)
 
 
 if __name__ == "__main__":

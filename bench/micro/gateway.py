@@ -246,20 +246,26 @@ def steady_cpu_us(
     return (tree_cpu_s(proc.pid) - cpu) / (delivered() - before) * 1e6
 
 
+def private_env(tmp: str, settings: Settings) -> dict[str, str]:
+    """The environment of a gateway or subscriber process on the bench's private stack."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "FLEETWATCH_RUN_DIR": tmp,
+            "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+            "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
+            "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
+        }
+    )
+    return env
+
+
 def steady(rate: float, seconds: int) -> None:
     """The steady-rate mode (see the module's docstring)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
         settings = private_stack_settings(Path(tmp))
-        env = dict(os.environ)
-        env.update(
-            {
-                "FLEETWATCH_RUN_DIR": tmp,
-                "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-                "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
-                "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
-            }
-        )
+        env = private_env(tmp, settings)
         stack = Stack(settings)
         stack.up()
         log = Path(tmp) / "gateway.log"
@@ -311,15 +317,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
         settings = private_stack_settings(Path(tmp))
-        env = dict(os.environ)
-        env.update(
-            {
-                "FLEETWATCH_RUN_DIR": tmp,
-                "FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-                "FLEETWATCH_MQTT__PORT": str(settings.mqtt.port),
-                "FLEETWATCH_GATEWAY__METRICS_PORT": str(free_port()),
-            }
-        )
+        env = private_env(tmp, settings)
         stack = Stack(settings)
         stack.up()
         log = Path(tmp) / "gateway.log"
