@@ -12,7 +12,7 @@ Per budget of ``--budgets`` (``score.false_alerts_per_device_day``), the default
 - The simulated fleet (:mod:`bench.quality.offline`): one recording of the realistic eval-500
   scenario (``--devices``, ``--minutes``, ``--start``; recorded once, replayed at every
   budget), through the trainer and scorer steps: F1, recall, false alerts per device-day and
-  the median delay of spikes (up or down) and level shifts (seconds; one reading a second).
+  the median delay of spikes, dips and level shifts (seconds; one reading a second).
 - Healthy noise (:mod:`bench.quality.noise_budget`, ``--noise-devices`` devices of every shape
   for ``--noise-days``): the worst shape's false alerts per device-day and its ratio to the
   budget.
@@ -58,8 +58,8 @@ BUDGETS = "3,1,0.3,0.1,0.03,0.01"
 """Half-decades from three false alerts a device-day to one in a hundred device-days."""
 FLEET = 1000
 """The fleet the budget's promise is stated for (``per_1000_devices_day``)."""
-SIM_KINDS = ("spike", "level_shift")
-"""The simulator's kinds of sudden fault (a spike is up or down)."""
+SIM_KINDS = ("spike", "dip", "level_shift")
+"""The simulator's kinds of sudden fault."""
 
 
 def first_fault_delay(labelled: npt.NDArray[np.bool_], flags: npt.NDArray[np.bool_]) -> int | None:
