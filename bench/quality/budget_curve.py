@@ -197,6 +197,7 @@ def main() -> None:
             devices=args.devices,
             minutes=args.minutes,
             noise="realistic",
+            seed=None,
         )
     )
     recording = offline.make_recording(scenario, offline.start_ms_of(args.start))
