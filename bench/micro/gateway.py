@@ -44,7 +44,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -246,6 +247,23 @@ def steady_cpu_us(
     return (tree_cpu_s(proc.pid) - cpu) / (delivered() - before) * 1e6
 
 
+@contextmanager
+def private_stack() -> Iterator[tuple[Path, Settings, dict[str, str]]]:
+    """The bench's own brokers in a temporary directory, up for the ``with`` block: its
+    directory, settings and the environment of the processes it starts. SIGTERM ends the
+    block, so the brokers are stopped and the directory removed."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
+        settings = private_stack_settings(Path(tmp))
+        env = private_env(tmp, settings)
+        stack = Stack(settings)
+        stack.up()
+        try:
+            yield Path(tmp), settings, env
+        finally:
+            stack.down()
+
+
 def private_env(tmp: str, settings: Settings) -> dict[str, str]:
     """The environment of a gateway or subscriber process on the bench's private stack."""
     env = dict(os.environ)
@@ -262,39 +280,29 @@ def private_env(tmp: str, settings: Settings) -> dict[str, str]:
 
 def steady(rate: float, seconds: int) -> None:
     """The steady-rate mode (see the module's docstring)."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
-        settings = private_stack_settings(Path(tmp))
-        env = private_env(tmp, settings)
-        stack = Stack(settings)
-        stack.up()
-        log = Path(tmp) / "gateway.log"
-        count = Path(tmp) / "bare.count"
+    with private_stack() as (tmp, settings, env):
+        log = tmp / "gateway.log"
+        count = tmp / "bare.count"
+        load = load_avg_1m()
+        argv = [sys.executable, __file__, "--subscriber", str(count)]
+        bare = subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
         try:
-            load = load_avg_1m()
-            argv = [sys.executable, __file__, "--subscriber", str(count)]
-            bare = subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-            try:
-                wait_for(lambda: "subscribed to" in log.read_text(), 30)
+            wait_for(lambda: "subscribed to" in log.read_text(), 30)
 
-                def received() -> int:
-                    return int(count.read_text()) if count.exists() else 0
+            def received() -> int:
+                return int(count.read_text()) if count.exists() else 0
 
-                bare_us = steady_cpu_us(settings, bare, received, rate, seconds)
-            finally:
-                stop(bare)
-            print(f"bare subscriber at {rate:,.0f}/s: {bare_us:.1f} µs CPU a message")
-            proc = gateway(env, log, 1)
-            try:
-                wait_for(lambda: log.read_text().count("subscribed to") >= 2, 30)
-                gateway_us = steady_cpu_us(
-                    settings, proc, lambda: raw_count(settings), rate, seconds
-                )
-            finally:
-                stop(proc)
-            print(f"gateway x1 at {rate:,.0f}/s: {gateway_us:.1f} µs CPU a reading")
+            bare_us = steady_cpu_us(settings, bare, received, rate, seconds)
         finally:
-            stack.down()
+            stop(bare)
+        print(f"bare subscriber at {rate:,.0f}/s: {bare_us:.1f} µs CPU a message")
+        proc = gateway(env, log, 1)
+        try:
+            wait_for(lambda: log.read_text().count("subscribed to") >= 2, 30)
+            gateway_us = steady_cpu_us(settings, proc, lambda: raw_count(settings), rate, seconds)
+        finally:
+            stop(proc)
+        print(f"gateway x1 at {rate:,.0f}/s: {gateway_us:.1f} µs CPU a reading")
     figures = {
         "rate": rate,
         "seconds": seconds,
@@ -314,84 +322,76 @@ def main() -> None:
     if args.rate:
         steady(args.rate, args.seconds)
         return
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
-    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-") as tmp:
-        settings = private_stack_settings(Path(tmp))
-        env = private_env(tmp, settings)
-        stack = Stack(settings)
-        stack.up()
-        log = Path(tmp) / "gateway.log"
-        try:
-            base, base_cpu = baseline(settings)
-            print(
-                f"baseline: one bare MQTT subscriber drains {base:,.0f} msg/s, "
-                f"{base_cpu:.0f} µs CPU a message"
-            )
-            rates: dict[str, float] = {}
-            cpus: dict[str, float] = {}
-            total = 0
-            connects = 0
-            for workers in (1, 2):
-                # sessions exist, gateway away: a backlog builds at the broker, then is drained
-                proc = gateway(env, log, workers)
-                connects += workers
-                wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
-                stop(proc)
-                publish(settings, payloads(settings, BURST, offset=total))
-                total += BURST
-                proc = gateway(env, log, workers)
-                connects += workers
-                wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
-                started, cpu = time.monotonic(), tree_cpu_s(proc.pid)
-                wait_for(lambda t=total: raw_count(settings) >= t, 300)
-                rates[str(workers)] = BURST / (time.monotonic() - started)
-                cpus[str(workers)] = (tree_cpu_s(proc.pid) - cpu) / BURST * 1e6
-                rate, used = rates[str(workers)], cpus[str(workers)]
-                print(
-                    f"gateway x{workers}: drains {rate:,.0f} readings/s into Kafka (QoS 1), "
-                    f"{used:.0f} µs CPU a reading"
-                )
-                stop(proc)
-
-            proc = gateway(env, log, 1)
-            connects += 1
-            wait_for(lambda: log.read_text().count("subscribed to") >= connects, 30)
-            idle = rss_mb(proc.pid)
-            broker = KafkaBroker(settings)
-            broker.proc.stop()
-            peak = idle
-            sampling = threading.Event()
-
-            def sample() -> None:
-                nonlocal peak
-                while not sampling.wait(0.2):
-                    peak = max(peak, rss_mb(proc.pid))
-
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            try:
-                publish(settings, payloads(settings, BACKLOG, offset=total))
-                time.sleep(5)  # let the gateway take all it will take while Kafka is away
-                held = rss_mb(proc.pid)
-                broker.start()
-                broker.wait_ready()
-                catch_up = wait_for(lambda: raw_count(settings) >= total + BACKLOG, 600)
-            finally:
-                sampling.set()
-                sampler.join()
+    with private_stack() as (tmp, settings, env):
+        log = tmp / "gateway.log"
+        base, base_cpu = baseline(settings)
+        print(
+            f"baseline: one bare MQTT subscriber drains {base:,.0f} msg/s, "
+            f"{base_cpu:.0f} µs CPU a message"
+        )
+        rates: dict[str, float] = {}
+        cpus: dict[str, float] = {}
+        total = 0
+        connects = 0
+        for workers in (1, 2):
+            # sessions exist, gateway away: a backlog builds at the broker, then is drained
+            proc = gateway(env, log, workers)
+            connects += workers
+            wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
             stop(proc)
-            pressure = {
-                "backlog": BACKLOG,
-                "idle_rss_mb": round(idle, 1),
-                "peak_rss_mb": round(peak, 1),
-                "rss_while_kafka_down_mb": round(held, 1),
-                "catch_up_s": round(catch_up, 1),
-            }
-            print(f"backpressure: {BACKLOG:,} readings while Kafka was down")
-            print(f"  gateway RSS idle {idle:.0f} MB, peak {peak:.0f} MB, held {held:.0f} MB")
-            print(f"  caught up in {catch_up:.1f}s after Kafka returned")
+            publish(settings, payloads(settings, BURST, offset=total))
+            total += BURST
+            proc = gateway(env, log, workers)
+            connects += workers
+            wait_for(lambda c=connects: log.read_text().count("subscribed to") >= c, 30)
+            started, cpu = time.monotonic(), tree_cpu_s(proc.pid)
+            wait_for(lambda t=total: raw_count(settings) >= t, 300)
+            rates[str(workers)] = BURST / (time.monotonic() - started)
+            cpus[str(workers)] = (tree_cpu_s(proc.pid) - cpu) / BURST * 1e6
+            rate, used = rates[str(workers)], cpus[str(workers)]
+            print(
+                f"gateway x{workers}: drains {rate:,.0f} readings/s into Kafka (QoS 1), "
+                f"{used:.0f} µs CPU a reading"
+            )
+            stop(proc)
+
+        proc = gateway(env, log, 1)
+        connects += 1
+        wait_for(lambda: log.read_text().count("subscribed to") >= connects, 30)
+        idle = rss_mb(proc.pid)
+        broker = KafkaBroker(settings)
+        broker.proc.stop()
+        peak = idle
+        sampling = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not sampling.wait(0.2):
+                peak = max(peak, rss_mb(proc.pid))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            publish(settings, payloads(settings, BACKLOG, offset=total))
+            time.sleep(5)  # let the gateway take all it will take while Kafka is away
+            held = rss_mb(proc.pid)
+            broker.start()
+            broker.wait_ready()
+            catch_up = wait_for(lambda: raw_count(settings) >= total + BACKLOG, 600)
         finally:
-            stack.down()
+            sampling.set()
+            sampler.join()
+        stop(proc)
+        pressure = {
+            "backlog": BACKLOG,
+            "idle_rss_mb": round(idle, 1),
+            "peak_rss_mb": round(peak, 1),
+            "rss_while_kafka_down_mb": round(held, 1),
+            "catch_up_s": round(catch_up, 1),
+        }
+        print(f"backpressure: {BACKLOG:,} readings while Kafka was down")
+        print(f"  gateway RSS idle {idle:.0f} MB, peak {peak:.0f} MB, held {held:.0f} MB")
+        print(f"  caught up in {catch_up:.1f}s after Kafka returned")
     figures = {
         "baseline_mqtt_rps": round(base),
         "baseline_cpu_us_per_msg": round(base_cpu, 1),
