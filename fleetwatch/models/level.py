@@ -324,8 +324,7 @@ class LevelShiftDetector(ProfileDetector):
     # -- learning ----------------------------------------------------------------------------
 
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
-        self._memo = None
-        judged = self._judge(batch, held=False)
+        judged = self._judged_before(batch)
         keep = keep.copy()
         for m, j in judged.items():
             self.tails[m].excursions(j.z, j.threshold)
@@ -353,6 +352,15 @@ class LevelShiftDetector(ProfileDetector):
             if kept.any():
                 self._learn_spread(m, j.average[kept])
             self.carry[m] = _carry(j)
+
+    def _judged_before(self, batch: Batch) -> dict[int, Judged]:
+        """:meth:`_judge` of ``batch`` from the parameters, as learning needs it: the one the
+        gate of :meth:`learn` just made when it judged this batch without a scorer's memory (the
+        same values; learning consumes it, so it is dropped)."""
+        memo, self._memo = self._memo, None
+        if memo is not None and memo[0] is batch and not memo[1]:
+            return memo[2]
+        return self._judge(batch, held=False)
 
     def _learn_spread(self, m: int, e: FloatArray) -> None:
         """Add the averages of normal readings to the spread (decayed per reading), then their
@@ -432,6 +440,7 @@ class LevelShiftDetector(ProfileDetector):
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
+        self._memo = None
         self.profile.load(state)
         k = len(self.profile.metrics)
         learned.load(self, state, k)

@@ -161,12 +161,15 @@ class SeasonalBaseline(ProfileDetector):
         next batch's first)."""
         self._neighbours: list[list[float]] | None = None
         """The scorer's latest readings per metric (:meth:`resume`), newer than ``recent``."""
+        self._gated: tuple[Batch, Deviation] | None = None
+        """The last batch :meth:`_surprise` judged and how: what learning it next starts from."""
 
     @property
     def lookback(self) -> int:
         return 0 if self.jump_ratio is None else self.jump_window
 
     def resume(self, memory: ScoringMemory) -> None:
+        self._gated = None
         if self.jump_ratio is None:
             return
         self._neighbours = [
@@ -177,7 +180,7 @@ class SeasonalBaseline(ProfileDetector):
     def _learn(self, batch: Batch, keep: npt.NDArray[np.bool_]) -> None:
         before = len(self.profile.metrics)
         ref_before = self.profile.ref_ms
-        judged = self._deviation(batch, judge=False) if before else None
+        judged = self._judged_before(batch) if before else None
         to_alt = np.zeros(len(batch), bool)
         on_alt = np.zeros(len(batch), bool)
         if judged is not None and judged.alt is not None and judged.apart is not None:
@@ -210,6 +213,15 @@ class SeasonalBaseline(ProfileDetector):
         for m, rows in per_metric_runs(codes, k):
             late = rows[early[rows] & fresh.ok[rows] & keep[rows] & mine[rows]]
             self.tails[m].summary.add(fresh.judged[late])
+
+    def _judged_before(self, batch: Batch) -> Deviation:
+        """How ``batch`` deviates from the parameters, as learning needs it: what the gate of
+        :meth:`learn` found when it judged this batch with these parameters (a deviation judged
+        against the stream's tail holds every field learning reads), else measured now."""
+        gated, self._gated = self._gated, None
+        if gated is not None and gated[0] is batch and self.false_alerts_per_day is not None:
+            return gated[1]
+        return self._deviation(batch, judge=False)
 
     def _learn_tails(
         self,
@@ -323,7 +335,7 @@ class SeasonalBaseline(ProfileDetector):
                 judged = calibrated_surprise(tail, stat, bar, S_ALERT)
                 surprise[rows] = np.where(ok[rows], judged, 0.0)
                 band[rows] = bar * std[rows] + 0.5 * step[rows]
-        return Deviation(mean, ok, surprise, z, jz, band, early, alt)
+        return Deviation(mean, ok, surprise, z, jz, band, early, alt, apart & ok)
 
     def _with_jumps(
         self, batch: Batch, codes: npt.NDArray[np.intp], z: FloatArray, step: FloatArray
@@ -402,6 +414,7 @@ class SeasonalBaseline(ProfileDetector):
 
     def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
         self._fleet = tails
+        self._gated = None
 
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:
         return tails_in_force(self.profile.metrics, self.tails, self._bar)
@@ -414,7 +427,9 @@ class SeasonalBaseline(ProfileDetector):
         return tail.threshold(budget, 1.0, streams, ALERT_Z)
 
     def _surprise(self, batch: Batch) -> FloatArray:
-        return self._deviation(batch).surprise
+        judged = self._deviation(batch)
+        self._gated = (batch, judged)
+        return judged.surprise
 
     def _score(self, batch: Batch) -> Scores:
         d = self._deviation(batch)
@@ -447,6 +462,7 @@ class SeasonalBaseline(ProfileDetector):
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
+        self._gated = None
         self.profile.load(state)
         k = len(self.profile.metrics)
         # parameters from before the stream's own tail start one empty

@@ -14,7 +14,10 @@ import pytest
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.model_params import decode, encode_device
 from fleetwatch.models import params
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.registry import CombinedDetector, Tuning, default_detector, load_params
+from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.streaming.trainer.learning import learn_device, learn_update
 from fleetwatch.streaming.trainer.processor import latest_params
 
@@ -275,3 +278,31 @@ def test_a_batch_progress_is_logged_once(caplog: pytest.LogCaptureFixture) -> No
         "batch 3: 200 rows, 900 ms (addBatch=700); state ?: commit 40 ms, updates ? ms, "
         "64 rows, 5 MB"
     ]
+
+
+def test_learning_from_the_gates_judgement_gives_the_parameters_of_a_fresh_one() -> None:
+    """The level and seasonal members learn a batch from what the gate of ``learn`` judged of it
+    (not judged again): the same parameters, float for float, as a batch judged afresh, through
+    alerts, a lasting shift of one metric and a move of the whole device."""
+    gated = load_params(json.loads(train(None, 0, 2 * PER_DAY, 12)))
+    fresh = load_params(json.loads(params.dumps(gated.to_params())))
+    assert isinstance(gated, CombinedDetector)
+    seasonal, level = gated.detectors[0], gated.detectors[1]
+    assert isinstance(seasonal, SeasonalBaseline)
+    assert isinstance(level, LevelShiftDetector)
+    shifts = [(0.0, None)] * 4 + [(0.0, 3.0)] * 8 + [(8.0, None)] * 12 + [(0.0, None)] * 4
+    start = 2 * PER_DAY
+    for shift, humidity in shifts:
+        frame = readings(start, 12, shift, seed=start, humidity_shift=humidity)
+        frame["value"] += np.where(frame.index == 5, 40.0, 0.0)  # a spike in every batch
+        batch = Batch.of(frame)
+        keep = gated._gate(batch)
+        assert level._memo is not None
+        assert level._memo[0] is batch
+        assert seasonal._gated is not None
+        assert seasonal._gated[0] is batch
+        gated._learn_batch(batch, keep)
+        again = Batch.of(frame)  # another batch: nothing the gate judged is reused
+        fresh._learn_batch(again, fresh._gate(Batch.of(frame)))
+        assert params.dumps(gated.to_params()) == params.dumps(fresh.to_params())
+        start += 12
