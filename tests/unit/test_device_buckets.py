@@ -14,7 +14,7 @@ from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import Tuning
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
-from fleetwatch.streaming.trainer.learning import detector_of, learn_device
+from fleetwatch.streaming.trainer.learning import detector_of, learn_device, read_params
 from fleetwatch.streaming.trainer.processor import FAILED, learn_bucket, seeds
 
 
@@ -152,3 +152,28 @@ def test_a_warm_bucket_is_handed_out_once_and_only_for_the_value_it_wrote() -> N
     warm.keep(1, value, bucket)
     assert warm.take(1, value) is bucket
     assert warm.take(2, None).texts == {}
+
+
+@pytest.mark.parametrize("device_id", ["d1", "dé-1", "d\x7f", 'd\x01\n"\\', "\u2028"], ids=repr)
+def test_a_bucket_state_is_the_standard_librarys_json(device_id: str) -> None:
+    """msgspec writes the state value; its bytes are ``json.dumps``' (keys sorted, no spaces,
+    non-ASCII and DEL escaped), whatever the device ids, and read back the same."""
+    text = learn_device(None, frame(1, 0, 40))
+    assert text is not None
+    bucket = {device_id: text, "a": '{"x":"\\"quoted\\""}', "z": "{}"}
+    value = encode(bucket)
+    assert value == json.dumps(dict(sorted(bucket.items())), separators=(",", ":"))
+    assert decode(value) == bucket
+
+
+def test_parameters_text_is_read_as_the_standard_library_reads_it() -> None:
+    text = learn_device(None, frame(1, 0, 200))
+    assert text is not None
+    assert json.dumps(read_params(text)) == json.dumps(json.loads(text))
+    # what msgspec refuses is read (or refused) by the standard parser
+    assert read_params('{"name":"\\ud800","v":NaN}')["name"] == "\ud800"
+    with pytest.raises(ParamsError):
+        read_params("[1, 2]")
+    with pytest.raises(json.JSONDecodeError):
+        read_params("{")
+    assert decode('{"d\\ud800":"{}"}') == {"d\ud800": "{}"}

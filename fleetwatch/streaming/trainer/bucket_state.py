@@ -25,10 +25,12 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from fleetwatch.models import params
+import msgspec
+
 from fleetwatch.models.errors import ParamsError
+from fleetwatch.streaming.trainer.learning import read_params
 
 if TYPE_CHECKING:
     from fleetwatch.models.base import Detector
@@ -38,8 +40,19 @@ BUCKETS = 64
 about 1 MB)."""
 
 
+_ENCODE = msgspec.json.Encoder(order="sorted").encode
+_DECODE = msgspec.json.Decoder().decode
+
+
 def encode(bucket: Mapping[str, str]) -> str:
-    """A bucket's parameters (device id → canonical parameters JSON) as its state value."""
+    """A bucket's parameters (device id → canonical parameters JSON) as its state value: a JSON
+    object, keys sorted, no spaces, what is not ASCII escaped. msgspec writes the bytes
+    ``json.dumps`` writes but for DEL and what is not ASCII, which it leaves unescaped
+    (parameters text holds neither: ``json.dumps`` wrote it); a value with them (a device id
+    beyond ASCII) is written by ``json.dumps``."""
+    value = _ENCODE(dict(bucket))
+    if value.isascii() and b"\x7f" not in value:
+        return value.decode("ascii")
     return json.dumps(dict(sorted(bucket.items())), separators=(",", ":"))
 
 
@@ -47,14 +60,18 @@ def decode(value: str | None) -> dict[str, str]:
     """The inverse of :func:`encode` (``None``, no state yet: an empty bucket)."""
     if value is None:
         return {}
-    bucket = json.loads(value)
+    bucket: Any
+    try:
+        bucket = _DECODE(value)
+    except msgspec.MsgspecError:  # what msgspec refuses, the standard parser may read
+        bucket = json.loads(value)
     if not isinstance(bucket, dict) or not all(isinstance(v, str) for v in bucket.values()):
         raise ParamsError("a trainer bucket state must map device ids to parameters text")
     return bucket
 
 
 def version_of(params_json: str) -> int:
-    return int(params.loads(params_json)["version"])
+    return int(read_params(params_json)["version"])
 
 
 def merge_newer(bucket: dict[str, str], seeds: Iterable[tuple[str, str]]) -> None:
