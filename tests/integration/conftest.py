@@ -22,7 +22,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
@@ -237,6 +237,34 @@ class Isolated:
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         return end_offsets(self.settings.kafka, topic)
+
+    def read_to_end(self, topic: str, timeout_s: float = 30) -> list[Record]:
+        """Every record of ``topic`` up to the end offsets it has now, in offset order per
+        partition, or what was read by the deadline. The partitions are assigned, not joined
+        as a group, and the read ends at those offsets: no wait for records that could follow."""
+        consumer = self.consumer()
+        out: list[Record] = []
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            left: dict[int, int] = {}
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    left[p] = high
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
+            deadline = time.monotonic() + timeout_s
+            while left and time.monotonic() < deadline:
+                for msg in consumer.consume(500, timeout=0.1):
+                    partition, offset = msg.partition(), msg.offset()
+                    if msg.error() is not None or partition not in left or offset is None:
+                        continue
+                    if offset < left[partition]:
+                        out.append(Record.of(msg))
+                    if offset + 1 >= left[partition]:
+                        del left[partition]
+        finally:
+            consumer.close()
+        return out
 
     def read_all(self, topic: str, expected: int, timeout_s: float = 30) -> list[Record]:
         """Every record of ``topic`` once ``expected`` have been read, or at the deadline."""

@@ -90,6 +90,8 @@ def test_a_clock_jumping_ahead_makes_no_other_device_late(
     late = [json.loads(r.value) for r in read(isolated, isolated.topics.telemetry_late)]
     assert not [r for r in late if r["record"]["device_id"] == honest], late
 
+    # a session ends on a timer, in a batch after the readings': once that topic has settled
+    stable_end(isolated, isolated.topics.device_sessions)
     sessions = [json.loads(r.value) for r in read(isolated, isolated.topics.device_sessions)]
     mine = [s for s in sessions if s["device_id"] == honest]
     assert mine, "the honest device has a session"
