@@ -35,7 +35,7 @@ from fleetwatch.mqtt_config import configure
 from fleetwatch.stack.credentials import Credentials, Role, login
 from fleetwatch.stack.manager import Stack
 from fleetwatch.stack.topics import delete_topics, ensure_topics
-from tests.jvm import quick_jit_options
+from tests.jvm import class_archive, quick_jit_options
 from tests.polling import wait_until
 
 HERE = Path(__file__).parent
@@ -68,7 +68,12 @@ def fleetwatch(
 def stack_settings() -> Iterator[Settings]:
     settings = Settings()
     already_up = all(c.pid for c in Stack(settings).status())
+    # the Spark JVMs' class archive, made while the brokers start (on a machine that has none
+    # yet, a Spark run of half a minute that the first test would otherwise wait for)
+    archive = threading.Thread(target=class_archive, args=(settings,), name="class-archive")
+    archive.start()
     result = fleetwatch("stack", "up")
+    archive.join()
     assert result.returncode == 0, f"stack up failed: {result.stderr}"
     yield settings
     if not already_up:
