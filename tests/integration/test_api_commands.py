@@ -30,9 +30,9 @@ def test_a_simulated_device_acknowledges_commands_sent_through_the_api(
     prefix = f"c{isolated.tag}"
     device, offline = f"{prefix}-0000", f"{prefix}-gone"
     isolated.start("gateway", "gateway")
-    with isolated.mqtt_client() as client:
-        isolated.await_gateway(client)
     api = start_api(isolated, admin_key(Path(isolated.env["FLEETWATCH_RUN_DIR"])))
+    with isolated.mqtt_client() as client:  # the gateway subscribed while the API started
+        isolated.await_gateway(client)
     for d in (device, offline):
         assert api.post("/devices", json={"device_id": d, "kind": "sim"}).status_code == 201
     isolated.start(

@@ -7,6 +7,7 @@ holds."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from fleetwatch.serving.store.ingest import Batch, write
 from tests.integration.api_stack import ApiProcess, admin_key, start_api
 from tests.integration.conftest import Isolated, Record, fleetwatch
 from tests.integration.postgres import fresh_database, postgres_server
+from tests.polling import wait_until
 from tests.unit.api_support import FakeChecker, FakePublisher, add_keys
 from tests.unit.test_api_rules_selection import rule_alert
 
@@ -44,10 +46,18 @@ def put(api: ApiProcess, rule: dict[str, Any]) -> httpx.Response:
 
 
 def records(isolated: Isolated, rule_id: str, expected: int) -> list[Record]:
-    """The rule's records on the test's rules topic, in order, once ``expected`` are there."""
+    """The rule's records on the test's rules topic, in order, once ``expected`` are there (the
+    API publishes a write's record before it answers: what it wrote is in the topic by then)."""
     topic = isolated.topics.rules
     key = rule_key(rule_id).encode()
-    ours = [r for r in isolated.read_all(topic, expected, timeout_s=30) if r.key == key]
+    ours: list[Record] = []
+
+    def enough() -> bool:
+        ours[:] = [r for r in isolated.read_to_end(topic) if r.key == key]
+        return len(ours) >= expected
+
+    with contextlib.suppress(AssertionError):
+        wait_until(enough, 30, f"{expected} records of {rule_id} on {topic}")
     assert len(ours) == expected, f"{len(ours)} records of {rule_id} on {topic}, not {expected}"
     return ours
 
