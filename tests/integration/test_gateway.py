@@ -44,6 +44,13 @@ def real_readings(isolated: Isolated, expected: int) -> list[dict[str, Any]]:
     return [r for r in records if r["device_id"] != "probe"]
 
 
+def readings_now(isolated: Isolated) -> set[tuple[str, int]]:
+    """(device, seq) of every reading on the raw topic now: for a wait that polls until the
+    ones it waits for are there (a read to the end, no wait for records that could follow)."""
+    records = (json.loads(r.value) for r in isolated.read_to_end(isolated.topics.telemetry_raw))
+    return {(r["device_id"], r["seq"]) for r in records if r["device_id"] != "probe"}
+
+
 def test_good_readings_reach_kafka_and_bad_ones_the_dead_letters_with_a_reason(
     isolated: Isolated,
 ) -> None:
@@ -164,9 +171,7 @@ def test_scaling_down_strands_nothing_in_the_removed_workers_sessions(isolated: 
             ).wait_for_publish(10)
     isolated.start("gateway-1", "gateway", "--workers", "1")  # retires worker 1, draining it
     wait_until(
-        lambda: (
-            {(r["device_id"], r["seq"]) for r in real_readings(isolated, len(sent))} >= set(sent)
-        ),
+        lambda: readings_now(isolated) >= set(sent),
         90,
         "every reading, including those queued for the removed worker",
     )
@@ -211,8 +216,7 @@ def test_a_record_kafka_refuses_is_dead_lettered_and_its_message_acknowledged(
             ).wait_for_publish(10)
     wait_until(
         lambda: (
-            {r["seq"] for r in real_readings(isolated, 6) if r["device_id"] == "after"}
-            == set(range(5))
+            {seq for device, seq in readings_now(isolated) if device == "after"} == set(range(5))
         ),
         60,
         "the readings after the refused one",
