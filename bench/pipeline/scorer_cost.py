@@ -1,6 +1,7 @@
 """What the scorer alone costs, idle and at a steady rate: a ``fleetwatch score`` process fed
 straight into Kafka (no MQTT, no gateway), its CPU split into driver, JVM (JIT and GC threads
-apart) and Python workers, for A/B comparisons of its settings on a shared machine.
+apart) and Python workers, for A/B comparisons of its settings on a shared machine. The bench
+brings up brokers of its own (free ports, a temporary directory): a running stack is left alone.
 
 A run: a fresh scorer with the environment's settings plus a variant's overrides
 (``--variant NAME=K=V;K=V``, e.g. ``FLEETWATCH_SCORE__TRIGGER_INTERVAL=0 seconds``) on its own
@@ -11,6 +12,10 @@ reading, the probe spikes' latency (produce → ``open`` alert), the batches and
 the 1-minute load average at its start and end, and the CPU per batch (``cpu_ms_per_batch``:
 a batch's fixed cost dominates at low rates). Several ``--variant`` run interleaved (ABAB…),
 ``--repeat`` rounds: on a shared machine compare CPU per reading and per batch, not latency.
+To compare code, give a variant ``PYTHONPATH=`` another tree (a ``git worktree``, with a link
+to this one's ``.cache``, where the Spark jars are) and run the bench from a directory holding
+no ``fleetwatch`` package: the scorer and its Python workers import the project from that tree,
+the other variants from the installed one.
 A rate given more than once is one phase each (``1000``, ``1000#2``, …).
 
 The JVM is young in the first phases: its JIT compiles the same code at rising tiers for
@@ -25,14 +30,17 @@ counters); to compare settings at the scorer's steady state, warm up for minutes
 
 ``--jfr DIR`` records a JFR profile (``jcmd JFR.start``) of the JVM and ``--py-spy DIR`` a
 py-spy profile of each Python worker, during each phase (``pip install py-spy`` into the
-virtualenv first: it is not among the project's dependencies). With ``--jfr`` the scorer's JVM
-starts with a one-second recording (``-XX:StartFlightRecording``): the first recording in a
-JVM instruments a few JDK classes (JVMTI redefinition), which on JDK 17 throws away all the
-JVM's compiled code; started in a running scorer, that was some 24,000 methods, compiled
-again during the recording (0.35-0.62 of a core of JIT in the phase), at launch nearly none.
-Read a recording with ``jfr print --json --stack-depth 200 --events jdk.ExecutionSample`` (by
-thread: the stream execution thread plans each batch, ``stateConnectionListenerThread`` serves
-the Python workers' state calls) and ``jfr summary`` / ``jdk.CompilerStatistics`` for the JIT.
+virtualenv first: it is not among the project's dependencies). py-spy samples only the thread
+holding the GIL (``--gil``): on a loaded machine a worker that has just woken the JVM with a
+state call and waits, runnable, for a core counts as active otherwise, and its socket calls look
+like work. With ``--jfr`` the scorer's JVM starts with a one-second recording
+(``-XX:StartFlightRecording``): the first recording in a JVM instruments a few JDK classes
+(JVMTI redefinition), which on JDK 17 throws away all the JVM's compiled code; started in a
+running scorer, that was some 24,000 methods, compiled again during the recording (0.35-0.62 of
+a core of JIT in the phase), at launch nearly none. Read a recording with ``jfr print --json
+--stack-depth 200 --events jdk.ExecutionSample`` (by thread: the stream execution thread plans
+each batch, ``stateConnectionListenerThread`` serves the Python workers' state calls) and ``jfr
+summary`` / ``jdk.CompilerStatistics`` for the JIT.
 
     python bench/pipeline/scorer_cost.py [--rates 1000,0] [--seconds 60] [--warmup 15]
         [--variant NAME=K=V[;K=V...]]... [--repeat N] [--jfr DIR] [--py-spy DIR]
@@ -67,13 +75,12 @@ from bench.common import (
     wait,
     write_results,
 )
+from bench.micro.gateway import private_stack
 from bench.pipeline.latency_anatomy import Batch, batches
 from bench.pipeline.score_anatomy import Alerts, Load
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.topics import delete_topics
-from fleetwatch.streaming.checkpoints import versioned
-from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
 """py-spy in the interpreter's environment (``pip install py-spy``), for ``--py-spy``."""
@@ -96,7 +103,7 @@ def profile(pid: int, seconds: int, jfr: Path | None, spy: Path | None, tag: str
             spy.mkdir(parents=True, exist_ok=True)
             procs.append(
                 subprocess.Popen(
-                    [str(PY_SPY), "record", "-p", str(p), "-d", str(seconds), "-r", "50",
+                    [str(PY_SPY), "record", "-p", str(p), "-d", str(seconds), "-r", "50", "--gil",
                      "-f", "raw", "-o", str(spy / f"{tag}-{p}.txt"), "--nonblocking"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
@@ -150,10 +157,19 @@ def parts_p50(phase: list[Batch]) -> dict[str, float | None]:
     return {k: percentile(v, 50) for k, v in parts.items()}
 
 
-def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) -> dict[str, Any]:
+def first_commit(checkpoints: Path) -> bool:
+    """Whether the scorer's checkpoint (whatever its plan version: a variant may run other
+    code) has committed its first batch."""
+    return any(checkpoints.glob("score-v*/commits/0"))
+
+
+def one_run(
+    settings: Settings, base_env: dict[str, str], name: str, env_over: dict[str, str], args: Any
+) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-cost-"))
     topics, env = isolated_env(settings, tag, run_dir)
+    env["FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS"] = base_env["FLEETWATCH_KAFKA__BOOTSTRAP_SERVERS"]
     progress = run_dir / "progress.jsonl"
     env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
     env.update(env_over)
@@ -165,9 +181,8 @@ def one_run(settings: Settings, name: str, env_over: dict[str, str], args: Any) 
     scorer = stage(env, run_dir, "score", "score")
     out: dict[str, Any] = {"variant": name, "env": env_over, "phases": {}}
     try:
-        checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
         started = time.monotonic()
-        wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
+        wait(lambda: first_commit(run_dir / "checkpoints"), 180, "the scorer's first batch")
         out["first_batch_s"] = round(time.monotonic() - started, 1)
         load.start()
         alerts.start()
@@ -254,12 +269,12 @@ def main() -> None:
     for v in args.variant or ["base="]:
         name, _, rest = v.partition("=")
         variants.append((name, dict(kv.split("=", 1) for kv in rest.split(";") if kv)))
-    settings = Settings()
     results: dict[str, list[Any]] = {name: [] for name, _ in variants}
-    for i in range(args.repeat):
-        for name, env_over in variants:
-            print(f"round {i + 1}, {name} (load {load_avg_1m()})", flush=True)
-            results[name].append(one_run(settings, name, env_over, args))
+    with private_stack() as (_, settings, base_env):
+        for i in range(args.repeat):
+            for name, env_over in variants:
+                print(f"round {i + 1}, {name} (load {load_avg_1m()})", flush=True)
+                results[name].append(one_run(settings, base_env, name, env_over, args))
     for name, runs in results.items():
         for label in runs[0]["phases"]:
             row = [(r["phases"][label]["us_per_reading"], r["phases"][label]["load"]) for r in runs]
