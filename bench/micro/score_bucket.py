@@ -1,19 +1,24 @@
 """The scorer's Python side without Spark: a simulated fleet's readings through what the
-operator does per bucket and micro-batch — the bucket's state value unpickled, the input rows
-scored (:func:`~fleetwatch.streaming.scorer.processor.score_rows`), the state pickled again.
+operator does per bucket and micro-batch — the bucket's state taken from its value
+(:class:`~fleetwatch.streaming.scorer.bucket_state.WarmBuckets`: kept by the worker, or decoded
+with ``--cold``, as after a restart), the input rows scored
+(:func:`~fleetwatch.streaming.scorer.processor.score_rows`), the state encoded again.
 
 The fleet is the end-to-end bench's (``bench/pipeline/under_load.py``): ``--devices`` devices
 of the default scenario (temperature, the scenario's noise, a spike every 25th reading), 1
 reading/s each, recorded in virtual time and accepted by the gateway's check; micro-batches
 of ``--batch-ms`` of arrival time, each device in one of the plan's 16 buckets. No trainer
-runs (as in that bench): devices are scored by the fixed baseline. CPU time per reading over
+runs (as in that bench): devices are scored by the fixed baseline. The heap is settled as the
+operator's worker settles it (:func:`~fleetwatch.heap.settle_worker`). CPU time per reading over
 ``--rounds`` readings per device after ``--warm`` readings of warm-up, the least of
-``--repeat`` passes (each from empty state); ``--profile N`` prints the N functions with the
-most cumulative time instead.
+``--repeat`` passes (each from empty state), and of it the state's taking and encoding
+(``state_ms_per_batch``); ``--profile N`` prints the N functions with the most cumulative time
+instead.
 
-    python bench/micro/score_bucket.py [--devices 1000] [--rounds 60] [--noise realistic]
+    python bench/micro/score_bucket.py [--devices 1000] [--rounds 60] [--noise realistic] [--cold]
 
-Last line: {"us_per_reading", "ms_per_batch", "out_rows_per_batch", "readings", "batches"}
+Last line: {"us_per_reading", "ms_per_batch", "state_ms_per_batch", "state_bytes",
+"out_rows_per_batch", "readings", "batches", "noise", "cold"}
 """
 
 from __future__ import annotations
@@ -21,13 +26,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import pickle
 import pstats
 import sys
 import tempfile
 import time
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -36,11 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import write_results
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.heap import settle_worker
 from fleetwatch.ingest.accept import handle
 from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.simulator.recording import record, recorded
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.streaming.buckets import BUCKETS
+from fleetwatch.streaming.scorer.bucket_state import WarmBuckets, decode, encode
 from fleetwatch.streaming.scorer.bucket_step import MemoryStore, new_bucket
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.processor import Context, score_rows, topic_names
@@ -104,24 +111,55 @@ def batches(devices: int, rounds: int, noise: str, batch_ms: int) -> Frames:
     return out
 
 
-def run(frames: Frames) -> tuple[float, int]:
-    """CPU seconds over ``frames`` from empty state (as the operator: unpickle, score,
-    pickle per bucket); output rows."""
+@dataclass
+class Cost:
+    cpu_s: float = 0.0
+    state_s: float = 0.0
+    """Of :attr:`cpu_s`, taking each bucket's state from its value and encoding it again."""
+    out_rows: int = 0
+    state_bytes: int = 0
+    """The buckets' state values at the end, in all."""
+
+    def __sub__(self, other: Cost) -> Cost:
+        return Cost(
+            self.cpu_s - other.cpu_s,
+            self.state_s - other.state_s,
+            self.out_rows - other.out_rows,
+            self.state_bytes,
+        )
+
+
+def run(frames: Frames, cold: bool) -> Cost:
+    """The CPU time over ``frames`` from empty state, as the operator spends it per bucket:
+    its state taken from its value (kept by the worker, or decoded every time when ``cold``),
+    the readings scored, the state encoded."""
     settings = Settings()
     context = Context(
         policy_of(settings), MemoryStore(), topic_names(settings), settings.topics.telemetry_raw
     )
+    warm = WarmBuckets()
     stored: dict[int, bytes] = {}
-    out_rows = 0
-    started = time.process_time()
+    cost = Cost()
+    clock = time.process_time
+    started = clock()
     for at, watermark, by_bucket in frames:
         for b, frame in by_bucket.items():
+            t0 = clock()
             saved = stored.get(b)
-            bucket = new_bucket() if saved is None else pickle.loads(saved)
+            if saved is None:
+                bucket = new_bucket()
+            else:
+                bucket = decode(saved) if cold else warm.take(b, saved)
+            t1 = clock()
             scored = score_rows(frame, bucket, saved, b, watermark, at, context)
-            stored[b] = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
-            out_rows += len(scored)
-    return time.process_time() - started, out_rows
+            t2 = clock()
+            stored[b] = encode(bucket)
+            warm.keep(b, stored[b], bucket)
+            cost.state_s += t1 - t0 + clock() - t2
+            cost.out_rows += len(scored)
+    cost.cpu_s = clock() - started
+    cost.state_bytes = sum(len(v) for v in stored.values())
+    return cost
 
 
 def main() -> None:
@@ -133,7 +171,11 @@ def main() -> None:
     parser.add_argument("--batch-ms", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
+    parser.add_argument(
+        "--cold", action="store_true", help="decode every bucket's value (none kept warm)"
+    )
     args = parser.parse_args()
+    settle_worker()  # as the operator's worker does at its first task
     frames = batches(args.devices, args.warm + args.rounds, args.noise, args.batch_ms)
     warm = args.warm * 1000 // args.batch_ms
     measured = frames[warm:]
@@ -141,27 +183,31 @@ def main() -> None:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        run(frames)
+        run(frames, args.cold)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
         return
-    best = None
+    best: Cost | None = None
     for _ in range(args.repeat):
-        _, _ = run(frames[:warm])  # the same warm-up each pass, not measured
-        total, out_rows = run(frames)
-        head, _ = run(frames[:warm])
-        cpu = total - head
-        best = cpu if best is None else min(best, cpu)
-        print(f"pass: {cpu * 1e6 / readings:.1f} µs per reading ({out_rows} output rows)")
+        run(frames[:warm], args.cold)  # the same warm-up each pass, not measured
+        cost = run(frames, args.cold) - run(frames[:warm], args.cold)
+        best = cost if best is None or cost.cpu_s < best.cpu_s else best
+        print(
+            f"pass: {cost.cpu_s * 1e6 / readings:.1f} µs per reading, state "
+            f"{cost.state_s * 1e3 / len(measured):.1f} ms per batch ({cost.out_rows} output rows)"
+        )
     assert best is not None
     figures = {
-        "us_per_reading": round(best * 1e6 / readings, 1),
-        "ms_per_batch": round(best * 1000 / len(measured), 1),
-        "out_rows_per_batch": round(out_rows / len(frames), 1),
+        "us_per_reading": round(best.cpu_s * 1e6 / readings, 1),
+        "ms_per_batch": round(best.cpu_s * 1000 / len(measured), 1),
+        "state_ms_per_batch": round(best.state_s * 1000 / len(measured), 1),
+        "state_bytes": best.state_bytes,
+        "out_rows_per_batch": round(best.out_rows / len(measured), 1),
         "readings": readings,
         "batches": len(measured),
         "noise": args.noise,
+        "cold": args.cold,
     }
     print(json.dumps(figures))
     write_results(__file__, figures)
