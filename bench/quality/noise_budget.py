@@ -9,6 +9,11 @@ of event time, each scope's fleet model pooled from the devices as production po
 ``--metrics N``, each device reports ``N`` independent streams of its shape (metrics ``value``,
 ``value_2``, …): production pools a scope's devices only once their multivariate member has
 learned, which takes two metrics, so a fleet of single-metric devices has no fleet model.
+With ``--join-days D`` (and ``--fleet``), the ``--devices`` devices counted are newcomers: they
+start ``D`` days after as many veterans of their shape, which run from the start, so each
+newcomer joins a fleet whose pooled tails know a day's excursions — what a device added to a
+running fleet meets. Only the newcomers' alerts are counted; the veterans' first days are
+the fleet started together that the figures without ``--join-days`` measure.
 
 - ``student_t2``, ``student_t3``: heavy-tailed noise, Student-t with 2 and 3 degrees of freedom;
 - ``random_walk``: a level that wanders (Gaussian steps);
@@ -26,13 +31,14 @@ resolve). Printed per shape: alerts per device-day over the whole run and after 
     python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
         [--budgets 1,0.1,0.01] [--device-calibration] [--detectors KIND[,KIND...]]
         (a combined detector of those kinds; default: the default) [--fleet] [--metrics N]
+        [--join-days D]
 
 Last line: {"shapes": {shape: alerts_per_device_day}, "budget": the first budget, "worst":
 shape, "over_budget": [shapes], "after_day1": {shape: alerts_per_device_day},
 "alert_row_share": {shape: share}, "by_budget": {budget: {"shapes", "after_day1",
 "over_budget", "worst_ratio" (the worst shape's rate over the budget)}}, "detectors", "fleet",
-"metrics", "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at the start),
-"loadavg_1m_end"}
+"metrics", "join_days", "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at
+the start), "loadavg_1m_end"}
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ from fleetwatch.models.registry import Tuning, detector_factory
 STEP_MS = 10_000
 PER_DAY = 86_400_000 // STEP_MS
 START = datetime(2026, 1, 5, tzinfo=UTC)
+VETERAN_SEEDS = 500_000
+"""Added to a veteran's seed: veterans' streams are none of the counted devices'."""
 Floats = npt.NDArray[np.float64]
 Shape = Callable[[np.random.Generator, int], Floats]
 
@@ -111,12 +119,15 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-def stream(shape: Shape, seed: int, days: float, metrics: int = 1) -> pd.DataFrame:
+def stream(
+    shape: Shape, seed: int, days: float, metrics: int = 1, after_days: float = 0.0
+) -> pd.DataFrame:
     """One device's readings (epoch ms, then :func:`metric_names`), rounded as a sensor would
-    report them; each further metric an independent stream of the shape."""
+    report them, from ``after_days`` after :data:`START`; each further metric an independent
+    stream of the shape."""
     n = round(days * PER_DAY)
     rng = np.random.default_rng(seed)
-    start_ms = int(START.timestamp() * 1000)
+    start_ms = int(START.timestamp() * 1000) + round(after_days * PER_DAY) * STEP_MS
     columns = {"timestamp": start_ms + np.arange(n, dtype=np.int64) * STEP_MS}
     for name in metric_names(metrics):
         columns[name] = np.round(shape(rng, n), 4)
@@ -149,13 +160,24 @@ def run_budget(
     engine_s, total_rows = 0.0, 0
     for index, (name, shape) in enumerate(SHAPES.items()):
         frames = [
-            stream(shape, args.seed * 1000 + index * 100 + d, args.days, args.metrics).assign(
-                device_id=f"{name}-{d}"
-            )
+            stream(
+                shape, args.seed * 1000 + index * 100 + d, args.days, args.metrics, args.join_days
+            ).assign(device_id=f"{name}-{d}")
             for d in range(args.devices)
         ]
-        frame = pd.concat(frames, ignore_index=True)
         rows = len(frames[0])
+        counted = args.devices * rows  # the devices counted come first
+        if args.join_days:
+            frames += [
+                stream(
+                    shape,
+                    VETERAN_SEEDS + args.seed * 1000 + index * 100 + d,
+                    args.join_days + args.days,
+                    args.metrics,
+                ).assign(device_id=f"{name}-veteran-{d}")
+                for d in range(args.devices)
+            ]
+        frame = pd.concat(frames, ignore_index=True)
         started = time.perf_counter()
         scored = detect_frame(
             frame,
@@ -168,7 +190,7 @@ def run_budget(
         )
         engine_s += time.perf_counter() - started
         total_rows += len(frame)
-        flags = scored["alert"].to_numpy(dtype=bool)
+        flags = scored["alert"].to_numpy(dtype=bool)[:counted]
         per_day[name] = episodes_per_device(flags, args.devices, rows) / args.days
         later_days = args.days - 1
         if later_days > 0:
@@ -199,7 +221,15 @@ def main() -> None:
         "--fleet", action="store_true", help="each shape's devices as one fleet (detect --fleet)"
     )
     parser.add_argument("--metrics", type=int, default=1, help="streams of the shape a device")
+    parser.add_argument(
+        "--join-days",
+        type=float,
+        default=0.0,
+        help="the devices counted join, this many days later, a fleet of as many veterans",
+    )
     args = parser.parse_args()
+    if args.join_days and not args.fleet:
+        parser.error("--join-days needs --fleet: newcomers join a fleet")
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     load_start = os.getloadavg()[0]
     began = time.perf_counter()
@@ -234,6 +264,7 @@ def main() -> None:
         "device_calibration": args.device_calibration,
         "fleet": args.fleet,
         "metrics": args.metrics,
+        "join_days": args.join_days,
         "days": args.days,
         "devices": args.devices,
         "rows": total_rows,
