@@ -1,11 +1,16 @@
 """`fleetwatch`: one command, a subcommand per stage.
 
+A subcommand's module is imported when the subcommand runs (or ``--help`` lists it), not at
+start: a gateway worker or a `devices add` does not load pandas, scipy, the detectors and the
+Spark jobs that `detect`, `models` and `replay` need.
+
 An expected failure — an error fleetwatch raises on purpose (:class:`FleetwatchError`) or a
 connection that could not be made — ends a command with one line on stderr and exit code 1;
 ``--debug`` prints its traceback first."""
 
 from __future__ import annotations
 
+import importlib
 import socket
 import sys
 from importlib import metadata
@@ -13,23 +18,9 @@ from typing import Annotated, Any
 
 import typer
 from confluent_kafka import KafkaError, KafkaException
-from typer._click import Context  # typer vendors click: the base of typer.Context
+from typer._click import Command, Context  # typer vendors click: the base of typer's
 from typer.core import TyperGroup
 
-from fleetwatch.cli import (
-    api,
-    demo,
-    detect,
-    devices,
-    grafana,
-    models,
-    replay,
-    rules,
-    sim,
-    stack,
-    stages,
-    topics,
-)
 from fleetwatch.cli.common import debugging, fail, show_tracebacks
 from fleetwatch.contracts.errors import FleetwatchError
 
@@ -63,8 +54,50 @@ def describe(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
+SUBCOMMANDS: dict[str, str] = {
+    "stack": "fleetwatch.cli.stack:app",
+    "sim": "fleetwatch.cli.sim:app",
+    "models": "fleetwatch.cli.models:app",
+    "replay": "fleetwatch.cli.replay:app",
+    "api": "fleetwatch.cli.api:app",
+    "devices": "fleetwatch.cli.devices:app",
+    "rules": "fleetwatch.cli.rules:app",
+    "topics": "fleetwatch.cli.topics:app",
+    "grafana": "fleetwatch.cli.grafana:app",
+    "gateway": "fleetwatch.cli.stages:gateway",
+    "score": "fleetwatch.cli.stages:score",
+    "train": "fleetwatch.cli.stages:train",
+    "demo": "fleetwatch.cli.demo:demo",
+    "detect": "fleetwatch.cli.detect:detect",
+}
+"""Each subcommand's name → ``module:attribute``: a Typer app of commands, or one command."""
+
+
+def load_subcommand(name: str) -> Command:
+    """The click command of subcommand ``name`` (:data:`SUBCOMMANDS`), its module imported."""
+    module, attribute = SUBCOMMANDS[name].split(":")
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Command = typer.main.get_group(target)
+    else:
+        single = typer.Typer()
+        single.command(name=name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
 class _Guarded(TyperGroup):
-    """The top command: expected failures as one line (``--debug``: with the traceback)."""
+    """The top command: its subcommands loaded when asked for (:data:`SUBCOMMANDS`), and
+    expected failures as one line (``--debug``: with the traceback)."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*super().list_commands(ctx), *SUBCOMMANDS]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in SUBCOMMANDS:
+            return load_subcommand(cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -110,21 +143,6 @@ def main(
     """fleetwatch: streaming anomaly detection for IoT device fleets."""
     show_tracebacks(debug)
 
-
-app.add_typer(stack.app, name="stack")
-app.add_typer(sim.app, name="sim")
-app.add_typer(models.app, name="models")
-app.add_typer(replay.app, name="replay")
-app.add_typer(api.app, name="api")
-app.add_typer(devices.app, name="devices")
-app.add_typer(rules.app, name="rules")
-app.add_typer(topics.app, name="topics")
-app.add_typer(grafana.app, name="grafana")
-app.command()(stages.gateway)
-app.command()(stages.score)
-app.command()(stages.train)
-app.command()(demo.demo)
-app.command()(detect.detect)
 
 if __name__ == "__main__":
     app()

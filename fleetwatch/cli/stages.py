@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
@@ -21,15 +21,16 @@ from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import KafkaStage, Settings
-from fleetwatch.fleet.publish import register_fleet_models
-from fleetwatch.ingest.gateway import Gateway
-from fleetwatch.ingest.metrics import GatewayMetrics, exported
-from fleetwatch.ingest.workers import retire_surplus, supervise_exported, worker_client_id
 from fleetwatch.runtime import stop_event
 from fleetwatch.stack.credentials import login
-from fleetwatch.streaming.scorer import job as scoring
-from fleetwatch.streaming.trainer import job as training
-from fleetwatch.streaming.trainer.observer import TrainingObserver, default_observer
+
+if TYPE_CHECKING:
+    from fleetwatch.streaming.trainer import job as training
+    from fleetwatch.streaming.trainer.observer import TrainingObserver
+
+# Each stage imports its own machinery when it runs: every `fleetwatch` process (a gateway
+# worker, `devices add`, `stack up`) would otherwise load pandas, scipy, the detectors and both
+# Spark jobs before its first line.
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,10 @@ def gateway(
     worker_index: int | None = typer.Option(None, hidden=True),
 ) -> None:
     """MQTT telemetry and acks → Kafka; Kafka commands → MQTT; bad payloads → dead letters."""
+    from fleetwatch.ingest.gateway import Gateway
+    from fleetwatch.ingest.metrics import GatewayMetrics, exported
+    from fleetwatch.ingest.workers import retire_surplus, supervise_exported, worker_client_id
+
     loaded = stage_settings("gateway")
     settings = loaded.model_copy(update={"mqtt": login(loaded, "gateway")})
     stop = stop_event()
@@ -63,6 +68,8 @@ def gateway(
 
 def score() -> None:
     """Spark Structured Streaming: telemetry.raw → alerts (checkpointed)."""
+    from fleetwatch.streaming.scorer import job as scoring
+
     settings = stage_settings("scorer")
     require_kafka(settings.kafka)
     stop = stop_event()
@@ -91,6 +98,9 @@ def train(
 
     Live until SIGTERM; with --from/--to or --files, learns that range with the same plan, exits.
     """
+    from fleetwatch.streaming.trainer import job as training
+    from fleetwatch.streaming.trainer.observer import default_observer
+
     settings = stage_settings("trainer")
     backfill = None
     if from_ or to or files:
@@ -121,6 +131,8 @@ def _backfill_shown(
     """A backfill with a bar: the trainer's progress reports, read back from its progress
     log (the setting's file, else one of its own in the run directory for the run)."""
     raw = settings.topics.telemetry_raw
+    from fleetwatch.streaming.trainer import job as training
+
     log = settings.spark.progress_log
     own = log is None
     if log is None:
@@ -143,6 +155,8 @@ def _backfill_shown(
 
 def _register_fleet_models(settings: Settings, run_id: str | None) -> None:
     """After a backfill: the fleet models of what it learned, as challengers in the registry."""
+    from fleetwatch.fleet.publish import register_fleet_models
+
     for scope, version in register_fleet_models(settings, run_id=run_id).items():
         logger.info("fleet model for %s: version %d registered as challenger", scope, version)
 

@@ -4,6 +4,8 @@ traceback)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,29 @@ def test_replay_diff_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
     body = json.loads(result.stdout)
     assert body["identical"] is False
     assert (body["same"], body["only_a"], body["only_b"]) == (1, ["e2"], ["e3"])
+
+
+def test_the_cli_loads_a_subcommands_machinery_only_when_it_runs() -> None:
+    """Starting ``fleetwatch`` (a gateway worker, ``devices add``) imports neither the data
+    libraries nor the detectors nor Spark; ``detect`` does, when it runs."""
+    probe = (
+        "import sys; import fleetwatch.cli.main as m; "
+        "heavy = {'pandas', 'scipy', 'pyspark', 'fleetwatch.models.base'}; "
+        "print(sorted(heavy & set(sys.modules))); "
+        "m.load_subcommand('detect'); print(sorted(heavy & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    at_start, after_detect = done.stdout.splitlines()
+    assert at_start == "[]"
+    assert "fleetwatch.models.base" in after_detect
+    assert "pandas" in after_detect
+
+
+def test_every_subcommand_loads_under_its_own_name() -> None:
+    from fleetwatch.cli.main import SUBCOMMANDS, load_subcommand
+
+    for name in SUBCOMMANDS:
+        assert load_subcommand(name).name == name
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert all(name in result.output for name in SUBCOMMANDS)
