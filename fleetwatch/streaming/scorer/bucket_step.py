@@ -27,18 +27,17 @@ When the bucket's timer fires, :func:`expire_bucket` lets the devices that are d
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
 from fleetwatch.contracts import wire
 from fleetwatch.contracts.fleet import fleet_scope
-from fleetwatch.streaming.scorer import bucket_state, quarantine
-from fleetwatch.streaming.scorer.bucket_state import BucketState as BucketState
-from fleetwatch.streaming.scorer.bucket_state import new_bucket as new_bucket
+from fleetwatch.streaming.scorer import quarantine
 from fleetwatch.streaming.scorer.detectors import (
     CACHE,
     CHAMPIONS,
@@ -55,6 +54,20 @@ from fleetwatch.streaming.scorer.policy import Policy
 from fleetwatch.streaming.scorer.readings import Record, Refused, Rows
 
 logger = logging.getLogger(__name__)
+
+
+class BucketState(TypedDict):
+    """What the scorer keeps of a bucket of devices (one value, pickled: JSON's types only)."""
+
+    devices: dict[str, DeviceScoringState]
+    timer_ms: int | None
+    """The event-time timer registered for the bucket (the earliest device's when set)."""
+    fleet: dict[str, int]
+    """Scope → the version of its champion held in the store."""
+
+
+def new_bucket() -> BucketState:
+    return {"devices": {}, "timer_ms": None, "fleet": {}}
 
 
 class ParamsStore(Protocol):
@@ -188,15 +201,14 @@ def score_bucket(
     """A micro-batch of the bucket (see the module's docstring); ``bucket`` is updated.
 
     One device's failure never fails the bucket: a device whose batch raises gets its state
-    back as it was before the batch (from ``saved``, the bucket's state value as stored —
-    encoded here when not given, :func:`~fleetwatch.streaming.scorer.bucket_state.encode`),
-    its records go to the dead letters with the reason, and repeated failures quarantine it
-    (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
+    back as it was before the batch (from ``saved``, the bucket's state as stored — pickled
+    here when not given), its records go to the dead letters with the reason, and repeated
+    failures quarantine it (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
     _new_champions(bucket, batch.champions, store)
     fleet = partial(bucket_champion, bucket["fleet"], store) if bucket["fleet"] else None
     devices = bucket["devices"]
     out = BucketOutput()
-    before = _Before(saved if saved is not None else bucket_state.encode(bucket))
+    before = _Before(saved if saved is not None else pickle.dumps(bucket, pickle.HIGHEST_PROTOCOL))
     wanted = batch.params.keys() | batch.readings.keys() | batch.lifts.keys()
     for device_id in sorted(wanted):
         state = devices.get(device_id)
@@ -286,7 +298,7 @@ def _seq_of(record: Record) -> object:
 
 
 class _Before:
-    """The bucket's devices as they were before the batch, decoded on the first failure."""
+    """The bucket's devices as they were before the batch, unpickled on the first failure."""
 
     def __init__(self, saved: bytes) -> None:
         self.saved = saved
@@ -294,7 +306,7 @@ class _Before:
 
     def state(self, device_id: str) -> DeviceScoringState | None:
         if self.devices is None:
-            bucket = bucket_state.decode(self.saved)
+            bucket: BucketState = pickle.loads(self.saved)
             self.devices = bucket["devices"]
         return self.devices.get(device_id)
 

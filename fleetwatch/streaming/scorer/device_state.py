@@ -3,8 +3,8 @@ on ``device.state``.
 
 A :class:`DeviceScoringState` is a ``TypedDict``: a plain dict at run time holding only JSON's
 types (dicts with string keys, lists, strings, numbers, ``None``; tested), which the processor
-encodes into the bucket's state value (:mod:`~fleetwatch.streaming.scorer.bucket_state`) and
-gets back exactly, NaN included. Renaming or adding a field changes that value's layout: bump
+pickles into the bucket's state value (:mod:`~fleetwatch.streaming.scorer.processor`) and gets
+back exactly, NaN included. Renaming or adding a field changes that value's layout: bump
 :data:`~fleetwatch.streaming.scorer.job.PLAN_VERSION`.
 """
 

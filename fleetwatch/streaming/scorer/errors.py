@@ -7,7 +7,3 @@ from fleetwatch.contracts.errors import FleetwatchError
 
 class ScoringError(FleetwatchError):
     """The scoring query failed (the message carries Spark's reason)."""
-
-
-class BucketStateError(ScoringError):
-    """A bucket's state value could not be read."""

@@ -1,7 +1,7 @@
 """The scorer: ``telemetry.raw`` ⋈ ``model.params`` → per-device scoring in event time →
 ``alerts``, ``device.state``, ``device.sessions`` and ``telemetry.late``.
 
-The plan (PLAN_VERSION 15)::
+The plan (PLAN_VERSION 14)::
 
     telemetry.raw (key = device id, value = JSON, timestamp = event time)
         ─ watermark(timestamp, score.allowed_lateness) ─ (device, value as text) ─────┐
@@ -63,15 +63,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 15
+PLAN_VERSION = 14
 """Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint), or the
 layout of its state (plan 10: the device state's fields by name,
 :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState`; plan 11: the level
 detector's averages, ``level_averages``; plan 12: each reading's partition and offset in
 the operator's input, dead letters and ``headers`` in its output, the quarantine fields; plan 13:
 what the PCA member carries of its last readings, ``joint_surprise``; plan 14: the metrics held
-since a move the fleet knows, ``familiar_moves``; plan 15: a bucket's state value as tagged
-MessagePack, :mod:`~fleetwatch.streaming.scorer.bucket_state`)."""
+since a move the fleet knows, ``familiar_moves``)."""
 OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING, headers STRING"
 """``headers``: a dead letter's Kafka headers as JSON ``[[key, value], ...]`` (null on the
 other records), made the Kafka sink's ``headers`` column by :func:`kafka_rows`."""
