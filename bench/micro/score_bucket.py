@@ -1,8 +1,6 @@
 """The scorer's Python side without Spark: a simulated fleet's readings through what the
-operator does per bucket and micro-batch — the bucket's state taken from its value
-(:class:`~fleetwatch.streaming.scorer.bucket_state.WarmBuckets`: kept by the worker, or decoded
-with ``--cold``, as after a restart), the input rows scored
-(:func:`~fleetwatch.streaming.scorer.processor.score_rows`), the state encoded again.
+operator does per bucket and micro-batch — the bucket's state value unpickled, the input rows
+scored (:func:`~fleetwatch.streaming.scorer.processor.score_rows`), the state pickled again.
 
 The fleet is the end-to-end bench's (``bench/pipeline/under_load.py``): ``--devices`` devices
 of the default scenario (temperature, the scenario's noise, a spike every 25th reading), 1
@@ -11,14 +9,14 @@ of ``--batch-ms`` of arrival time, each device in one of the plan's 16 buckets. 
 runs (as in that bench): devices are scored by the fixed baseline. The heap is settled as the
 operator's worker settles it (:func:`~fleetwatch.heap.settle_worker`). CPU time per reading over
 ``--rounds`` readings per device after ``--warm`` readings of warm-up, the least of
-``--repeat`` passes (each from empty state), and of it the state's taking and encoding
+``--repeat`` passes (each from empty state), and of it the state's unpickling and pickling
 (``state_ms_per_batch``); ``--profile N`` prints the N functions with the most cumulative time
 instead.
 
-    python bench/micro/score_bucket.py [--devices 1000] [--rounds 60] [--noise realistic] [--cold]
+    python bench/micro/score_bucket.py [--devices 1000] [--rounds 60] [--noise realistic]
 
 Last line: {"us_per_reading", "ms_per_batch", "state_ms_per_batch", "state_bytes",
-"out_rows_per_batch", "readings", "batches", "noise", "cold"}
+"out_rows_per_batch", "readings", "batches", "noise"}
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import pickle
 import pstats
 import sys
 import tempfile
@@ -47,7 +46,6 @@ from fleetwatch.ingest.clock import ClockOffsets
 from fleetwatch.simulator.recording import record, recorded
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.streaming.buckets import BUCKETS
-from fleetwatch.streaming.scorer.bucket_state import WarmBuckets, decode, encode
 from fleetwatch.streaming.scorer.bucket_step import MemoryStore, new_bucket
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.processor import Context, score_rows, topic_names
@@ -115,7 +113,7 @@ def batches(devices: int, rounds: int, noise: str, batch_ms: int) -> Frames:
 class Cost:
     cpu_s: float = 0.0
     state_s: float = 0.0
-    """Of :attr:`cpu_s`, taking each bucket's state from its value and encoding it again."""
+    """Of :attr:`cpu_s`, unpickling each bucket's state and pickling it again."""
     out_rows: int = 0
     state_bytes: int = 0
     """The buckets' state values at the end, in all."""
@@ -129,15 +127,13 @@ class Cost:
         )
 
 
-def run(frames: Frames, cold: bool) -> Cost:
+def run(frames: Frames) -> Cost:
     """The CPU time over ``frames`` from empty state, as the operator spends it per bucket:
-    its state taken from its value (kept by the worker, or decoded every time when ``cold``),
-    the readings scored, the state encoded."""
+    its state unpickled from its value, the readings scored, the state pickled."""
     settings = Settings()
     context = Context(
         policy_of(settings), MemoryStore(), topic_names(settings), settings.topics.telemetry_raw
     )
-    warm = WarmBuckets()
     stored: dict[int, bytes] = {}
     cost = Cost()
     clock = time.process_time
@@ -146,15 +142,11 @@ def run(frames: Frames, cold: bool) -> Cost:
         for b, frame in by_bucket.items():
             t0 = clock()
             saved = stored.get(b)
-            if saved is None:
-                bucket = new_bucket()
-            else:
-                bucket = decode(saved) if cold else warm.take(b, saved)
+            bucket = new_bucket() if saved is None else pickle.loads(saved)
             t1 = clock()
             scored = score_rows(frame, bucket, saved, b, watermark, at, context)
             t2 = clock()
-            stored[b] = encode(bucket)
-            warm.keep(b, stored[b], bucket)
+            stored[b] = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
             cost.state_s += t1 - t0 + clock() - t2
             cost.out_rows += len(scored)
     cost.cpu_s = clock() - started
@@ -171,9 +163,6 @@ def main() -> None:
     parser.add_argument("--batch-ms", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
-    parser.add_argument(
-        "--cold", action="store_true", help="decode every bucket's value (none kept warm)"
-    )
     args = parser.parse_args()
     settle_worker()  # as the operator's worker does at its first task
     frames = batches(args.devices, args.warm + args.rounds, args.noise, args.batch_ms)
@@ -183,15 +172,15 @@ def main() -> None:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        run(frames, args.cold)
+        run(frames)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
         return
     best: Cost | None = None
     for _ in range(args.repeat):
-        run(frames[:warm], args.cold)  # the same warm-up each pass, not measured
-        cost = run(frames, args.cold) - run(frames[:warm], args.cold)
+        run(frames[:warm])  # the same warm-up each pass, not measured
+        cost = run(frames) - run(frames[:warm])
         best = cost if best is None or cost.cpu_s < best.cpu_s else best
         print(
             f"pass: {cost.cpu_s * 1e6 / readings:.1f} µs per reading, state "
@@ -207,7 +196,6 @@ def main() -> None:
         "readings": readings,
         "batches": len(measured),
         "noise": args.noise,
-        "cold": args.cold,
     }
     print(json.dumps(figures))
     write_results(__file__, figures)
