@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -32,8 +33,18 @@ def dumps(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, allow_nan=False, separators=(",", ":"))
 
 
+_DECODE = msgspec.json.Decoder().decode
+
+
 def loads(text: str | bytes) -> dict[str, Any]:
-    value = json.loads(text)
+    """Parameters from their JSON text, read with msgspec's parser: the same values as the
+    standard library's (its floats are correctly rounded too) in a fraction of the time a
+    detector's thousands of floats take. Text it refuses (``NaN``, a lone surrogate escaped in
+    a name) is read, or refused, by the standard parser."""
+    try:
+        value = _DECODE(text)
+    except msgspec.MsgspecError:
+        value = json.loads(text)
     if not isinstance(value, dict):
         raise ParamsError(f"parameters must be a JSON object, got {type(value).__name__}")
     return value

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.model_params import encode_device
+from fleetwatch.models import params
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import ParamsError
 from fleetwatch.models.registry import Tuning
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode, merge_newer
-from fleetwatch.streaming.trainer.learning import detector_of, learn_device, read_params
+from fleetwatch.streaming.trainer.learning import detector_of, learn_device
 from fleetwatch.streaming.trainer.processor import FAILED, learn_bucket, seeds
 
 
@@ -169,11 +170,11 @@ def test_a_bucket_state_is_the_standard_librarys_json(device_id: str) -> None:
 def test_parameters_text_is_read_as_the_standard_library_reads_it() -> None:
     text = learn_device(None, frame(1, 0, 200))
     assert text is not None
-    assert json.dumps(read_params(text)) == json.dumps(json.loads(text))
+    assert json.dumps(params.loads(text)) == json.dumps(json.loads(text))
     # what msgspec refuses is read (or refused) by the standard parser
-    assert read_params('{"name":"\\ud800","v":NaN}')["name"] == "\ud800"
+    assert params.loads('{"name":"\\ud800","v":NaN}')["name"] == "\ud800"
     with pytest.raises(ParamsError):
-        read_params("[1, 2]")
+        params.loads("[1, 2]")
     with pytest.raises(json.JSONDecodeError):
-        read_params("{")
+        params.loads("{")
     assert decode('{"d\\ud800":"{}"}') == {"d\ud800": "{}"}

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fleetwatch.models import params
 from fleetwatch.models.errors import ParamsError
-from fleetwatch.streaming.trainer.learning import read_params
 
 if TYPE_CHECKING:
     from fleetwatch.models.base import Detector
@@ -71,7 +71,7 @@ def decode(value: str | None) -> dict[str, str]:
 
 
 def version_of(params_json: str) -> int:
-    return int(read_params(params_json)["version"])
+    return int(params.loads(params_json)["version"])
 
 
 def merge_newer(bucket: dict[str, str], seeds: Iterable[tuple[str, str]]) -> None:

@@ -3,15 +3,12 @@
 The trainer's Spark job (:mod:`fleetwatch.streaming.trainer.job`) is glue around these
 functions; the tests call them directly. Parameters travel as canonical JSON text
 (:func:`params.dumps`), the form they have in the job's state store and, wrapped by
-:func:`~fleetwatch.contracts.model_params.encode_device`, on ``model.params``; the trainer reads
-them back with :func:`read_params`.
+:func:`~fleetwatch.contracts.model_params.encode_device`, on ``model.params``.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-
-import msgspec
 
 from fleetwatch.contracts.model_params import HEADER
 from fleetwatch.models import params
@@ -72,19 +69,4 @@ def detector_of(previous: str | None, tuning: Tuning = DEFAULT_TUNING) -> Detect
     with ``tuning``)."""
     if previous is None:
         return default_detector(tuning)
-    return load_params(read_params(previous))
-
-
-_DECODE = msgspec.json.Decoder().decode
-
-
-def read_params(text: str) -> dict[str, Any]:
-    """:func:`params.loads`, with msgspec's parser: the same values (its floats are correctly
-    rounded, as Python's are) in a fraction of the time a detector's thousands of floats take
-    the standard one. Text it refuses (``NaN``, a lone surrogate escaped in a name) or that is
-    not an object is left to :func:`params.loads`, which accepts or refuses it as ever."""
-    try:
-        value = _DECODE(text)
-    except msgspec.MsgspecError:
-        return params.loads(text)
-    return value if isinstance(value, dict) else params.loads(text)
+    return load_params(params.loads(previous))

@@ -39,7 +39,7 @@ from fleetwatch.streaming.trainer.expiry import (
     forget_due,
     note,
 )
-from fleetwatch.streaming.trainer.learning import detector_of, learn_update, read_params
+from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
     READING_COLUMNS,
@@ -219,7 +219,7 @@ def last_heard(bucket: dict[str, str]) -> Iterator[tuple[str, int]]:
     """Seeded devices, each with the newest event time its parameters learned (what the trainer
     last heard of it before its checkpoint was new)."""
     for device_id, text in bucket.items():
-        trained_to = read_params(text).get("trained_to_ms")
+        trained_to = params.loads(text).get("trained_to_ms")
         if trained_to is not None:
             yield device_id, int(trained_to)
 
