@@ -3,12 +3,15 @@
 ``--step`` to ``--rate-to``, until a run misses the objective (p99 > 1 s, a probe spike without
 an alert, the rate not offered, or a backlog left when publishing stops). The sustainable rate
 is the highest that held it in ``HOLD_RUNS`` consecutive runs, each with a fresh scorer.
+Each run first feeds the fleet at 1,000/s for ``--warmup`` seconds, as ``under_load.py``
+does: a fresh scorer's batches shorten for minutes while its JIT compiles Spark's code, so a
+run without it measures the JIT as much as the rate.
 
     python bench/pipeline/sustainable_rate.py [--seconds 30] [--rate-from 2000] [--step 2000]
-        [--rate-to 20000] [--trainer]
+        [--rate-to 20000] [--warmup 15] [--trainer]
 
-Last line: {"sustainable_rps", "objective_p99_ms", "runs_per_rate", "rates": [per rate: held,
-p50, p99, pipeline cores and load of each run]}
+Last line: {"sustainable_rps", "objective_p99_ms", "runs_per_rate", "warmup_s", "rates": [per
+rate: held, p50, p99, pipeline cores and load of each run]}
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main() -> None:
         "runs_per_rate": HOLD_RUNS,
         "trainer": args.trainer,
         "seconds": args.seconds,
+        "warmup_s": args.warmup,
         "rates": [
             {
                 "rate": t["rate"],
