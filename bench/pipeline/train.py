@@ -1,9 +1,11 @@
-"""Parameter freshness and training throughput of the live trainer, on the real local stack.
+"""Parameter freshness and training throughput of the live trainer, on brokers of its own.
 
-``--devices`` simulated devices send readings (temperature and humidity) straight to an
-isolated ``telemetry.raw`` (own topics, own run dir; the shared stack is left as it is) at
-``--rate`` readings/s in rounds (one reading per device per round; event time = the wall clock
-at sending = the Kafka timestamp). ``fleetwatch train`` runs as a subprocess on those topics.
+The bench brings up its own Kafka and Mosquitto (:func:`bench.micro.gateway.private_stack`:
+free ports, a temporary run dir; a running stack is left alone) and takes them down at the end.
+``--devices`` simulated devices send readings (temperature and humidity) straight to
+``telemetry.raw`` at ``--rate`` readings/s in rounds (one reading per device per round; event
+time = the wall clock at sending = the Kafka timestamp). ``fleetwatch train`` runs as a
+subprocess on those topics.
 
 1. Warm-up: one round, then wait until every device has parameters (the JVM start and the first
    batch are not measured).
@@ -25,12 +27,16 @@ Throughput: steady-phase readings covered by published parameters, divided
 by the time from the start of the steady phase to the last of those publications (so a trainer
 that keeps up at the offered rate with a lag of L seconds shows ``rate · D / (D + L)`` for a
 steady phase of D seconds: it reaches the rate only as the lag goes to 0). Peak RSS:
-the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc.
+the trainer's process tree (CLI + JVM + Python workers), sampled every second from /proc; at
+its peak, split by class of process (``peak_rss_by_process_mb``: the JVM, the Python workers,
+the driver), and the most Python worker processes alive at once (``most_python_workers``,
+pyspark's daemon counted).
 
     python bench/pipeline/train.py [--devices 10000] [--rate 20000] [--duration 180]
 
 Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
 "freshness_p50_last_fifth_s", "throughput_rps", "devices", "peak_rss_mb",
+"peak_rss_by_process_mb", "most_python_workers",
 "rate_rps", "trigger", "steady_readings", "uncovered_readings", "device_batches",
 "newest_freshness_p50_s", "newest_freshness_p95_s", "trainer_exit", "baseline_throughput_rps",
 "cpu_s", "loadavg_1m"}
@@ -49,7 +55,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -66,10 +71,11 @@ from bench.common import (
     isolated_env,
     load_avg_1m,
     percentile,
+    rss_mb,
     tree,
-    tree_rss_mb,
     write_results,
 )
+from bench.micro.gateway import private_stack
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.settings import KafkaSettings, Settings
 from fleetwatch.contracts.telemetry import SCHEMA_VERSION, TelemetryRecord
@@ -95,14 +101,18 @@ def process_class(pid: int) -> str:
 
 
 class PeakRss:
-    """Samples the tree's total RSS every ``interval_s`` in a thread; :attr:`peak_mb`. Also the
-    CPU time of each process of the tree, last seen (:meth:`cpu_s`: a Python worker that
-    exits between two samples loses at most one interval of it)."""
+    """Samples the tree's total RSS every ``interval_s`` in a thread; :attr:`peak_mb`, and at
+    that peak the RSS per class of process (:attr:`at_peak_mb`); the most Python worker
+    processes seen at once (:attr:`most_workers`, the daemon counted). Also the CPU time of each
+    process of the tree, last seen (:meth:`cpu_s`: a Python worker that exits between two
+    samples loses at most one interval of it)."""
 
     def __init__(self, pid: int, interval_s: float = 1.0) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.peak_mb = 0.0
+        self.at_peak_mb: dict[str, float] = {}
+        self.most_workers = 0
         self._cpu: dict[int, tuple[str, float]] = {}
         self._cpu_lock = threading.Lock()
         self._stop = threading.Event()
@@ -118,9 +128,22 @@ class PeakRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, tree_rss_mb(self.pid))
+            self._sample_rss()
             self._sample_cpu()
             self._stop.wait(self.interval_s)
+
+    def _sample_rss(self) -> None:
+        by_class = {"jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+        workers = 0
+        for p in tree(self.pid):
+            what = process_class(p)
+            if what != "gone":
+                by_class[what] += rss_mb(p)
+                workers += what == "python_workers"
+        self.most_workers = max(self.most_workers, workers)
+        if sum(by_class.values()) > self.peak_mb:
+            self.peak_mb = sum(by_class.values())
+            self.at_peak_mb = {k: round(v) for k, v in by_class.items()}
 
     def _sample_cpu(self) -> None:
         for p in tree(self.pid):
@@ -309,12 +332,10 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--keep-log", type=Path, help="copy the trainer's log here")
     args = parser.parse_args()
-    settings = Settings()
-    kafka = settings.kafka
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the topics below
-    with tempfile.TemporaryDirectory(prefix="fleetwatch-bench-train-") as tmp:
-        run_dir = Path(tmp)
+    with private_stack() as (run_dir, settings, stack_env):  # SIGTERM: the brokers go too
+        kafka = settings.kafka
         topics, env = isolated_env(settings, uuid.uuid4().hex[:8], run_dir)
+        env.update({k: v for k, v in stack_env.items() if k.startswith("FLEETWATCH_")})
         env["FLEETWATCH_TRAIN__TRACKING"] = "false"
         env["FLEETWATCH_TRAIN__TRIGGER_INTERVAL"] = args.trigger
         fleet = Fleet(kafka, topics.telemetry_raw, args.devices)
@@ -402,6 +423,8 @@ def main() -> None:
         "throughput_rps": round(throughput),
         "devices": args.devices,
         "peak_rss_mb": round(rss.peak_mb),
+        "peak_rss_by_process_mb": rss.at_peak_mb,
+        "most_python_workers": rss.most_workers,
         "rate_rps": args.rate,
         "trigger": args.trigger,
         "steady_readings": produced,
