@@ -1,6 +1,10 @@
 """The alert lifecycle of one device, pure: scored readings in, alert events out.
 
-An *episode* is keyed by metric and detector kind. Per key, in event time::
+An *episode* is keyed by metric and detector kind; a joint kind's (:data:`JOINT`: a verdict on
+the whole reading, named after the metric it blames) by its kind alone while it is under way, so
+a break whose blame moves between metrics is one episode, named after the metric it opened on.
+Per key, in event time, each reading counted once (a joint kind reports a reading once per
+metric row)::
 
     idle ──anomalous──▶ pending ──(min_readings anomalous)──▶ open ──▶ update* ──▶ resolve
                            │                                    │
@@ -32,6 +36,7 @@ from typing import Any
 
 from fleetwatch.contracts.alerts import Severity, alert_id, event_id
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT, score_from_surprise
+from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 
 CALM_SCORE = float(score_from_surprise(S_ALERT / 2))
@@ -40,6 +45,8 @@ CRITICAL_SCORE = float(score_from_surprise(2 * S_ALERT))
 """At or above this an episode is critical (p ≤ 1e-12)."""
 UPDATE_STEP = 0.05
 DROPOUT = "dropout"
+JOINT = frozenset(kind for kind, cls in KINDS.items() if not cls.per_metric)
+"""Detector kinds whose verdict is about a whole reading, named after the metric it blames."""
 
 
 def severity_of(score: float) -> Severity:
@@ -86,6 +93,9 @@ class Episode:
     gap_limit_ms: float | None = None
     filled: list[int] = field(default_factory=list)
     """Event times of late readings inside the gap (a dropout episode)."""
+    heard: int = -1
+    """The ``seq`` of the latest reading it counted: a joint kind reports a reading once per
+    metric row, and a reading counts once."""
 
     @property
     def key(self) -> str:
@@ -148,10 +158,28 @@ class Lifecycle:
         for seq, ev, rx in sorted({(int(a), int(b), int(c)) for a, b, c in arrivals}):
             self.late_reading(seq, ev, rx)
 
+    def keys_heard(self, metrics: Iterable[str]) -> set[str]:
+        """The keys whose calm rows the lifecycle needs, among readings of ``metrics``: its
+        episodes', and every metric's of a joint kind with an episode under way (:meth:`key`)."""
+        joint = {e.kind for e in self.episodes.values() if e.kind in JOINT}
+        return set(self.episodes) | {f"{m}\x1f{k}" for k in joint for m in metrics}
+
+    def key(self, obs: Observation) -> str:
+        """The episode ``obs`` belongs to: its metric's and kind's. A joint kind's reading
+        continues its kind's episode under way whatever metric it blames: the blame may move
+        between metrics while one break lasts, and an episode named after a metric no longer
+        blamed would hear no reading and stay open after the break."""
+        key = f"{obs.metric}\x1f{obs.kind}"
+        if obs.kind in JOINT and key not in self.episodes:
+            return next((k for k, e in self.episodes.items() if e.kind == obs.kind), key)
+        return key
+
     def observe(self, obs: Observation) -> None:
         """An in-order observation."""
-        key = f"{obs.metric}\x1f{obs.kind}"
+        key = self.key(obs)
         episode = self.episodes.get(key)
+        if episode is not None and obs.seq == episode.heard:
+            return
         if obs.score >= ALERT_SCORE:
             if episode is None:
                 episode = Episode(
@@ -163,9 +191,11 @@ class Lifecycle:
                     peak=obs.score,
                     gap_from_ms=obs.gap_from_ms,
                     gap_limit_ms=obs.band if obs.kind == DROPOUT else None,
+                    heard=obs.seq,
                 )
                 self.episodes[key] = episode
             else:
+                episode.heard = obs.seq
                 episode.bad += 1
                 episode.calm = 0
                 episode.last_bad_ms = max(episode.last_bad_ms, obs.event_ms)
@@ -188,11 +218,13 @@ class Lifecycle:
             if not episode.opened:
                 del self.episodes[key]
                 return
+            episode.heard = obs.seq
             episode.calm += 1
             if episode.calm >= self.clear_readings:
                 del self.episodes[key]
                 self._emit(episode, "resolve", obs, end_ms=episode.last_bad_ms)
         elif episode is not None:
+            episode.heard = obs.seq
             episode.calm = 0
 
     def late_reading(self, seq: int, event_ms: int, received_ms: int) -> None:
@@ -213,7 +245,7 @@ class Lifecycle:
         backwards (an ``update`` with the earlier start), or opens one."""
         if obs.kind == DROPOUT or obs.score < ALERT_SCORE:
             return
-        episode = self.episodes.get(f"{obs.metric}\x1f{obs.kind}")
+        episode = self.episodes.get(self.key(obs))
         if episode is None:
             self.observe(obs)
             return

@@ -76,7 +76,7 @@ def score(
         lifecycle.follow_late(late)
     in_order = batch.in_order
     if in_order is not None and len(in_order):
-        active = set(lifecycle.episodes)
+        active = lifecycle.keys_heard(set(in_order["metric"].tolist()))
         last_ms, heard = st["last_seen_ms"], st["late_heard_ms"]
         gap_from = last_ms if heard is None or last_ms is None else max(last_ms, int(heard))
         memory = ScoringMemory(
