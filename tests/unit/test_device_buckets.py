@@ -155,6 +155,23 @@ def test_a_warm_bucket_is_handed_out_once_and_only_for_the_value_it_wrote() -> N
     assert warm.take(2, None).texts == {}
 
 
+def test_a_worker_keeps_only_the_buckets_of_the_partition_of_its_latest_task() -> None:
+    warm = WarmBuckets()
+    texts = {"d1": str(learn_device(None, frame(1, 0, 12)))}
+    value = encode(texts)
+    warm.enter(0)
+    first, second = warm.take(1, value), warm.take(2, value)
+    warm.keep(1, value, first)
+    warm.keep(2, value, second)
+    warm.enter(0)  # the same partition's next task: both still kept
+    assert len(warm) == 2
+    assert warm.take(1, value) is first
+    warm.keep(1, value, first)
+    warm.enter(1)  # another partition's task: none of partition 0's buckets is kept
+    assert len(warm) == 0
+    assert warm.take(1, value) is not first
+
+
 @pytest.mark.parametrize("device_id", ["d1", "dé-1", "d\x7f", 'd\x01\n"\\', "\u2028"], ids=repr)
 def test_a_bucket_state_is_the_standard_librarys_json(device_id: str) -> None:
     """msgspec writes the state value; its bytes are ``json.dumps``' (keys sorted, no spaces,

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +97,43 @@ ARROW_BATCH_ROWS = 200_000
 """Rows per Arrow batch in the trainer's session (Spark's default is 10,000): the readings of a
 micro-batch's partition reach the packing step in one or a few batches, so most devices are
 one row for the processor."""
+STATE_STORE_CONF = {
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+}
+"""The RocksDB state stores of the trainer's query (the de-duplication's and the buckets', one
+each per shuffle partition) share one memory budget, Spark's
+``spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB``, for their write buffers, block
+cache and index and filter blocks, in place of a write buffer pair and a cache each with the
+index and filter blocks outside any bound. What they hold is on disk; the bucket values are
+read once and rewritten each batch, so a smaller cache costs reads from the page cache, not
+learning."""
+
+
+MALLOC_ARENAS = "MALLOC_ARENA_MAX"
+"""glibc's bound on its malloc arenas (by default 8 per core, each kept at its high-water mark):
+the trainer's JVM allocates natively from many threads (RocksDB's and the tasks', Arrow's, the
+codecs'), and each thread that finds the arenas busy takes another. The JVM that ``local[N]``
+runs gets one arena per task slot, :func:`local_task_slots` (an operator's own value in the
+environment wins; under ``spark-submit`` or on a cluster, the JVMs are started elsewhere)."""
+
+
+def local_task_slots(master: str) -> int | None:
+    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``,
+    ``local[N,F]``); ``None`` for any other master."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
+def native_arenas(settings: Settings) -> dict[str, str]:
+    """The environment the trainer's local JVM is launched with for :data:`MALLOC_ARENAS`."""
+    slots = local_task_slots(settings.spark.master)
+    return {} if slots is None else {MALLOC_ARENAS: str(slots)}
 
 
 @dataclass(frozen=True)
@@ -230,6 +269,9 @@ def start(
         else backfill.checkpoint(settings.checkpoint_root)
     )
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+    for key, value in STATE_STORE_CONF.items():
+        if spark.conf.get(key, None) is None:  # an operator's own value (spark.conf) wins
+            spark.conf.set(key, value)
     readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
     if backfill is not None:
         readings = within(readings, backfill.from_ms, backfill.to_ms)
@@ -283,6 +325,8 @@ def run(
         on_failed = metrics.failed.inc
     ready = QueryReadiness()
     with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT", ready):
+        for name, value in native_arenas(settings).items():
+            os.environ.setdefault(name, value)  # the JVM launched next inherits it
         spark = build_session(settings, f"fleetwatch-{JOB}")
         ready.follow_named(spark.streams, f"fleetwatch-{JOB}")
         try:

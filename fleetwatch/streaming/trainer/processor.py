@@ -99,7 +99,7 @@ def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
 
 
 def warm_buckets() -> WarmBuckets:
-    """The detectors of the buckets this Python worker last wrote (see
+    """The detectors of the buckets of its latest partition this Python worker last wrote (see
     :mod:`fleetwatch.streaming.trainer.bucket_state`): a reused worker skips reading their
     parameters. (A function of the module, so that the processor is pickled with a reference to
     it, not with the object.)"""
@@ -111,6 +111,7 @@ def _bucket_trainer(
 ) -> Any:
     """The ``StatefulProcessor`` (built lazily: pyspark is imported only where Spark runs)."""
     # lazy: pyspark is imported only where Spark runs
+    from pyspark import TaskContext
     from pyspark.sql.streaming.stateful_processor import (
         ExpiredTimerInfo,
         StatefulProcessor,
@@ -132,6 +133,9 @@ def _bucket_trainer(
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.handle = handle
             self.params = handle.getValueState("params", state_schema)
+            task = TaskContext.get()  # None where the plan is made (the driver's init)
+            if task is not None:
+                warm_buckets().enter(task.partitionId())
 
         def _stored(self) -> tuple[str | None, Seen]:
             held = self.params.get()
