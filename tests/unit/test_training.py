@@ -18,7 +18,7 @@ from fleetwatch.models.batch import Batch
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.registry import CombinedDetector, Tuning, default_detector, load_params
 from fleetwatch.models.seasonal import SeasonalBaseline
-from fleetwatch.streaming.trainer.learning import learn_device, learn_update
+from fleetwatch.streaming.trainer.learning import canonical, learn_device, learn_update
 from fleetwatch.streaming.trainer.processor import latest_params
 
 INTERVAL_MS = 5 * 60_000
@@ -306,3 +306,71 @@ def test_learning_from_the_gates_judgement_gives_the_parameters_of_a_fresh_one()
         fresh._learn_batch(again, fresh._gate(Batch.of(frame)))
         assert params.dumps(gated.to_params()) == params.dumps(fresh.to_params())
         start += 12
+
+
+SPECIAL_FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    0.1,
+    1e-4,
+    9.999e-5,
+    3.3043707618338716e-05,
+    5e-324,
+    1e15,
+    9999999999999998.0,
+    1e16,
+    1.2345678901234568e20,
+    1.7976931348623157e308,
+    -2.5e-7,
+    21.000091286448587,
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"state": {"xs": SPECIAL_FLOATS, "n": [0, -3, 2**63 - 1], "none": None, "ok": True}},
+        {"b": 1, "a": {"z": [[0.5, 1e-9]], "y": 't\x01\n"\\'}},  # control characters, sorting
+        {"name": "dé", "x": 1.5},  # not ASCII: escaped by json.dumps
+        {"name": "d\x7f", "x": 1.5},
+        {"big": 2**70, "x": 0.25},  # beyond 64 bits: msgspec refuses
+        {"tuple": (1.5, 2.5), "x": np.float64(0.1)},  # a numpy float is a float for json.dumps
+        {"p95e": 1.0, "1e5": "1e5"},  # looks like an exponent without being one
+    ],
+    ids=repr,
+)
+def test_canonical_parameters_text_is_what_params_dumps_writes(value: dict[str, object]) -> None:
+    assert canonical(value) == params.dumps(value)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_canonical_parameters_text_refuses_what_params_dumps_refuses(bad: float) -> None:
+    with pytest.raises(ValueError, match="JSON compliant"):
+        params.dumps({"x": [1.0, bad]})
+    with pytest.raises(ValueError, match="JSON compliant"):
+        canonical({"x": [1.0, bad]})
+
+
+def test_canonical_parameters_text_of_learned_detectors_and_random_floats() -> None:
+    rng = np.random.default_rng(3)
+    floats = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-320, 308, 20_000)).tolist()
+    floats += (rng.standard_normal(20_000) * 10.0 ** rng.integers(-8, 20, 20_000)).tolist()
+    for chunk in range(0, len(floats), 100):
+        value = {"state": {"values": floats[chunk : chunk + 100]}}
+        assert canonical(value) == params.dumps(value)
+    detector = default_detector()
+    for start in range(0, 400, 40):
+        t = (start + np.arange(40, dtype=np.int64)) * 60_000
+        batch = Batch.of(
+            pd.DataFrame(
+                {
+                    "event_ms": np.repeat(t, 2),
+                    "metric": np.tile(np.array(["temperature", "humidity"], dtype=object), 40),
+                    "value": rng.normal(20.0, 1.0, 80),
+                }
+            )
+        )
+        detector.learn(batch)
+        new = detector.to_params()
+        assert canonical(new) == params.dumps(new)
