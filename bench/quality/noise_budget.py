@@ -7,8 +7,8 @@ Each shape is ``--devices`` devices (seeded) of one metric, one reading every 10
 ``--fleet``, each shape's devices are one fleet (``fleetwatch detect --fleet``: scored in lockstep
 of event time, each scope's fleet model pooled from the devices as production pools it). With
 ``--metrics N``, each device reports ``N`` independent streams of its shape (metrics ``value``,
-``value_2``, …): production pools a scope's devices only once their multivariate member has
-learned, which takes two metrics, so a fleet of single-metric devices has no fleet model.
+``value_2``, …); a fleet of single-metric devices (the default) pools their tails alone, with
+no multivariate part (a joint model takes two metrics).
 With ``--join-days D`` (and ``--fleet``), the ``--devices`` devices counted are newcomers: they
 start ``D`` days after as many veterans of their shape, which run from the start, so each
 newcomer joins a fleet whose pooled tails know a day's excursions — what a device added to a

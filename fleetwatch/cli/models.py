@@ -176,9 +176,10 @@ def publish(name: Name, tracking_uri: TrackingUri = None) -> None:
 
 @app.command("register-fleet")
 def register_fleet(tracking_uri: TrackingUri = None, as_json: AsJson = False) -> None:
-    """Pool the devices' learned PCA moments from model.params into one fleet model per
-    scope (metric set) and register each as a new challenger version (--json: an object,
-    scope → the version registered)."""
+    """Pool the devices' learned parameters from model.params into one fleet model per
+    scope (metric set: the members' tails, and the PCA moments of devices of two metrics or
+    more) and register each as a new challenger version (--json: an object, scope → the
+    version registered)."""
     # lazy: mlflow takes a second to import
     from fleetwatch.fleet.store import with_tracking_uri
 
@@ -187,7 +188,7 @@ def register_fleet(tracking_uri: TrackingUri = None, as_json: AsJson = False) ->
     except (FleetwatchError, TimeoutError) as exc:
         fail(str(exc))
     if not registered:
-        fail("model.params has no device with learned PCA moments yet; run `fleetwatch train`")
+        fail("model.params has no device that has learned anything yet; run `fleetwatch train`")
     if as_json:
         print_json(registered)
         return

@@ -4,13 +4,15 @@ finds its scope's champion.
 
 The pooling is production's, function for function: the devices' parameters go through
 :func:`~fleetwatch.fleet.publish.pooled_by_scope` (devices grouped by scope, the metrics their
-multivariate member learned; :func:`~fleetwatch.fleet.pca.pool_pca` and
+multivariate member learned, or their streams' for a device of one metric;
+:func:`~fleetwatch.fleet.pca.pool_pca` where the scope's devices have one, and
 :func:`~fleetwatch.fleet.tails.pool_tails`), each scope's model is written as the champion's
 ``model.params`` record (:func:`~fleetwatch.contracts.model_params.encode_champion`), and read
 back as the scorer reads it (:func:`~fleetwatch.streaming.scorer.detectors.fleet_params`, then
 :func:`~fleetwatch.streaming.scorer.detectors.fleet_model`). The scorer's step then uses it as
 it uses a champion (:func:`~fleetwatch.streaming.scorer.detectors.choose`: the members borrow its
-pooled tails, and ``score.fleet_model`` says where it stands in for the multivariate member).
+pooled tails, and ``score.fleet_model`` says where its PCA part, if any, stands in for the
+multivariate member).
 
 When: production pools when an operator's schedule runs ``register-fleet`` and ``promote``; a
 file is pooled on the schedule :class:`FilePool` is given, by default the offline replay's

@@ -15,8 +15,8 @@ logger = logging.getLogger(__name__)
 
 
 def ready_scopes(settings: Settings, min_devices: int) -> dict[str, int]:
-    """Scopes whose devices with learned PCA moments on ``model.params`` number at least
-    ``min_devices``: ``{scope: devices}``."""
+    """Scopes whose devices pooled from ``model.params`` (:func:`pooled_by_scope`) number at
+    least ``min_devices``: ``{scope: devices}``."""
     pooled = pooled_by_scope(read_table(settings, timeout_s=10))
     return {scope: n for scope, (_, n) in pooled.items() if n >= min_devices}
 

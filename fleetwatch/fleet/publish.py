@@ -1,6 +1,7 @@
 """Fleet models from the parameter table: ``model.params`` (compacted, one record per device)
-→ the devices' PCA moments pooled per scope → a new registered MLflow model version per scope
-(alias ``challenger``; ``fleetwatch models promote`` makes it the champion).
+→ the devices' PCA moments and their members' tails pooled per scope → a new registered MLflow
+model version per scope (alias ``challenger``; ``fleetwatch models promote`` makes it the
+champion).
 
 A scope is the set of metrics a device reports (``humidity_temperature``): devices that measure
 the same things are pooled. Run at the end of a backfill, or on a schedule with
@@ -21,8 +22,9 @@ from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.model import compose
 from fleetwatch.fleet.pca import pool_pca
-from fleetwatch.fleet.tails import member_params, pool_tails
+from fleetwatch.fleet.tails import member_params, pool_tails, streams_of
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError
@@ -69,13 +71,19 @@ def scope_of(pca: Mapping[str, Any]) -> str:
 def pooled_by_scope(
     table: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, tuple[dict[str, Any], int]]:
-    """``{scope: (pooled PCA params, devices pooled)}`` from a parameter table (the fleet
-    champions' own records in it are left out). The pooled parameters also carry the level
-    member's tails pooled over the scope's devices (:mod:`~fleetwatch.fleet.tails`). Neither
-    is weighed by readings: each device counts as at most the median device, and the most
-    outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so one fast, noisy device
-    cannot widen its scope's thresholds."""
-    groups: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    """``{scope: (fleet model parameters, devices pooled)}`` from a parameter table (the fleet
+    champions' own records in it are left out), in :mod:`~fleetwatch.fleet.model`'s shape.
+
+    A device whose multivariate member has learned is in the scope of that member's metrics,
+    and its moments are pooled (:func:`~fleetwatch.fleet.pca.pool_pca`); any other device that
+    has learned a stream (one of a single metric, which has no joint model) is in the scope of
+    its streams' metrics (:func:`~fleetwatch.fleet.tails.streams_of`). Every device of a scope
+    adds its level and seasonal tails (:func:`~fleetwatch.fleet.tails.pool_tails`); a scope
+    without a device's moments has no PCA part. A scope with neither moments nor a tail to pool
+    has no model. Nothing is weighed by readings: each device counts as at most the median
+    device, and the most outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so
+    one fast, noisy device cannot widen its scope's thresholds."""
+    moments: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for device_id, record in table.items():
         if fleet_scope(device_id) is not None:
@@ -84,12 +92,20 @@ def pooled_by_scope(
         pca = pca_params(params)
         if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
             scope = scope_of(pca)
-            groups[scope][device_id] = pca
-            whole[scope].append(params)
-    return {
-        scope: (pool_pca(devices) | pool_tails(whole[scope]), len(devices))
-        for scope, devices in groups.items()
-    }
+            moments[scope][device_id] = pca
+        else:
+            streams = streams_of(params)
+            if not streams:
+                continue
+            scope = scope_of_metrics(streams)
+        whole[scope].append(params)
+    pooled = {}
+    for scope, devices in whole.items():
+        pca = pool_pca(moments[scope]) if moments[scope] else None
+        tails = pool_tails(devices)
+        if pca is not None or any(tails.values()):
+            pooled[scope] = (compose(pca, tails), len(devices))
+    return pooled
 
 
 def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict[str, int]:

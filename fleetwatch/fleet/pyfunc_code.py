@@ -2,6 +2,6 @@
 
 from mlflow.models import set_model
 
-from fleetwatch.fleet.pyfunc import FleetPcaModel
+from fleetwatch.fleet.pyfunc import FleetPyfuncModel
 
-set_model(FleetPcaModel())
+set_model(FleetPyfuncModel())

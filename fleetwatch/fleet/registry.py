@@ -38,9 +38,9 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet import model as fleet_model
 from fleetwatch.fleet import pyfunc as fleet_pyfunc
 from fleetwatch.fleet.store import client_for, experiment_id, mlflow_errors
-from fleetwatch.fleet.tails import POOLED, field_of, tails_of
 from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownModel, UnknownVersion
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.params import dumps, loads
@@ -129,17 +129,18 @@ class ModelRegistry:
         run_id: str | None = None,
         devices: int | None = None,
     ) -> VersionInfo:
-        """Log ``params`` (a fleet :class:`PcaDetector`'s) as a pyfunc model in ``run_id`` (a
-        new run of the training experiment when ``None``), register it as a new version of
+        """Log ``params`` (a fleet model's, :mod:`~fleetwatch.fleet.model`; the shape before
+        it is read and logged in the current one) as a pyfunc model in ``run_id`` (a new run of
+        the training experiment when ``None``), register it as a new version of
         ``{prefix}-{scope}`` and give it the ``challenger`` alias."""
         name = model_name(self.settings, scope)
-        detector = PcaDetector.from_params(params)  # refuses anything but PCA parameters
-        try:  # the members' tails pooled with it, if any, travel along
-            tails_of(params)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise FleetModelError(f"{name}: bad pooled tails: {exc}") from exc
-        fields = [field_of(cls.kind) for cls in POOLED]
-        carried = {f: params[f] for f in fields if f in params}
+        try:
+            detector, tails = fleet_model.load(params)
+            pca, fields = fleet_model.parts(params)
+        except FleetModelError as exc:
+            raise FleetModelError(f"{name}: {exc}") from exc
+        current = fleet_model.compose(pca, fields)
+        metrics = fleet_model.metrics_of(detector, tails)
         own_run = run_id is None
         with mlflow_errors(f"cannot log the fleet model {name}"):
             if run_id is None:
@@ -149,31 +150,32 @@ class ModelRegistry:
                     tags={TAG_SCOPE: scope},
                 )
                 run_id = str(run.info.run_id)
-            artifact_uri = self._log_model(run_id, scope, detector, carried)
+            artifact_uri = self._log_model(run_id, scope, current, detector, metrics)
             if own_run:
                 self.client.log_batch(
                     run_id,
                     params=[
                         Param("scope", scope),
                         Param("devices", str(devices)),
-                        Param("metrics", ",".join(detector.metrics)),
+                        Param("metrics", ",".join(metrics)),
                     ],
                 )
                 self.client.set_terminated(run_id)
         with mlflow_errors(f"cannot register {name}"):
             self._ensure_registered(name, scope)
-            tags = {TAG_SCOPE: scope, "fleetwatch.kind": detector.kind}
+            tags = {TAG_SCOPE: scope, "fleetwatch.kind": str(current["kind"])}
             if devices is not None:
                 tags[TAG_DEVICES] = str(devices)
             for key in ("trained_from_ms", "trained_to_ms"):
-                if params.get(key) is not None:
-                    tags[f"fleetwatch.{key}"] = str(params[key])
+                if current.get(key) is not None:
+                    tags[f"fleetwatch.{key}"] = str(current[key])
+            parts = "PCA and the tails" if detector is not None else "the tails"
             mv = self.client.create_model_version(
                 name,
                 source=artifact_uri,
                 run_id=run_id,
                 tags=tags,
-                description=f"PCA over {', '.join(detector.metrics)} pooled from "
+                description=f"{parts} of {', '.join(metrics)} pooled from "
                 f"{devices if devices is not None else 'an unknown number of'} device(s)",
             )
             self.client.set_registered_model_alias(name, CHALLENGER, mv.version)
@@ -181,18 +183,23 @@ class ModelRegistry:
         return self.version(name, int(mv.version))
 
     def _log_model(
-        self, run_id: str, scope: str, detector: PcaDetector, carried: Mapping[str, Any]
+        self,
+        run_id: str,
+        scope: str,
+        params: Mapping[str, Any],
+        detector: PcaDetector | None,
+        metrics: list[str],
     ) -> str:
         path = f"{MODEL_DIR}/{scope}"
         with tempfile.TemporaryDirectory(prefix="fleetwatch-model-") as tmp:
             params_file = Path(tmp) / "params.json"
-            params_file.write_text(dumps(detector.to_params() | dict(carried)))
+            params_file.write_text(dumps(params))
             mlflow.pyfunc.save_model(
                 Path(tmp) / "model",
                 python_model=str(_CODE),
                 artifacts={fleet_pyfunc.PARAMS_ARTIFACT: str(params_file)},
                 signature=fleet_pyfunc.SIGNATURE,
-                input_example=fleet_pyfunc.input_example(detector),
+                input_example=fleet_pyfunc.input_example(detector, metrics),
                 pip_requirements=[
                     f"mlflow=={mlflow.__version__}",
                     f"numpy=={np.__version__}",
@@ -212,7 +219,8 @@ class ModelRegistry:
             self.client.create_registered_model(
                 name,
                 tags={TAG_SCOPE: scope},
-                description=f"Fleet-scope multivariate (PCA) model of scope {scope!r}",
+                description=f"Fleet model of scope {scope!r}: pooled tails, and PCA when "
+                "its devices report two metrics or more",
             )
 
     # -- reading -------------------------------------------------------------------------------

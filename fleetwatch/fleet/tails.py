@@ -35,8 +35,11 @@ until it knows its excursions: a battery's charge in whole percent soon knows it
 one-step peaks, never its rare two-step reading
 (:meth:`Detector.borrow_tails <fleetwatch.models.base.Detector.borrow_tails>`).
 
-The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``), so
-they are registered, promoted and published with it and follow the champion to the scorer.
+The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``,
+:mod:`~fleetwatch.fleet.model`), so they are registered, promoted and published with it and
+follow the champion to the scorer. Every scope whose devices have streams has them, a scope of
+single-metric devices too: those have no multivariate member to pool, and are scoped by the
+metrics of their streams (:func:`streams_of`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,17 @@ def member_params(params: Mapping[str, Any], kind: str) -> Mapping[str, Any] | N
         if member.get("kind") == kind:
             return member  # type: ignore[no-any-return]
     return None
+
+
+def streams_of(params: Mapping[str, Any]) -> list[str]:
+    """The metrics a device's pooled members (:data:`POOLED`) have learned, in the order first
+    seen (its parameters: a detector's, or a combined one's)."""
+    names: dict[str, None] = {}
+    for cls in POOLED:
+        member = member_params(params, cls.kind)
+        if member is not None:
+            names.update(dict.fromkeys(cls.from_params(member).learned_metrics()))
+    return list(names)
 
 
 def pool_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -72,18 +72,21 @@ def test_the_same_file_gives_the_same_output_whatever_its_row_order(
     assert same_rows(scored(shuffled, fleet=True).sort_index(), four_in_fleet)
 
 
-def heavy_tailed_fleet(old: int = 4, rows: int = 1500, young_from: int = 700) -> pd.DataFrame:
-    """``old`` devices of Student-t (2 dof) noise on two metrics from the start, a reading every
+def heavy_tailed_fleet(
+    old: int = 4,
+    rows: int = 1500,
+    young_from: int = 700,
+    metrics: tuple[str, ...] = ("temp", "hum"),
+) -> pd.DataFrame:
+    """``old`` devices of Student-t (2 dof) noise on ``metrics`` from the start, a reading every
     10 s, and a ``young`` one of the same noise from reading ``young_from``."""
     rng = np.random.default_rng(1)
     parts = []
+    levels = {"temp": 20, "hum": 50}
     for d in range(old + 1):
         name = "young" if d == old else f"old{d}"
         steps = np.arange(young_from if name == "young" else 0, rows)
-        noise = {
-            m: np.round(c + 0.5 * rng.standard_t(2, steps.size), 4)
-            for m, c in (("temp", 20), ("hum", 50))
-        }
+        noise = {m: np.round(levels[m] + 0.5 * rng.standard_t(2, steps.size), 4) for m in metrics}
         parts.append(
             pd.DataFrame({"timestamp": START_MS + steps * 10_000, "device_id": name, **noise})
         )
@@ -101,6 +104,25 @@ def test_a_young_device_of_a_fleet_that_knows_heavy_tailed_noise_alerts_less_tha
     assert alerts_alone >= 2, "alone, the young device alerts on its first far readings"
     assert alerts_in_fleet < alerts_alone
     assert in_fleet.mean() < alone.mean()
+
+
+def test_a_fleet_of_single_metric_devices_lends_a_young_one_its_pooled_tails() -> None:
+    """No joint model of one metric: the champion is the pooled tails alone."""
+    frame = heavy_tailed_fleet(rows=2500, young_from=1200, metrics=("temp",))
+    columns = FileColumns("timestamp", "device_id", ("temp",), "ms")
+    detector = FileDetector(columns, CHUNK, fleet=True)
+    in_fleet = detector.score_piece(frame.astype(str))
+    assert detector.pool is not None
+    champion = detector.pool.champion("temp")
+    assert champion is not None
+    assert champion.detector is None
+    assert set(champion.tails["level"]) == {"temp"}
+    young = (frame["device_id"] == "young").to_numpy()
+    helped = in_fleet.loc[young, "alert"].to_numpy(bool)
+    alone = detect_frame(frame.loc[young], "timestamp", "device_id", ["temp"], CHUNK)
+    alerts_alone = int(run_starts(alone["alert"].to_numpy(bool)).sum())
+    assert alerts_alone >= 2, "alone, the young device alerts on its first far readings"
+    assert int(run_starts(helped).sum()) < alerts_alone
 
 
 def test_pools_come_at_the_cadence_and_only_from_new_parameters() -> None:

@@ -14,13 +14,23 @@ import pytest
 from fleetwatch.contracts.alerts import Alert
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.model_params import encode_champion
+from fleetwatch.fleet.model import compose
 from fleetwatch.fleet.pca import pool_pca
 from fleetwatch.fleet.publish import pooled_by_scope
+from fleetwatch.fleet.tails import field_of, pool_tails
 from fleetwatch.models import params
 from fleetwatch.models.baseline import FixedBaseline
+from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
-from fleetwatch.streaming.scorer.detectors import FleetModel, fleet_model, fleet_params
+from fleetwatch.streaming.scorer.detectors import (
+    FleetModel,
+    borrow_tails,
+    fleet_model,
+    fleet_params,
+    fleet_prior,
+    members_for,
+)
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState, new_state
 from fleetwatch.streaming.scorer.device_step import Policy, Role, process
 
@@ -245,3 +255,45 @@ def test_a_machine_stopping_as_others_of_its_kind_do_is_no_alert() -> None:
     ]
     assert alerts(stopped, fleet) == []
     assert [a["status"] for a in alerts(broken, fleet)][:1] == ["open"]
+
+
+def test_a_champion_of_the_current_shape_scores_as_one_of_the_shape_before() -> None:
+    old = json.loads(champion_json())
+    new = encode_champion(SCOPE, old["model"], 3, compose(old["params"], {}), 1, T0)
+    assert json.loads(new)["kind"] == "fleet"
+    assert alerts_of(POLICY, lookup_of(new)) == alerts_of(POLICY, lookup_of(champion_json()))
+
+
+def test_a_champion_of_tails_alone_replaces_no_member_and_lends_its_tails() -> None:
+    """A scope of single-metric devices: pooled tails, no multivariate part."""
+    own = default_detector()
+    for start in range(0, 600, 100):
+        own.learn(
+            pd.DataFrame(
+                {
+                    "event_ms": T0 + np.arange(start, start + 100) * 1000,
+                    "metric": "temperature",
+                    "value": 21.0 + np.random.default_rng(start).normal(0, 0.2, 100),
+                }
+            )
+        )
+    pooled = pool_tails([own.to_params()])
+    assert pooled[field_of("level")], "the level member's tail is pooled"
+    record = encode_champion(
+        "temperature", "fleetwatch-temperature", 1, compose(None, pooled), 1, T0
+    )
+    found = fleet_params([record])
+    assert found is not None
+    champion = fleet_model(found[2], found[1])
+    assert champion is not None
+    assert champion.detector is None
+    for mode in ("fallback", "always"):
+        members = members_for(own, mode, champion)
+        assert members is not None
+        assert [label for _, label in members] == [None] * len(own.members())
+        borrow_tails(members, champion)
+        level = next(m for m, _ in members if m.kind == "level")
+        assert isinstance(level, LevelShiftDetector)
+        assert level._fleet is champion.tails["level"]
+    assert members_for(None, "always", champion) is None, "no own model: the fixed baseline"
+    assert fleet_prior(champion) is None

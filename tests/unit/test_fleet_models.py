@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fleetwatch.fleet.model import load
 from fleetwatch.fleet.publish import pca_params, pooled_by_scope, scope_of
 from fleetwatch.models.registry import default_detector
 
@@ -32,7 +33,28 @@ def test_devices_are_pooled_by_the_metrics_they_report() -> None:
     assert sorted(pooled) == ["humidity_temperature", "rpm_vibration"]
     assert pooled["humidity_temperature"][1] == 2
     assert pooled["rpm_vibration"][1] == 1
-    assert pooled["humidity_temperature"][0]["kind"] == "pca"
+    assert pooled["humidity_temperature"][0]["kind"] == "fleet"
+    assert pooled["humidity_temperature"][0]["pca"]["kind"] == "pca"
+
+
+def test_devices_of_one_metric_are_pooled_by_their_streams_tails_alone() -> None:
+    table = {
+        "s1": learned({"temperature": 21.0}, 5),
+        "s2": learned({"temperature": 23.0}, 6),
+        "p1": learned({"pressure": 1.2}, 7),
+        "t1": learned({"temperature": 21.0, "humidity": 40.0}, 8),
+        "new": {"device_id": "new", "params": default_detector().to_params()},  # learned nothing
+    }
+    pooled = pooled_by_scope(table)
+    assert sorted(pooled) == ["humidity_temperature", "pressure", "temperature"]
+    params, devices = pooled["temperature"]
+    assert devices == 2
+    assert params["pca"] is None
+    assert params["trained_to_ms"] is None
+    detector, tails = load(params)
+    assert detector is None
+    assert sorted(tails["level"]) == ["temperature"]
+    assert pooled["humidity_temperature"][0]["pca"] is not None, "two metrics: a joint model"
 
 
 def test_the_pca_member_of_a_combined_detector_is_found() -> None:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from fleetwatch.contracts.settings import Settings
+from fleetwatch.fleet.model import compose, load
 from fleetwatch.fleet.pca import pool_pca
 from fleetwatch.fleet.registry import (
     CHALLENGER,
@@ -118,11 +119,11 @@ def test_champion_params_round_trip_into_a_detector_that_scores_the_same(
     assert champion_params(settings, "trip") is None  # no champion yet
     registry.promote(name)
     loaded = champion_params(settings, "trip")
-    assert loaded == params
+    assert loaded is not None
+    assert loaded == compose(params, {}), "the shape before is registered in the current one"
     probe = signals.after_training("decoupled")
     expected = PcaDetector.from_params(params).score(probe)
-    assert loaded is not None
-    got = PcaDetector.from_params(loaded).score(probe)
+    got = PcaDetector.from_params(loaded["pca"]).score(probe)
     np.testing.assert_array_equal(got.score, expected.score)
     assert expected.alert.any()
 
@@ -171,6 +172,37 @@ def test_the_pyfunc_champion_predicts_what_the_detector_scores(
     scores = model.predict(both)["anomaly_score"].to_numpy()
     own = np.concatenate([detector.score(probe).score, detector.score(other).score])
     np.testing.assert_allclose(scores, own, rtol=1e-12)
+
+
+def test_a_fleet_model_of_tails_alone_registers_and_its_pyfunc_scores_nothing(
+    registry: ModelRegistry, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope of single-metric devices: pooled tails, no PCA part."""
+    tail = StreamTail(2000.0)
+    tail.summary.add(np.abs(np.random.default_rng(2).normal(0, 1, 500)))
+    tail.interval_ms = 1000.0
+    tails = {"temperature": tail.state() | {"halflife": 2000.0}}
+    fleet = compose(None, {field_of("level"): tails, field_of("seasonal"): tails})
+    info = registry.register("single", fleet, devices=4)
+    assert info.tags["fleetwatch.kind"] == "fleet"
+    assert "fleetwatch.trained_to_ms" not in info.tags
+    assert info.description.startswith("the tails of temperature pooled from 4")
+    registry.promote(info.name)
+    loaded = champion_params(settings, "single")
+    assert loaded == fleet
+    detector, pooled = load(loaded)
+    assert detector is None
+    assert pooled["level"]["temperature"].summary.weight == pytest.approx(500.0, rel=0.01)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", settings.mlflow_tracking_uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", settings.mlflow_tracking_uri)
+    model = mlflow.pyfunc.load_model(f"models:/{info.name}@champion")
+    probe = pd.DataFrame({"event_ms": [0, 1000], "metric": "temperature", "value": [21.0, 99.0]})
+    out = model.predict(probe)
+    assert out["anomaly_score"].tolist() == [0.0, 0.0]
+    assert not out["alert"].any()
+    with pytest.raises(FleetModelError, match="not a fleet model's parameters"):
+        registry.register("single", {"kind": "level", "schema": 1})
 
 
 def test_a_fleet_model_can_be_logged_in_the_training_run(

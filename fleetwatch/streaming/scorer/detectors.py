@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.contracts.model_params import decode
-from fleetwatch.fleet.tails import tails_of
+from fleetwatch.fleet.model import load as load_fleet
 from fleetwatch.models.base import Detector
 from fleetwatch.models.combiner import device_tail_of
 from fleetwatch.models.device_tail import DeviceTail
@@ -34,11 +34,13 @@ from fleetwatch.streaming.scorer.readings import Rows
 
 @dataclass(frozen=True)
 class FleetModel:
-    """A scope's champion as the scorer holds it: the label alerts carry (``name/version``),
-    and the members' tails pooled with it by kind (:mod:`~fleetwatch.fleet.tails`)."""
+    """A scope's champion as the scorer holds it (:mod:`~fleetwatch.fleet.model`): the label
+    alerts carry (``name/version``), its pooled multivariate detector (``None``: a scope of
+    single-metric devices has none) and the members' tails pooled with it by kind
+    (:mod:`~fleetwatch.fleet.tails`)."""
 
     label: str
-    detector: Detector
+    detector: Detector | None
     tails: Mapping[str, Mapping[str, StreamTail]] = field(default_factory=dict)
 
 
@@ -142,11 +144,13 @@ def bucket_champion(
 
 
 def fleet_model(label: str, params_json: str) -> FleetModel | None:
+    """The champion of parameters ``params_json`` (either shape :mod:`~fleetwatch.fleet.model`
+    reads); ``None``: unreadable."""
     try:
-        params = loads(params_json)
-        return FleetModel(label, load_params(params), tails_of(params))
+        detector, tails = load_fleet(loads(params_json))
     except (ModelError, KeyError, TypeError, ValueError):
         return None
+    return FleetModel(label, detector, tails)
 
 
 class Chosen(NamedTuple):
@@ -202,11 +206,12 @@ def members_for(
 ) -> list[Member] | None:
     """The detectors to run: the device's own (``None``: none learned yet, the fixed baseline),
     with its poolable one (:attr:`~fleetwatch.models.base.Detector.poolable`, the multivariate
-    detector) replaced by the scope's ``champion`` (:func:`champion_of`) as ``mode``
-    (``score.fleet_model``) says: ``fallback`` while the own one is not warmed up."""
+    detector) replaced by the scope's ``champion``'s (:func:`champion_of`) as ``mode``
+    (``score.fleet_model``) says: ``fallback`` while the own one is not warmed up. A champion
+    without a multivariate detector replaces nothing (its tails: :func:`borrow_tails`)."""
     own = [] if detector is None else detector.members()
     members: list[Member] = [(m, None) for m in own]
-    if champion is None or mode == "off":
+    if champion is None or champion.detector is None or mode == "off":
         return members or None
     pooled = next((i for i, (m, _) in enumerate(members) if m.poolable), None)
     if mode != "always" and pooled is not None and members[pooled][0].warmed_up:
@@ -237,6 +242,6 @@ def borrow_tails(members: list[Member] | None, champion: FleetModel | None) -> N
 
 
 def fleet_prior(champion: FleetModel | None) -> Detector | None:
-    """The champion's model, which may tell a state the fleet knows
-    (:meth:`~fleetwatch.models.base.Detector.familiar_times`)."""
+    """The champion's multivariate model, which may tell a state the fleet knows
+    (:meth:`~fleetwatch.models.base.Detector.familiar_times`); ``None`` without one."""
     return None if champion is None else champion.detector
