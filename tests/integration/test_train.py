@@ -214,7 +214,8 @@ def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflo
     assert promoted.returncode == 0, promoted.stderr
     params = champion_params(settings, "humidity_temperature")
     assert params is not None
-    assert params["kind"] == "pca"
+    assert params["kind"] == "fleet"
+    assert params["pca"]["kind"] == "pca", "devices of two metrics: a joint model"
 
     # promote told the scorer: the champion's parameters are on model.params under its scope
     published = dict(read_to_end(isolated, isolated.topics.model_params))
