@@ -16,8 +16,9 @@ Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device
   ``version`` goes up by one per batch learned. A device silent for ``score.expire_after_s``
   of event time is forgotten by the bucket's timer, with a tombstone on ``model.params``
   (:mod:`~fleetwatch.streaming.trainer.expiry`). A Python worker keeps the detectors of the
-  buckets it wrote last (:class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets`), so a
-  bucket whose state is still that value is not read back from its text;
+  buckets of its latest partition that it wrote last
+  (:class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets`), so a bucket whose state is
+  still that value is not read back from its text (decision 0027);
 - the rows are written to ``model.params`` (key = device id, value
   :func:`~fleetwatch.contracts.model_params.encode_device`) inside ``foreachBatch``
   (:mod:`~fleetwatch.streaming.trainer.publisher`), which also tells the
