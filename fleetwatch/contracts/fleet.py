@@ -1,8 +1,9 @@
 """Fleet models on ``model.params``: the record of a scope's ``champion``.
 
 ``model.params`` is keyed by device id, and by ``fleet:{scope}`` for the champion of a fleet
-model: the multivariate model of every device that reports the same metrics (the *scope*,
-e.g. ``humidity_temperature``), registered in MLflow. ``fleetwatch models promote`` and
+model: what every device that reports the same metrics (the *scope*, e.g.
+``humidity_temperature``) pools — its members' tails, and its multivariate model where the
+devices have one — registered in MLflow. ``fleetwatch models promote`` and
 ``rollback`` publish the new champion's parameters there, so the scorer follows the champion
 without a restart. A device id never contains ``:`` (:mod:`fleetwatch.contracts.identifiers`),
 so the two kinds of key cannot collide. The record's value, and how to write and read it:
