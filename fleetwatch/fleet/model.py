@@ -15,9 +15,9 @@ Two parts, pooled apart (:func:`~fleetwatch.fleet.publish.pooled_by_scope`):
 
 ``trained_from_ms`` and ``trained_to_ms`` are the ``pca`` part's (``null`` without one).
 
-Parameters of the shape before this one read as the same model (:func:`parts`): a pooled
-:class:`~fleetwatch.models.multivariate.PcaDetector`'s own (``kind`` ``pca``), the tails beside
-its fields. Registered versions and published champions of that shape stay readable, promoted
+The earlier shape, a pooled :class:`~fleetwatch.models.multivariate.PcaDetector`'s own
+parameters (``kind`` ``pca``) with the tails beside its fields, reads as the same model
+(:func:`parts`). Registered versions and published champions of that shape stay readable, promoted
 or rolled back to.
 """
 
