@@ -189,17 +189,6 @@ CODE_GENERATION_OFF = {
 """The SQL confs of :attr:`~fleetwatch.contracts.settings.ScoreSettings.code_generation` off."""
 
 
-SOURCE_FETCH = {"kafka.fetch.max.wait.ms": "0"}
-"""The raw stream's Kafka consumers ask the broker for records without waiting for more.
-
-A micro-batch reads offset ranges planned from the partitions' latest offsets: every record
-it asks for is on the broker already. Kafka's consumer sends its next fetch ahead of need,
-and the broker holds a fetch that finds no new records for ``fetch.max.wait.ms`` (500 ms by
-default); the next batch's fetch from that broker waits behind it, so on a quiet partition
-each of a batch's tasks would wait that long. With no wait, such a fetch comes back empty at
-once (decision 0028)."""
-
-
 def query_confs(settings: Settings) -> dict[str, str]:
     """The SQL confs the scoring query starts with, beyond the session's."""
     # one task for the stateful step (score.shuffle_partitions): its state set up once a batch
@@ -224,7 +213,6 @@ def start(spark: SparkSession, settings: Settings) -> StreamingQuery:
             HadoopFiles(spark),
         ),
         max_offsets_per_trigger=settings.score.max_offsets_per_trigger,
-        options=SOURCE_FETCH,
     )
     params = params_stream(spark, settings)
     lateness = settings.score.allowed_lateness
