@@ -9,11 +9,13 @@ from __future__ import annotations
 import pickle
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from fleetwatch.contracts.alerts import RULE_KIND, Alert
+from fleetwatch.contracts.rules import rule_alert_id
 from fleetwatch.streaming import seen
 from fleetwatch.streaming.rules import panes, step
 from fleetwatch.streaming.rules.compiled import CompiledRule
@@ -517,6 +519,28 @@ def test_a_reading_after_a_long_silence_is_judged_in_constant_work(
 
 
 # -- rule changes, selection and expiry -------------------------------------------------------
+
+
+def test_a_stateless_rules_version_judges_only_readings_received_since_it_was_accepted() -> None:
+    """The real-time query judges a version only on readings received from ``since_ms`` on; the
+    rules query, restarted from its last batch, may hold readings received before: it passes
+    them over too, so both open the episode on the same first reading, under the same id."""
+    bucket = step.new_bucket()
+    accepted = T0 + 2_000
+    v2 = replace(hot(2), since_ms=accepted)
+    # received at 1,005 and 2,005 ms: the first before the version was accepted
+    judged = judge(
+        bucket,
+        [reading("d1", 1, 1_000, temperature=90.0), reading("d1", 2, 2_000, temperature=91.0)],
+        [v2],
+        0,
+    )
+    opened = only(judged)
+    assert (opened.status, opened.event_ms, opened.rule_version) == ("open", T0 + 2_000, 2)
+    assert opened.alert_id == rule_alert_id("d1", "temperature", "hot", T0 + 2_000)
+    # a reading received before, however late it is judged, neither resolves nor opens
+    stale = Reading("d1", 3, T0 + 2_500, accepted - 1, {"hot": (False, [20.0])})
+    assert judge(bucket, [stale], [v2], 0).alerts == []
 
 
 def test_a_new_rule_version_resolves_the_old_episode_and_restarts_the_windows() -> None:

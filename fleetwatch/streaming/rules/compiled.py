@@ -46,8 +46,10 @@ class CompiledRule:
     condition when it is a comparison, else the first aggregate; without, :attr:`shown`."""
     since_ms: int | None = None
     """When this version was accepted (a rule without a window, from the API): the real-time
-    query judges with it only readings the gateway received from then on, so a restart that
-    reads ``telemetry.raw`` again does not judge older readings by a newer version."""
+    query and the rules query judge with it only readings the gateway received from then on
+    (a reading without ``received_ms``: its event time), so a restart that reads
+    ``telemetry.raw`` again does not judge older readings by a newer version, and both queries
+    open an episode on the same first reading, under the same id."""
 
     @property
     def windowed(self) -> bool:

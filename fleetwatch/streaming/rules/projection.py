@@ -147,6 +147,7 @@ def _judged(rule: CompiledRule) -> Column:
     if rule.devices is not None:
         judged = F.col("device_id").isin(sorted(rule.devices))
     if rule.since_ms is not None:
-        received = F.col("received_ms") >= F.lit(rule.since_ms)
+        received_ms = F.coalesce(F.col("received_ms"), F.col("event_ms"))
+        received = received_ms >= F.lit(rule.since_ms)
         judged = received if judged is None else judged & received
     return entry if judged is None else F.when(judged, entry)

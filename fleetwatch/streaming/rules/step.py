@@ -3,14 +3,15 @@ readings' per-rule values and the watermark in; the rules' alert events and the 
 The Spark operator (:mod:`~fleetwatch.streaming.rules.processor`) and ``fleetwatch rules test``
 (:mod:`~fleetwatch.streaming.rules.recording`) both run :func:`judge`.
 
-A rule without a window is judged on each reading: an episode opens on the first reading where
-the condition holds and resolves on the first where it is false (a null — a metric the reading
-lacks — changes nothing). A windowed rule is judged once per window, when the watermark passes
-the window's end (its readings are all in: a later one is late), over the window's panes
-(:mod:`~fleetwatch.streaming.rules.panes`); a device's windows are judged even when it sent
-nothing in them, which is how ``count(*) = 0`` sees a silent device. While an episode is open an
-``update`` is sent when its value changed, at most once per :data:`UPDATE_EVERY_MS` of event
-time.
+A rule without a window is judged on each reading the gateway received since its version was
+accepted (:attr:`~fleetwatch.streaming.rules.compiled.CompiledRule.since_ms`, as the real-time query
+does, so both name an episode by the same first reading): an episode opens on the first reading
+where the condition holds and resolves on the first where it is false (a null — a metric the reading
+lacks — changes nothing). A windowed rule is judged once per window, when the watermark passes the
+window's end (its readings are all in: a later one is late), over the window's panes
+(:mod:`~fleetwatch.streaming.rules.panes`); a device's windows are judged even when it sent nothing
+in them, which is how ``count(*) = 0`` sees a silent device. While an episode is open an ``update``
+is sent when its value changed, at most once per :data:`UPDATE_EVERY_MS` of event time.
 
 An episode's id is :func:`~fleetwatch.contracts.rules.rule_alert_id` of device, metric, rule and
 the event time it opened (a window's end for a windowed rule): the same readings give the same ids
@@ -150,6 +151,8 @@ def judge(
             if rule is None or (rule.devices is not None and reading.device_id not in rule.devices):
                 continue
             if rule.window_ms is None:
+                if rule.since_ms is not None and reading.received_ms < rule.since_ms:
+                    continue  # received before this version was accepted: not its to judge
                 if not fired and rule_id not in held:
                     continue  # nothing open to resolve, nothing to open
                 state = _rule_state(device, rule, reading.device_id, reading.event_ms, now_ms, out)
