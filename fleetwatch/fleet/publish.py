@@ -79,7 +79,8 @@ def pooled_by_scope(
     has learned a stream (one of a single metric, which has no joint model) is in the scope of
     its streams' metrics (:func:`~fleetwatch.fleet.tails.streams_of`). Every device of a scope
     adds its level and seasonal tails (:func:`~fleetwatch.fleet.tails.pool_tails`); a scope
-    without a device's moments has no PCA part. A scope with neither moments nor a tail to pool
+    without a device's moments has no PCA part, and its tails carry the states its devices
+    hold (:mod:`~fleetwatch.models.states`). A scope with neither moments nor a tail to pool
     has no model. Nothing is weighed by readings: each device counts as at most the median
     device, and the most outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so
     one fast, noisy device cannot widen its scope's thresholds."""
@@ -102,7 +103,9 @@ def pooled_by_scope(
     pooled = {}
     for scope, devices in whole.items():
         pca = pool_pca(moments[scope]) if moments[scope] else None
-        tails = pool_tails(devices)
+        # the states its devices hold: told by the PCA part where there is one (its
+        # ``familiar_times``), else carried by the pooled tails of the scope's one metric
+        tails = pool_tails(devices, states=not moments[scope])
         if pca is not None or any(tails.values()):
             pooled[scope] = (compose(pca, tails), len(devices))
     return pooled

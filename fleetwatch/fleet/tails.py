@@ -35,6 +35,11 @@ until it knows its excursions: a battery's charge in whole percent soon knows it
 one-step peaks, never its rare two-step reading
 (:meth:`Detector.borrow_tails <fleetwatch.models.base.Detector.borrow_tails>`).
 
+In a scope without a multivariate part (devices of one metric), each metric's pooled tail also
+carries the states its devices hold (:func:`_states`, :mod:`~fleetwatch.models.states`): the
+regimes of every device whose seasonal member holds two. Where the fleet model has a
+multivariate part, that part tells the states its devices hold, of every metric together.
+
 The pooled tails travel with the scope's fleet model (its parameters' ``field_of(kind)``,
 :mod:`~fleetwatch.fleet.model`), so they are registered, promoted and published with it and
 follow the champion to the scorer. Every scope whose devices have streams has them, a scope of
@@ -52,10 +57,11 @@ from typing import Any
 
 import numpy as np
 
-from fleetwatch.fleet.pca import left_out
+from fleetwatch.fleet.pca import MAX_STATES, left_out
 from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
+from fleetwatch.models.states import PooledTail
 from fleetwatch.models.tail import BINS, StreamTail, bin_of
 
 POOLED_FROM = 30.0
@@ -97,12 +103,41 @@ def streams_of(params: Mapping[str, Any]) -> list[str]:
     return list(names)
 
 
-def pool_tails(device_params: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def pool_tails(
+    device_params: Iterable[Mapping[str, Any]], states: bool = True
+) -> dict[str, dict[str, Any]]:
     """``{field_of(kind): {metric: pooled tail state}}`` for every pooled kind, from devices'
     parameters (each a detector's, or a combined one's); metrics no device has
-    ``POOLED_FROM`` values of are left out."""
+    ``POOLED_FROM`` values of are left out. With ``states``, each metric's pooled tail carries
+    the states its devices hold (:func:`_states`; without, none: a scope whose fleet model has
+    a multivariate part tells its states by that part)."""
     every = list(device_params)
-    return {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
+    held = _states(every) if states else {}
+    out = {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
+    for pooled in out.values():
+        for name, tail in pooled.items():
+            tail["states"] = held.get(name, [])
+    return out
+
+
+def _states(device_params: list[Mapping[str, Any]]) -> dict[str, list[list[float]]]:
+    """Per metric, the states its devices hold (:mod:`~fleetwatch.models.states`): each
+    ``[mean, std]`` of a regime of a device whose seasonal member holds two
+    (:meth:`~fleetwatch.models.seasonal.SeasonalBaseline.held_states`), the heaviest
+    :data:`~fleetwatch.fleet.pca.MAX_STATES` (by the regime's readings)."""
+    held: dict[str, list[np.ndarray]] = defaultdict(list)
+    for params in device_params:
+        member = member_params(params, SeasonalBaseline.kind)
+        if member is None:
+            continue
+        for name, regimes in SeasonalBaseline.from_params(member).held_states().items():
+            held[name].extend(regimes)
+    out = {}
+    for name, rows in sorted(held.items()):
+        stacked = np.asarray(rows)
+        heaviest = np.argsort(-stacked[:, 2], kind="stable")[:MAX_STATES]
+        out[name] = stacked[heaviest, :2].tolist()
+    return out
 
 
 def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -155,11 +190,11 @@ def _pooled(members: list[tuple[StreamTail, np.ndarray]]) -> dict[str, Any]:
 def tails_of(params: Mapping[str, Any]) -> dict[str, dict[str, StreamTail]]:
     """``{kind: {metric: pooled tail}}`` a fleet model's parameters carry (none: empty).
     Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed one."""
-    out = {}
+    out: dict[str, dict[str, StreamTail]] = {}
     for cls in POOLED:
         pooled = params.get(field_of(cls.kind), {})
         out[cls.kind] = {
-            str(m): StreamTail.load(float(s["halflife"]), dict(s), float(s.get("prior", 0.0)))
+            str(m): PooledTail.load(float(s["halflife"]), dict(s), float(s.get("prior", 0.0)))
             for m, s in pooled.items()
         }
     return out

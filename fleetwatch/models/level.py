@@ -42,6 +42,11 @@ hours), one alert from the step until then. ``None`` never adopts: a lasting shi
 alert. A trend slow against the profile's half-life widens ``ve`` and the threshold; a stuck
 sensor or a dropout is the flat-line detector's, which adopts nothing.
 
+Fleet states: a reading nearer a state the fleet's devices hold (carried with the pooled tails,
+:mod:`~fleetwatch.models.states`), that state ``SEPARATION`` apart from the expected level, than
+to that level is of another state of the device, not of its level: the average holds its value
+over it, and the profile does not learn it. A switch into a state of its kind is no shift.
+
 ``adopt_s`` weighs two errors. Shorter than a fault, adoption takes the fault's level as normal
 and the return from it alerts again; longer, a lasting consequence of a fault (a pump that stays
 cooler after it) alerts for as long as it lasts, and with ``None`` for ever. The default outlasts
@@ -71,10 +76,11 @@ from fleetwatch.models.base import Readings, ScoringMemory
 from fleetwatch.models.batch import Batch, per_metric_runs
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT
 from fleetwatch.models.errors import HyperParameterError, require_positive
-from fleetwatch.models.grid import GRID_SD, Grid
+from fleetwatch.models.grid import GRID_SD, Grid, floor_std, shrink
 from fleetwatch.models.profile import ProfileDetector
 from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.seasonal import EARLY_Z
+from fleetwatch.models.states import nearest_state, states_of
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise, tails_in_force
 
 FloatArray = npt.NDArray[np.float64]
@@ -220,7 +226,7 @@ class LevelShiftDetector(ProfileDetector):
         if not self.profile.metrics:
             return out
         codes = batch.lookup(self.profile.metrics)
-        mean, _, ok = self._expect(batch, codes)
+        mean, std, ok = self._expect(batch, codes)
         k = len(self.profile.metrics)
         for m, rows in per_metric_runs(codes, k):
             rows = rows[ok[rows]]
@@ -228,7 +234,8 @@ class LevelShiftDetector(ProfileDetector):
                 continue
             e0, on0, peak0, fallen0 = self._start(m, held)
             expected = mean[rows] + self.offset[m]
-            e = moving_average(batch.value[rows] - expected, self.lam, e0)
+            known = self._known(m, batch.value[rows], expected, std[rows])
+            e = _skipping(batch.value[rows] - expected, known, self.lam, e0)
             scale = self._scale(m)
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
                 quiet = np.zeros(rows.size)
@@ -244,6 +251,36 @@ class LevelShiftDetector(ProfileDetector):
             alerting, peak, fallen = alerts_of(z, threshold, low, on, self.release, self._hold())
             out[m] = Judged(rows, expected, e, z, alerting, peak, fallen, threshold)
         return out
+
+    def _in_known_state(self, batch: Batch) -> BoolArray:
+        """Per row: whether its metric's expected value is a state the fleet knows
+        (:meth:`_known`), its profile warm or not (``False`` where it has learned
+        nothing)."""
+        out = np.zeros(len(batch), bool)
+        if not self._fleet or not self.profile.metrics:
+            return out
+        codes = batch.lookup(self.profile.metrics)
+        mean, std, _ = self._expect(batch, codes)
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            expected = mean[rows] + self.offset[m]
+            out[rows] = self._known(m, batch.value[rows], expected, std[rows])
+        return out
+
+    def _known(self, m: int, value: FloatArray, expected: FloatArray, std: FloatArray) -> BoolArray:
+        """Per reading of metric ``m`` (``value``, its ``expected`` level and profile's
+        ``std``): whether it is nearer a state its fleet knows, ``SEPARATION`` apart from that
+        level, than to the level (:mod:`~fleetwatch.models.states`). Such a reading is of
+        another state of the device, not of its level: the average skips it."""
+        states = states_of(self._fleet, self.profile.metrics[m])
+        if not states.size:
+            return np.zeros(value.size, bool)
+        steps = self.grid.steps()
+        step = np.full(value.size, float(steps[m]) if m < steps.size else 0.0)
+        spread = floor_std(std, step)
+        own = np.abs(shrink(value - expected, step)) / spread
+        _, _, z = nearest_state(value, expected, spread, step, states)
+        known: BoolArray = z < own
+        return known
 
     def own_threshold(self, tail: StreamTail, streams: int) -> float:
         """The threshold a metric's own ``tail`` sets, shared by ``streams`` metrics."""
@@ -330,7 +367,9 @@ class LevelShiftDetector(ProfileDetector):
             self.tails[m].excursions(j.z, j.threshold)
             self._adopt(m, j.rows, batch.event_ms, keep, j.average)
         shifted = batch.value - self._offsets(batch)
-        self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), keep)
+        # a reading in a state the fleet knows is not one of the profile's level, warm or not
+        own = keep & ~self._in_known_state(batch)
+        self.profile.learn(Batch(batch.event_ms, batch.codes, batch.names, shifted, None), own)
         grow = len(self.profile.metrics) - self.offset.size
         learned.grow(self, len(self.profile.metrics))
         self.tails += [StreamTail(self.tail_halflife) for _ in range(grow)]
@@ -449,6 +488,16 @@ class LevelShiftDetector(ProfileDetector):
         self.grid = Grid.load(state.get("grid"), k)
         if not len(self.tails) == len(self.excluded_since) == k:
             raise ValueError(f"level state lists do not match its {k} metrics")
+
+
+def _skipping(r: FloatArray, skip: BoolArray, lam: float, start: float) -> FloatArray:
+    """:func:`moving_average` of the residuals ``r`` but those of ``skip``, at which the
+    average stays as it was."""
+    if not skip.any():
+        return moving_average(r, lam, start)
+    taken = np.concatenate([[start], moving_average(r[~skip], lam, start)])
+    out: FloatArray = taken[np.cumsum(~skip)]  # as of the latest reading taken, at or before
+    return out
 
 
 def _carry(j: Judged) -> list[float]:

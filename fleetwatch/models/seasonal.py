@@ -44,6 +44,10 @@ leave, would make a spike of a hundred running deviations ordinary). Only runs o
 in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
 its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least,
 and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
+Until the second regime is in use, the states the fleet's devices hold stand in for it
+(:mod:`~fleetwatch.models.states`, with the pooled tails): a reading nearer one of them than to
+the first regime, and that state ``SEPARATION`` apart, is judged against it in the wider of the
+two spreads, and once kept in a run, learned as the second regime.
 
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
@@ -82,6 +86,7 @@ from fleetwatch.models.neighbours import NeighbourScale, medians_before
 from fleetwatch.models.params import array, ints
 from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
+from fleetwatch.models.states import SEPARATION, nearest_state, states_of
 from fleetwatch.models.tail import (
     MIN_HISTORY,
     PRIOR_WEIGHT,
@@ -98,10 +103,6 @@ EARLY_Z = 2.0 * ALERT_Z
 """The threshold of ``|z|`` while the stream's tail is unknown (under ``MIN_HISTORY`` values)."""
 SPLIT_Z = EARLY_Z
 """A learned reading this far from its metric's profile belongs to the metric's second regime."""
-SEPARATION = 3.0
-"""The second regime is used once its mean is this many standard deviations (the wider of the
-two regimes') from the first's: a running machine's vibration, 4 ± 1, against its 0.15 stopped
-is 3.9 apart."""
 
 
 class Deviation(NamedTuple):
@@ -259,7 +260,8 @@ class SeasonalBaseline(ProfileDetector):
         use, and the expected value, deviation and ``|z|`` of the regime that judges it."""
         far = z > SPLIT_Z
         if not self.alt.metrics:
-            return np.zeros(len(batch), bool), far, mean, std, z
+            none = np.zeros(len(batch), bool)
+            return (none, far, *self._borrowed(codes, batch, mean, std, z, step, none))
         alt_codes = batch.lookup(self.alt.metrics)
         mean2, std2, ok2 = self.alt.expect(
             alt_codes, batch.event_ms, 1, self.bucket_warmup, self.min_std
@@ -279,13 +281,41 @@ class SeasonalBaseline(ProfileDetector):
             usable = ok2 & (np.nan_to_num(gap) >= SEPARATION * np.maximum(std, std2))
             z2 = np.abs(shrink(np.nan_to_num(batch.value - mean2), step)) / std2
         alt = usable & (z2 < z)
-        return (
-            alt,
-            far & ~usable,
-            np.where(alt, mean2, mean),
-            np.where(alt, std2, std),
-            np.where(alt, z2, z),
-        )
+        own = (np.where(alt, mean2, mean), np.where(alt, std2, std), np.where(alt, z2, z))
+        borrowed = self._borrowed(codes, batch, mean, std, z, step, usable)
+        lent = borrowed[2] < own[2]
+        mean, std, z = (np.where(lent, b, o) for b, o in zip(borrowed, own, strict=True))
+        return alt & ~lent, far & ~usable, mean, std, z
+
+    def _borrowed(
+        self,
+        codes: npt.NDArray[np.intp],
+        batch: Batch,
+        mean: FloatArray,
+        std: FloatArray,
+        z: FloatArray,
+        step: FloatArray,
+        usable: BoolArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per row: the expected value, deviation and ``|z|`` of the state its fleet knows
+        nearest it (:mod:`~fleetwatch.models.states`) where that is nearer than the first
+        regime and the metric's own second regime is not in use for the row; the first
+        regime's elsewhere. A fleet's state stands in for a second regime the device has not
+        learned: a reading judged by it that the device keeps goes to its second regime as a
+        reading apart from the first does."""
+        mean, std, z = mean.copy(), std.copy(), z.copy()
+        if not self._fleet:
+            return mean, std, z
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            states = states_of(self._fleet, self.profile.metrics[m])
+            if not states.size:
+                continue
+            rows = rows[~usable[rows]]
+            m2, s2, z2 = nearest_state(batch.value[rows], mean[rows], std[rows], step[rows], states)
+            nearer = z2 < z[rows]
+            near = rows[nearer]
+            mean[near], std[near], z[near] = m2[nearer], s2[nearer], z2[nearer]
+        return mean, std, z
 
     def _deviation(self, batch: Batch, judge: bool = True) -> Deviation:
         """Per row: how it deviates from its profile, judged against its stream's tail (without
@@ -418,6 +448,31 @@ class SeasonalBaseline(ProfileDetector):
 
     def own_tails(self) -> list[tuple[str, StreamTail, float]]:
         return tails_in_force(self.profile.metrics, self.tails, self._bar)
+
+    def held_states(self) -> dict[str, FloatArray]:
+        """Per metric that holds two regimes, each warm (``warmup`` readings) and
+        ``SEPARATION`` apart: its two states, rows ``[mean, std, readings]`` over all its
+        readings (what a fleet's devices lend a device that has not seen them:
+        :mod:`~fleetwatch.models.states`)."""
+        out: dict[str, FloatArray] = {}
+        if not self.alt.metrics:
+            return out
+        first, second = self.profile, self.alt
+        mu1, sd1 = first.moments(self.min_std)
+        mu2, sd2 = second.moments(self.min_std)
+        every = first.buckets
+        for j, name in enumerate(second.metrics):
+            if name not in first.metrics:
+                continue
+            i = first.metrics.index(name)
+            n1, n2 = first.counts[i, every], second.counts[j, every]
+            a = (mu1[i, every], sd1[i, every], n1)
+            b = (mu2[j, every], sd2[j, every], n2)
+            if min(n1, n2) < self.warmup or not np.isfinite([*a, *b]).all():
+                continue
+            if abs(a[0] - b[0]) >= SEPARATION * max(a[1], b[1]):
+                out[name] = np.array([a, b], dtype=np.float64)
+        return out
 
     def _bar(self, tail: StreamTail, streams: int) -> float:
         """The ``|z|`` at which the stream alerts (none without a budget or a history yet)."""

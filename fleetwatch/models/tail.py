@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -488,7 +488,7 @@ class StreamTail:
         }
 
     @classmethod
-    def load(cls, halflife: float, state: dict[str, object], prior: float = 0.0) -> StreamTail:
+    def load(cls, halflife: float, state: dict[str, object], prior: float = 0.0) -> Self:
         """From :meth:`state`; a state written before excursions were counted has none yet."""
         out = cls(halflife, prior)
         out.summary = TailSummary(halflife, state["counts"], prior)  # type: ignore[arg-type]

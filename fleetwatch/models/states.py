@@ -1,0 +1,96 @@
+"""The states a fleet's devices hold, as a prior for a device that has not seen them itself.
+
+A metric that switches between a few states (a machine's speed, running or stopped; a valve, open
+or shut) is, for one device, a first regime it learned and a second it learns once it has seen it
+(:mod:`~fleetwatch.models.seasonal`). Until then a switch into the other state is many deviations
+off everything the device knows, and every member that judges the metric against its own profile
+reads it as a fault. The devices of its scope that switch already hold both states. So the prior
+of a metric's level is a mixture: the device's own regimes, and the states its fleet's devices
+hold (a hierarchical prior over the devices of one kind; Dhada, Girolami and Parlikad 2020, for
+fleets whose devices share a few modes). A reading nearer a state the fleet knows than to its own
+regime, and that state :data:`SEPARATION` apart from the regime, is judged against that state.
+
+A state is one regime of one device: its mean and standard deviation over all its readings
+(``[mean, std]``). Only devices that hold two regimes lend theirs: a fleet of single-state
+devices (temperature sensors, each at its own level) knows no states, so a device moved to
+another's level is still a fault. The price where the fleet switches: a fault that moves a
+device into a state some device of its kind holds normal is not a change of level to its members
+(the pooled multivariate model's :meth:`~fleetwatch.models.base.Detector.familiar_times` pays the
+same, for states of several metrics). The states travel with the pooled tails of a scope
+without a multivariate part (:class:`PooledTail`, :mod:`~fleetwatch.fleet.tails`): where the
+fleet model has one, that part tells the states its devices hold, of every metric together.
+
+A borrowed state is judged with the wider of the device's own spread and the state's, as a young
+second regime of the device's own is: the device has seen none of its readings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Self
+
+import numpy as np
+import numpy.typing as npt
+
+from fleetwatch.models.grid import floor_std, shrink
+from fleetwatch.models.tail import StreamTail
+
+FloatArray = npt.NDArray[np.float64]
+
+SEPARATION = 3.0
+"""A second regime (a device's own, or a state of its fleet) is used once its mean is this many
+standard deviations (the wider of the two regimes') from the first's: a running machine's
+vibration, 4 ± 1, against its 0.15 stopped is 3.9 apart."""
+
+
+class PooledTail(StreamTail):
+    """A fleet's pooled tail of one metric (:mod:`~fleetwatch.fleet.tails`), with the states its
+    devices hold: ``states``, a row ``[mean, std]`` per state (none: no device of the scope
+    holds two)."""
+
+    def __init__(self, halflife: float, prior: float = 0.0) -> None:
+        super().__init__(halflife, prior)
+        self.states: FloatArray = np.zeros((0, 2))
+
+    @classmethod
+    def load(cls, halflife: float, state: dict[str, object], prior: float = 0.0) -> Self:
+        """From :meth:`state` with the states (``"states"``: a ``[mean, std]`` a state)."""
+        out = super().load(halflife, state, prior)
+        held = state.get("states") or []
+        out.states = np.asarray(held, dtype=np.float64).reshape(-1, 2)
+        return out
+
+    def state(self) -> dict[str, object]:
+        return {**super().state(), "states": self.states.tolist()}
+
+
+def states_of(pooled: Mapping[str, StreamTail], metric: str) -> FloatArray:
+    """The states the fleet knows of ``metric`` (none without a pooled tail that carries them)."""
+    tail = pooled.get(metric) if pooled else None
+    return tail.states if isinstance(tail, PooledTail) else np.zeros((0, 2))
+
+
+def nearest_state(
+    value: FloatArray, mean: FloatArray, std: FloatArray, step: FloatArray, states: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per reading (``value``, against its own regime's ``mean`` and ``std``; ``step`` its grid),
+    the nearest of ``states`` that is :data:`SEPARATION` apart from its regime: its mean, the
+    spread it is judged with (the wider of the regime's and the state's) and the reading's
+    ``|z|`` from it (``inf`` where no state is apart)."""
+    n = value.size
+    if states.size == 0 or n == 0:
+        inf = np.full(n, np.inf)
+        return np.full(n, np.nan), inf, inf
+    means, spreads = states[None, :, 0], states[None, :, 1]
+    with np.errstate(invalid="ignore"):
+        wider = floor_std(np.maximum(std[:, None], spreads), step[:, None])
+        apart = np.abs(means - mean[:, None]) >= SEPARATION * wider
+        z = np.abs(shrink(value[:, None] - means, step[:, None])) / wider
+    z = np.where(apart & np.isfinite(z), z, np.inf)
+    best = np.argmin(z, axis=1)[:, None]
+    pick = np.take_along_axis
+    return (
+        pick(np.broadcast_to(means, z.shape), best, 1)[:, 0],
+        pick(wider, best, 1)[:, 0],
+        pick(z, best, 1)[:, 0],
+    )
