@@ -14,7 +14,11 @@ scoring itself. Per bucket:
   write per bucket per micro-batch — pickled: the state holds only JSON's types (dicts with
   string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
   included, faster and smaller than JSON text. It is read back only from the query's own
-  checkpoint;
+  checkpoint. The value is ``BINARY``, not text: Spark hands it to Python as a latin-1 string that
+  Pyrolite builds a byte at a time and UTF-8 encodes, over twice the JVM's cost of ASCII text
+  of the same pickle, but a text form moves that cost rather than removing it (base64's
+  decoding in the worker, hex's doubled bytes on the write), so over a read and a write none
+  is cheaper;
 - ``params`` (``MapState`` by device): the newest parameters as JSON and their version, written
   when a new version arrives and read only when this worker has not parsed them yet;
 - ``fleet`` (``MapState`` by scope): the newest champion of each scope seen on ``model.params``
