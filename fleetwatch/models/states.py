@@ -6,9 +6,11 @@ or shut) is, for one device, a first regime it learned and a second it learns on
 off everything the device knows, and every member that judges the metric against its own profile
 reads it as a fault. The devices of its scope that switch already hold both states. So the prior
 of a metric's level is a mixture: the device's own regimes, and the states its fleet's devices
-hold (a hierarchical prior over the devices of one kind; Dhada, Girolami and Parlikad 2020, for
-fleets whose devices share a few modes). A reading nearer a state the fleet knows than to its own
-regime, and that state :data:`SEPARATION` apart from the regime, is judged against that state.
+hold. It is a hierarchical prior, in which a device with little data of its own borrows the
+parameters of the similar devices of its fleet (Dhada, Girolami and Parlikad 2020,
+*Data-Centric Engineering*), here the regimes they are in. A reading nearer a state the fleet
+knows than to its own regime, and that state :data:`SEPARATION` apart from the regime, is judged
+against that state.
 
 A state is one regime of one device: its mean and standard deviation over all its readings
 (``[mean, std]``). Only devices that hold two regimes lend theirs: a fleet of single-state
