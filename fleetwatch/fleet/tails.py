@@ -113,11 +113,27 @@ def pool_tails(
     a multivariate part tells its states by that part)."""
     every = list(device_params)
     held = _states(every) if states else {}
+    spreads = _spreads(every)
     out = {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
     for pooled in out.values():
         for name, tail in pooled.items():
             tail["states"] = held.get(name, [])
+            tail["spread"] = spreads.get(name)
     return out
+
+
+def _spreads(device_params: list[Mapping[str, Any]]) -> dict[str, float]:
+    """Per metric, the median over its devices of their seasonal member's typical spread of it
+    (:meth:`~fleetwatch.models.seasonal.SeasonalBaseline.typical_spreads`): the prior a young
+    stream's own spread is drawn toward (:func:`~fleetwatch.models.states.drawn_to_fleet`)."""
+    seen: dict[str, list[float]] = defaultdict(list)
+    for params in device_params:
+        member = member_params(params, SeasonalBaseline.kind)
+        if member is None:
+            continue
+        for name, spread in SeasonalBaseline.from_params(member).typical_spreads().items():
+            seen[name].append(spread)
+    return {name: float(np.median(values)) for name, values in sorted(seen.items())}
 
 
 def _states(device_params: list[Mapping[str, Any]]) -> dict[str, list[list[float]]]:

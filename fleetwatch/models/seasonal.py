@@ -49,6 +49,11 @@ Until the second regime is in use, the states the fleet's devices hold stand in 
 the first regime, and that state ``SEPARATION`` apart, is judged against it in the wider of the
 two spreads, and once kept in a run, learned as the second regime.
 
+A fleet's prior for the spread: the first regime's standard deviation is drawn toward the
+fleet's typical spread of the metric (carried with the pooled tails), as if the stream had
+``warmup`` readings of it besides its own (:func:`~fleetwatch.models.states.drawn_to_fleet`): a
+hundred readings of a wandering level see a fraction of the spread a day of them does.
+
 Warm-up: no row of a metric is scored before ``warmup`` readings of it were learned. Until its tail
 holds ``MIN_HISTORY`` (200) values of ``|z|`` (about 230 readings) a metric is judged against
 ``EARLY_Z``, twice the floor (its rows' reason ``EARLY``: the scorer's fixed baseline judges them
@@ -86,7 +91,13 @@ from fleetwatch.models.neighbours import NeighbourScale, medians_before
 from fleetwatch.models.params import array, ints
 from fleetwatch.models.profile import ProfileDetector, decay_factor, row_weights
 from fleetwatch.models.scores import Reason, Scores
-from fleetwatch.models.states import SEPARATION, nearest_state, states_of
+from fleetwatch.models.states import (
+    SEPARATION,
+    drawn_to_fleet,
+    nearest_state,
+    spread_of,
+    states_of,
+)
 from fleetwatch.models.tail import (
     MIN_HISTORY,
     PRIOR_WEIGHT,
@@ -287,6 +298,40 @@ class SeasonalBaseline(ProfileDetector):
         mean, std, z = (np.where(lent, b, o) for b, o in zip(borrowed, own, strict=True))
         return alt & ~lent, far & ~usable, mean, std, z
 
+    def _drawn_to_fleet(self, codes: npt.NDArray[np.intp], std: FloatArray) -> FloatArray:
+        """Per row, its first regime's ``std`` drawn toward its fleet's typical spread of the
+        metric (:func:`~fleetwatch.models.states.drawn_to_fleet`), as if the stream had
+        ``warmup`` readings of that spread besides its own (the weight a young second regime
+        gives the first's): a stream of a hundred readings of a wandering level has seen a
+        fraction of the spread its fleet's devices see over a day."""
+        if not self._fleet:
+            return std
+        out = std.copy()
+        every = self.buckets
+        for m, rows in per_metric_runs(codes, len(self.profile.metrics)):
+            spread = spread_of(self._fleet, self.profile.metrics[m])
+            seen = float(self.profile.counts[m, every])
+            out[rows] = drawn_to_fleet(std[rows], np.full(rows.size, seen), spread, self.warmup)
+        return out
+
+    def typical_spreads(self) -> dict[str, float]:
+        """Per metric of ``warmup`` readings or more, its first regime's typical standard
+        deviation: the median over its buckets of ``bucket_warmup`` readings (its overall one
+        where none has), what its fleet pools as a young stream's prior
+        (:func:`~fleetwatch.models.states.drawn_to_fleet`)."""
+        out: dict[str, float] = {}
+        _, sd = self.profile.moments(self.min_std)
+        counts = self.profile.counts
+        every = self.buckets
+        for i, name in enumerate(self.profile.metrics):
+            if counts[i, every] < self.warmup:
+                continue
+            warm = (counts[i, :every] >= self.bucket_warmup) & np.isfinite(sd[i, :every])
+            spread = float(np.median(sd[i, :every][warm])) if warm.any() else float(sd[i, every])
+            if math.isfinite(spread):
+                out[name] = spread
+        return out
+
     def _borrowed(
         self,
         codes: npt.NDArray[np.intp],
@@ -323,7 +368,7 @@ class SeasonalBaseline(ProfileDetector):
         codes = batch.lookup(self.profile.metrics)
         mean, std, ok = self._expect(batch, codes)
         step = self.grid.per_row(codes)
-        std = floor_std(std, step)
+        std = floor_std(self._drawn_to_fleet(codes, std), step)
         deviation = shrink(batch.value - mean, step)
         z = np.where(ok, np.abs(deviation) / np.where(ok, std, 1.0), 0.0)
         alt, apart, mean, std, z = self._regimes(codes, batch, mean, std, z, step)

@@ -24,10 +24,16 @@ fleet model has one, that part tells the states its devices hold, of every metri
 
 A borrowed state is judged with the wider of the device's own spread and the state's, as a young
 second regime of the device's own is: the device has seen none of its readings.
+
+The same prior holds for a metric's spread: a pooled tail also carries the fleet's typical
+spread of the metric (:attr:`PooledTail.spread`, the median over its devices of their first
+regime's typical bucket spread), toward which a young stream's own spread is drawn
+(:func:`drawn_to_fleet`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Self
 
@@ -48,28 +54,55 @@ vibration, 4 ± 1, against its 0.15 stopped is 3.9 apart."""
 class PooledTail(StreamTail):
     """A fleet's pooled tail of one metric (:mod:`~fleetwatch.fleet.tails`), with the states its
     devices hold: ``states``, a row ``[mean, std]`` per state (none: no device of the scope
-    holds two)."""
+    holds two); and ``spread``, the metric's typical standard deviation over its devices (NaN:
+    none known)."""
 
     def __init__(self, halflife: float, prior: float = 0.0) -> None:
         super().__init__(halflife, prior)
         self.states: FloatArray = np.zeros((0, 2))
+        self.spread = math.nan
 
     @classmethod
     def load(cls, halflife: float, state: dict[str, object], prior: float = 0.0) -> Self:
-        """From :meth:`state` with the states (``"states"``: a ``[mean, std]`` a state)."""
+        """From :meth:`state` with the states (``"states"``: a ``[mean, std]`` a state) and the
+        spread (``"spread"``; absent or null: none known)."""
         out = super().load(halflife, state, prior)
         held = state.get("states") or []
         out.states = np.asarray(held, dtype=np.float64).reshape(-1, 2)
+        spread = state.get("spread")
+        out.spread = math.nan if spread is None else float(spread)  # type: ignore[arg-type]
         return out
 
     def state(self) -> dict[str, object]:
-        return {**super().state(), "states": self.states.tolist()}
+        spread = self.spread if math.isfinite(self.spread) else None
+        return {**super().state(), "states": self.states.tolist(), "spread": spread}
 
 
 def states_of(pooled: Mapping[str, StreamTail], metric: str) -> FloatArray:
     """The states the fleet knows of ``metric`` (none without a pooled tail that carries them)."""
     tail = pooled.get(metric) if pooled else None
     return tail.states if isinstance(tail, PooledTail) else np.zeros((0, 2))
+
+
+def spread_of(pooled: Mapping[str, StreamTail], metric: str) -> float:
+    """The fleet's typical spread of ``metric`` (NaN without a pooled tail that carries one)."""
+    tail = pooled.get(metric) if pooled else None
+    return tail.spread if isinstance(tail, PooledTail) else math.nan
+
+
+def drawn_to_fleet(std: FloatArray, seen: FloatArray, spread: float, prior: float) -> FloatArray:
+    """A stream's standard deviation ``std`` of ``seen`` readings drawn toward its fleet's
+    typical ``spread``, as if the stream had ``prior`` readings of that spread besides its own:
+    the pooled variance ``(seen · std² + prior · spread²) / (seen + prior)``, the posterior mean
+    of a normal's variance under a conjugate (inverse-gamma) prior centred on the fleet's. A
+    stream of a few dozen readings is judged mostly by its fleet's spread, one of thousands by
+    its own (``std`` itself without a finite, positive ``spread``)."""
+    if not (math.isfinite(spread) and spread > 0):
+        return std
+    seen = np.maximum(seen, 0.0)
+    with np.errstate(invalid="ignore"):
+        out: FloatArray = np.sqrt((seen * np.square(std) + prior * spread**2) / (seen + prior))
+    return out
 
 
 def nearest_state(
