@@ -28,6 +28,15 @@ compilations per batch (``classes_per_batch``, ``compiles_per_batch``, from the 
 counters); to compare settings at the scorer's steady state, warm up for minutes
 (``--warmup 300``), or compare the same phase of interleaved runs.
 
+The parts of a batch (``parts_p50_ms``) are the progress reports' wall-clock times: on a
+loaded machine they grow with the load, not with the work. ``queryPlanning`` (the batch's plan
+analysed, optimized and planned again, as Spark does every micro-batch) is 15-20 ms in a JVM
+past its first minutes on a quiet machine, and several times that at a load of 4 or more. Its
+cost by Catalyst rule is Spark's own metering, read in the scorer's JVM through py4j
+(``RuleExecutor.resetMetrics()``, then ``RuleExecutor.dumpTimeSpent()`` some batches later;
+each batch's ``lastExecution.tracker().phases()`` splits it into analysis, optimization and
+physical planning): this bench does not report it.
+
 ``--jfr DIR`` records a JFR profile (``jcmd JFR.start``) of the JVM and ``--py-spy DIR`` a
 py-spy profile of each Python worker, during each phase (``pip install py-spy`` into the
 virtualenv first: it is not among the project's dependencies). py-spy samples only the thread
