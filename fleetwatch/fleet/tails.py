@@ -112,8 +112,9 @@ def pool_tails(
     the states its devices hold (:func:`_states`; without, none: a scope whose fleet model has
     a multivariate part tells its states by that part)."""
     every = list(device_params)
-    held = _states(every) if states else {}
-    spreads = _spreads(every)
+    seasonal = _seasonal_members(every)
+    held = _states(seasonal) if states else {}
+    spreads = _spreads(seasonal)
     out = {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
     for pooled in out.values():
         for name, tail in pooled.items():
@@ -122,31 +123,31 @@ def pool_tails(
     return out
 
 
-def _spreads(device_params: list[Mapping[str, Any]]) -> dict[str, float]:
+def _seasonal_members(device_params: list[Mapping[str, Any]]) -> list[SeasonalBaseline]:
+    """Each device's seasonal member, read once for the spreads and the states."""
+    members = (member_params(params, SeasonalBaseline.kind) for params in device_params)
+    return [SeasonalBaseline.from_params(m) for m in members if m is not None]
+
+
+def _spreads(seasonal: list[SeasonalBaseline]) -> dict[str, float]:
     """Per metric, the median over its devices of their seasonal member's typical spread of it
     (:meth:`~fleetwatch.models.seasonal.SeasonalBaseline.typical_spreads`): the prior a young
     stream's own spread is drawn toward (:func:`~fleetwatch.models.states.drawn_to_fleet`)."""
     seen: dict[str, list[float]] = defaultdict(list)
-    for params in device_params:
-        member = member_params(params, SeasonalBaseline.kind)
-        if member is None:
-            continue
-        for name, spread in SeasonalBaseline.from_params(member).typical_spreads().items():
+    for member in seasonal:
+        for name, spread in member.typical_spreads().items():
             seen[name].append(spread)
     return {name: float(np.median(values)) for name, values in sorted(seen.items())}
 
 
-def _states(device_params: list[Mapping[str, Any]]) -> dict[str, list[list[float]]]:
+def _states(seasonal: list[SeasonalBaseline]) -> dict[str, list[list[float]]]:
     """Per metric, the states its devices hold (:mod:`~fleetwatch.models.states`): each
     ``[mean, std]`` of a regime of a device whose seasonal member holds two
     (:meth:`~fleetwatch.models.seasonal.SeasonalBaseline.held_states`), the heaviest
     :data:`~fleetwatch.fleet.pca.MAX_STATES` (by the regime's readings)."""
     held: dict[str, list[np.ndarray]] = defaultdict(list)
-    for params in device_params:
-        member = member_params(params, SeasonalBaseline.kind)
-        if member is None:
-            continue
-        for name, regimes in SeasonalBaseline.from_params(member).held_states().items():
+    for member in seasonal:
+        for name, regimes in member.held_states().items():
             held[name].extend(regimes)
     out = {}
     for name, rows in sorted(held.items()):
