@@ -11,18 +11,22 @@ operator's worker settles it (:func:`~fleetwatch.heap.settle_worker`). CPU time 
 ``--rounds`` readings per device after ``--warm`` readings of warm-up, the least of
 ``--repeat`` passes (each from empty state), and of it the state's unpickling and pickling
 (``state_ms_per_batch``); ``--profile N`` prints the N functions with the most cumulative time
-instead.
+instead. Before the timing, one untimed pass over every batch gives the ``fingerprint``: a digest
+of every output row of every bucket's micro-batch and of each bucket's state bytes at the end,
+so a change to the scorer that should not change what it writes or keeps is checked by comparing
+it.
 
     python bench/micro/score_bucket.py [--devices 1000] [--rounds 60] [--noise realistic]
 
 Last line: {"us_per_reading", "ms_per_batch", "state_ms_per_batch", "state_bytes",
-"out_rows_per_batch", "readings", "batches", "noise"}
+"out_rows_per_batch", "readings", "batches", "noise", "fingerprint"}
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import pickle
 import pstats
@@ -127,9 +131,11 @@ class Cost:
         )
 
 
-def run(frames: Frames) -> Cost:
+def run(frames: Frames, digest: hashlib._Hash | None = None) -> Cost:
     """The CPU time over ``frames`` from empty state, as the operator spends it per bucket:
-    its state unpickled from its value, the readings scored, the state pickled."""
+    its state unpickled from its value, the readings scored, the state pickled. ``digest``,
+    when given, takes every output row (with its batch and bucket) and each bucket's state
+    bytes at the end."""
     settings = Settings()
     context = Context(
         policy_of(settings), MemoryStore(), topic_names(settings), settings.topics.telemetry_raw
@@ -149,7 +155,13 @@ def run(frames: Frames) -> Cost:
             stored[b] = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
             cost.state_s += t1 - t0 + clock() - t2
             cost.out_rows += len(scored)
+            if digest is not None:
+                rows = list(scored.itertuples(index=False, name=None))
+                digest.update(repr((at, b, list(scored.columns), rows)).encode())
     cost.cpu_s = clock() - started
+    if digest is not None:
+        for b in sorted(stored):
+            digest.update(repr(b).encode() + stored[b])
     cost.state_bytes = sum(len(v) for v in stored.values())
     return cost
 
@@ -161,7 +173,7 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=10, help="readings per device before")
     parser.add_argument("--noise", choices=("realistic", "gaussian"), default="realistic")
     parser.add_argument("--batch-ms", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="0: the fingerprint only")
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions")
     args = parser.parse_args()
     settle_worker()  # as the operator's worker does at its first task
@@ -177,6 +189,12 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
         return
+    digest = hashlib.sha256()
+    run(frames, digest)
+    fingerprint = digest.hexdigest()[:16]
+    print(f"fingerprint: {fingerprint}")
+    if args.repeat == 0:
+        return  # the fingerprint only: nothing timed, no results written
     best: Cost | None = None
     for _ in range(args.repeat):
         run(frames[:warm])  # the same warm-up each pass, not measured
@@ -196,6 +214,7 @@ def main() -> None:
         "readings": readings,
         "batches": len(measured),
         "noise": args.noise,
+        "fingerprint": fingerprint,
     }
     print(json.dumps(figures))
     write_results(__file__, figures)
