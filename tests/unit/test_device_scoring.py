@@ -49,8 +49,14 @@ def fresh_detector_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(detectors, "CACHE", DetectorCache())
 
 
-def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: float) -> pd.DataFrame:
-    """(seq, event_ms, temperature) readings in the scorer's long form."""
+def frame(
+    rows: list[tuple[int, int, float]],
+    dev_shift: int = 0,
+    received_ms: int | None = None,
+    **metrics: float,
+) -> pd.DataFrame:
+    """(seq, event_ms, temperature) readings in the scorer's long form, each received 20 ms
+    after it was taken (or all at ``received_ms``: a buffer flushed at once)."""
     out = []
     for seq, event_ms, temp in rows:
         for metric, value in {"temperature": temp, **metrics}.items():
@@ -60,7 +66,7 @@ def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: flo
                     "event_ms": event_ms,
                     "device_event_ms": event_ms + dev_shift,
                     "device_sent_ms": event_ms + dev_shift,
-                    "received_ms": event_ms + 20,
+                    "received_ms": event_ms + 20 if received_ms is None else received_ms,
                     "clock_offset_ms": -dev_shift,
                     "firmware": "1.0",
                     "status": None,
@@ -69,6 +75,11 @@ def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: flo
                 }
             )
     return pd.DataFrame(out)
+
+
+def noisy(seq: int) -> float:
+    """A temperature that moves by a few tenths from reading to reading: never stuck."""
+    return 21.0 + 0.1 * ((seq * 7) % 5 - 2)
 
 
 def of(out: Output, role: Role) -> list[dict[str, Any]]:
@@ -323,6 +334,28 @@ def test_a_device_back_from_offline_with_its_buffer_is_no_dropout() -> None:
     # a real dropout afterwards is still found
     state, outs = run([frame([(830, t + 230_000, 21.0)])], state=state, params_json=p)
     assert [a["status"] for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == ["open"]
+
+
+def test_a_buffer_split_between_micro_batches_opens_no_dropout() -> None:
+    p = trained_params()
+    version = params.loads(p)["version"]
+    t = T0 + 600_000
+    state, _ = run([frame([(600, t, 21.0)])])
+    state["params_version"] = version
+    # offline for 100 s; the buffer flushes at once, and the first micro-batch takes only two
+    # readings in ten of it: 8 s gaps, which the rest of the buffer fills in the next batch
+    flushed_ms = t + 100_500
+    buffered = [(s, t + (s - 600) * 1000, noisy(s)) for s in range(601, 701)]
+    first = [r for r in buffered if r[0] % 10 < 2]
+    rest = [r for r in buffered if r[0] % 10 >= 2]
+    state, outs = run([frame(first, received_ms=flushed_ms)], state=state, params_json=p)
+    assert [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == []
+    state, outs = run([frame(rest, received_ms=flushed_ms)], state=state, params_json=p)
+    assert [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == []
+    # the same gaps in readings delivered as they were taken are dropouts
+    live = [(s, t + (s - 600) * 1000, noisy(s)) for s in range(701, 801) if s % 10 < 2]
+    state, outs = run([frame(live)], state=state, params_json=p)
+    assert "open" in [a["status"] for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"]
 
 
 def test_a_stuck_sensor_is_found_from_the_scorers_own_windows() -> None:

@@ -92,6 +92,8 @@ def observations(
         # behind (the same readings score the same, cached or not).
         member.resume(ScoringMemory() if memory is None else memory)
         scores = member.score(frame, None if member.per_metric else suspicion)
+        if member.reports_dropouts:
+            scores = gaps_delivered_live(scores, event_ms, received)
         if member.per_metric:
             suspicion = np.maximum(suspicion, scores.surprise)
         if familiar is not None:
@@ -199,6 +201,41 @@ def _reverted(prior: Detector, frame: Batch) -> Callable[[int, dict[str, float]]
         return event_ms in prior.familiar_times(moved)
 
     return knows
+
+
+def gaps_delivered_live(
+    scores: Scores, event_ms: npt.NDArray[np.int64], received: npt.NDArray[np.int64]
+) -> Scores:
+    """``scores`` (of rows whose event times are ``event_ms`` and receipt times ``received``)
+    with each dropout row calm where either end of its gap was delivered later than the gap's
+    own limit after it was taken.
+
+    A gap between readings is a dropout only if the readings in it were never sent. A device
+    that held a reading longer than a dropout's gap was out of touch and buffering (a gateway's
+    receipt time minus the corrected event time is the time the device held it, not the
+    network's or the scorer's delay): its buffer arrives at once and in any order, and a
+    micro-batch that takes part of it sees gaps that the rest fills a moment later. Inside such
+    a buffer the reading opening a gap was held at least as long as the gap, so a gap is judged
+    only where the reading closing it was delivered live and so was the one opening it (when
+    that one is in the same batch; one from an earlier batch arrived before this one did). A
+    device that loses readings while it buffers is the price: its gaps inside a flushed buffer
+    are not alerted on."""
+    dropped = scores.reason == Reason.DROPOUT
+    if not dropped.any():
+        return scores
+    times, first, where = np.unique(event_ms, return_index=True, return_inverse=True)
+    age = received[first] - times
+    opening_age = np.concatenate([[0], age[:-1]])
+    held = dropped & (np.maximum(age, opening_age)[where] > scores.band)
+    if not held.any():
+        return scores
+    none = np.int8(Reason.NONE)
+    return replace(
+        scores,
+        score=np.where(held, 0.0, scores.score),
+        surprise=np.where(held, 0.0, scores.surprise),
+        reason=np.where(held, none, scores.reason).astype(np.int8),
+    )
 
 
 def fleet_checked(
