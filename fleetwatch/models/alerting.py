@@ -62,7 +62,10 @@ def alerts_of(
     """Alerting after each reading, each alert's running peak and for how many readings it has
     been low enough to end, from ``on`` (alerting, peak, that count) before the first:
     hysteresis, and an alert whose ``|z|`` has stayed under the threshold and at most ``release``
-    of its peak for ``hold`` readings ends there."""
+    of its peak for ``hold`` readings ends there. A batch that neither starts alerting nor
+    passes the threshold is quiet throughout (most batches: no arrays are scanned for it)."""
+    if not on[0] and not (z > threshold).any():
+        return np.zeros(z.size, bool), np.zeros(z.size), np.zeros(z.size, np.int64)
     alerting = hysteresis(z, threshold, low, on[0])
     peak = peaks(z, alerting, on[1] if on[0] else 0.0)
     if release is None:

@@ -147,10 +147,22 @@ def extend_metrics(known: list[str], batch: Batch) -> list[str]:
     return known + [n for n in batch.names if n not in set(known)]
 
 
+FEW_METRICS = 8
+"""Up to this many metrics, :func:`per_metric_runs` finds each one's rows by comparison (a
+device's few metrics: one pass per metric costs less than a sort)."""
+
+
 def per_metric_runs(
     codes: npt.NDArray[np.intp], n_metrics: int
 ) -> list[tuple[int, npt.NDArray[np.intp]]]:
     """For each metric present, the row indices of its readings in time order."""
+    if n_metrics <= FEW_METRICS:
+        found = []
+        for m in range(n_metrics):
+            rows = (codes == m).nonzero()[0]
+            if rows.size:
+                found.append((m, rows))
+        return found
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes[codes >= 0], minlength=n_metrics)
     start = int((codes < 0).sum())

@@ -100,7 +100,7 @@ def bin_of(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
     """The bin of each ``|value|``: the last whose lower edge it reaches (an infinity in the
     last bin)."""
     x = np.abs(np.asarray(values, dtype=np.float64))
-    out: npt.NDArray[np.intp] = np.minimum(np.searchsorted(EDGES, x, side="right") - 1, BINS - 1)
+    out: npt.NDArray[np.intp] = np.minimum(EDGES.searchsorted(x, side="right") - 1, BINS - 1)
     return out
 
 
@@ -171,7 +171,7 @@ def fit_excess(counts: FloatArray, k: int, prior: float = 0.0) -> tuple[float, f
 def _moments(counts: FloatArray, k: int, prior: float) -> tuple[float, float, float]:
     """:func:`fit_excess` and the mean excess ``a0``."""
     w = counts[k:]
-    cum = np.cumsum(w)
+    cum = w.cumsum()
     weight = float(cum[-1]) if cum.size else 0.0
     if weight <= 0:
         return 0.0, MIN_BETA, MIN_BETA
@@ -186,9 +186,9 @@ def _moments(counts: FloatArray, k: int, prior: float) -> tuple[float, float, fl
 
 def fit_tail(counts: FloatArray, prior: float = 0.0) -> Tail:
     """``u``, the ``1 - P_BODY`` quantile of the history, and the tail of the excess over it."""
-    above = np.cumsum(counts[::-1])[::-1]  # weight at or above each bin
+    above = counts[::-1].cumsum()[::-1]  # weight at or above each bin
     total = float(above[0])
-    k = int(np.flatnonzero(above >= P_BODY * total)[-1])
+    k = int((above >= P_BODY * total).nonzero()[0][-1])
     shape, scale, mean = _moments(counts, k, prior)
     return Tail(float(EDGES[k]), shape, scale, above / total, mean)
 
@@ -353,9 +353,9 @@ class StreamTail:
         flags = np.empty(n + 2, dtype=np.int8)
         flags[0], flags[-1] = self.peak > 0, 0
         flags[1:-1] = up
-        step = np.diff(flags)
-        starts = np.flatnonzero(step == 1).tolist()
-        ends = np.flatnonzero(step == -1).tolist()
+        step = flags[1:] - flags[:-1]
+        starts = (step == 1).nonzero()[0].tolist()
+        ends = (step == -1).nonzero()[0].tolist()
         carried = self.peak
         if carried > 0:
             starts.insert(0, 0)
@@ -385,9 +385,9 @@ class StreamTail:
         """Where the fit of the excursion peaks starts (the upper ``P_PEAKS`` of the peaks above
         ``u``, at least ``MIN_PEAKS``: the tail's shape shows far out), and its shape and scale."""
         k = _bin(self.summary.tail().u)
-        above = np.cumsum(self.peaks[::-1])[::-1]
+        above = self.peaks[::-1].cumsum()[::-1]
         seen = float(above[k])
-        top = max(k, int(np.flatnonzero(above >= max(P_PEAKS * seen, MIN_PEAKS))[-1]))
+        top = max(k, int((above >= max(P_PEAKS * seen, MIN_PEAKS)).nonzero()[0][-1]))
         shape, scale = fit_excess(self.peaks, top, self.prior)
         shape, scale = self._without_outlier(top, float(above[top]), shape, scale)
         return float(EDGES[top]), shape, scale
@@ -408,7 +408,7 @@ class StreamTail:
         left out at any age, and without their weight; the rate of peaks past the fit's start
         still counts them (see ``_threshold``). A heavy tail's own far peaks are kept: the
         others' fit reaches them, and more than a few of them are the tail."""
-        occupied = np.flatnonzero(self.peaks > 0.0)  # a faded peak counts by its faded weight
+        occupied = (self.peaks > 0.0).nonzero()[0]  # a faded peak counts by its faded weight
         occupied = occupied[occupied > top]
         best = (shape, scale)
         rest = self.peaks.copy()
@@ -479,8 +479,8 @@ class StreamTail:
 
     def state(self) -> dict[str, object]:
         return {
-            "counts": [float(c) for c in self.summary.counts],
-            "peaks": [float(c) for c in self.peaks],
+            "counts": self.summary.counts.tolist(),
+            "peaks": self.peaks.tolist(),
             "readings": self.readings,
             "peak": self.peak,
             "interval_ms": self.interval_ms,
