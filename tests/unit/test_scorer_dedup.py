@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from fleetwatch.streaming import seen
+from fleetwatch.streaming.scorer import dedup
 from fleetwatch.streaming.scorer.dedup import sort_out
 from fleetwatch.streaming.scorer.device_state import new_state
 from fleetwatch.streaming.scorer.output import Output
@@ -49,3 +51,49 @@ def test_a_device_numbering_its_readings_at_random_keeps_a_bounded_state() -> No
     assert sorted_out.kept is not None
     assert len(sorted_out.kept) == 20_000
     assert len(st["seen_seqs"]) == seen.MOST_RANGES
+
+
+def _reading_rows(seq: int, event_ms: int, device_ms: int, metrics: list[str]) -> Rows:
+    n = len(metrics)
+    return Rows(
+        {
+            "seq": np.full(n, seq, dtype=np.int64),
+            "event_ms": np.full(n, event_ms, dtype=np.int64),
+            "device_event_ms": np.full(n, device_ms, dtype=np.int64),
+            "metric": np.array(metrics, dtype=object),
+        }
+    )
+
+
+def _same_rows(a: Rows | None, b: Rows | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.cols.keys() == b.cols.keys() and all(np.array_equal(a[c], b[c]) for c in a.cols)
+
+
+def test_one_readings_batch_is_sorted_out_as_any_batch_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of one reading takes a shorter way through :func:`sort_out`: the same verdicts,
+    counts, state and rows as the way of every batch, over repeats, reboots, late and
+    out-of-order readings."""
+    rng = random.Random(71)
+    fast, slow = new_state(), new_state()
+    for step in range(3_000):
+        seq = rng.choice([step, step, step - rng.randrange(1, 30), rng.randrange(0, 5)])
+        event_ms = T0 + 1_000 * (seq if rng.random() < 0.9 else rng.randrange(0, step + 1))
+        device_ms = event_ms + rng.choice([0, 0, 0, 5_000_000])  # a reboot now and then
+        metrics = rng.choice([["t"], ["t", "h"], ["h", "t", "p"]])
+        watermark = T0 + 1_000 * max(0, step - rng.randrange(5, 60))
+        given = _reading_rows(seq, event_ms, device_ms, metrics)
+        fast_out, slow_out = Output(), Output()
+        got = sort_out(fast, given, watermark, fast_out)
+        with monkeypatch.context() as m:
+            m.setattr(dedup, "_one_reading", lambda *_: False)
+            want = sort_out(slow, given, watermark, slow_out)
+        assert fast == slow
+        assert (fast_out.scored, fast_out.duplicates) == (slow_out.scored, slow_out.duplicates)
+        for field in ("kept", "late", "in_order", "older"):
+            assert _same_rows(getattr(got, field), getattr(want, field)), (step, field)
+        fast["last_seen_ms"] = slow["last_seen_ms"] = max(
+            int(slow["last_seen_ms"] or 0), event_ms if got.in_order is not None else 0
+        )
+        fast["last_device_ms"] = slow["last_device_ms"] = device_ms

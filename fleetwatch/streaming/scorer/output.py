@@ -21,6 +21,11 @@ class Role(StrEnum):
     DEADLETTER = "deadletter"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""``json.dumps(value, separators=(",", ":"), allow_nan=False)`` without building an encoder
+per record (``json.dumps`` builds one whenever it is given options)."""
+
+
 @dataclass
 class Output:
     records: list[tuple[Role, str]] = field(default_factory=list)
@@ -33,7 +38,7 @@ class Output:
     scored: int = 0
 
     def add(self, role: Role, value: dict[str, Any]) -> None:
-        self.records.append((role, json.dumps(value, separators=(",", ":"), allow_nan=False)))
+        self.records.append((role, _ENCODER.encode(value)))
 
     def add_all(self, role: Role, values: Iterable[dict[str, Any]]) -> None:
         for value in values:

@@ -110,7 +110,16 @@ def output_frame(
         rows["headers"].append(dead_letter_headers(refused, source_topic))
     for name, values in count_rows(counts or {}).items():
         rows[name].extend(values)
-    return pd.DataFrame(rows)
+    return _object_frame(rows)
+
+
+def _object_frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
+    """Columns of Python objects (strings and ``None``) as one frame of ``object`` columns,
+    built from one 2-D array: a frame from a dict of lists infers each column's type."""
+    table = np.empty((len(rows["topic"]), len(rows)), dtype=object)
+    for i, values in enumerate(rows.values()):
+        table[:, i] = values
+    return pd.DataFrame(table, columns=list(rows), copy=False)
 
 
 def dead_letter_headers(refused: Refused, source_topic: str) -> str:
@@ -150,7 +159,7 @@ def score_rows(
 ) -> pd.DataFrame:
     """A bucket's micro-batch: the operator's input rows (``src``: ``r`` a reading, ``p`` a
     ``model.params`` record) → its output rows; ``bucket`` (stored as ``saved``) moves on."""
-    is_params = (frame["src"] == "p").to_numpy()
+    is_params = frame["src"].to_numpy() == "p"
     params: list[tuple[str, str | None]] = []
     if is_params.any():
         records = frame.loc[is_params].sort_values("offset", kind="stable")
@@ -160,11 +169,7 @@ def score_rows(
             for k, v in zip(keys, values, strict=True)
         ]
         frame = frame.loc[~is_params]
-    sources = zip(
-        frame["partition"].fillna(-1).to_numpy(np.int64).tolist(),
-        frame["offset"].fillna(-1).to_numpy(np.int64).tolist(),
-        strict=True,
-    )
+    sources = zip(_integers(frame["partition"]), _integers(frame["offset"]), strict=True)
     found = readings_by_device(frame["device_id"], frame["reading"], sources)
     if found.refused:
         logger.warning(
@@ -180,6 +185,15 @@ def score_rows(
     return output_frame(
         out.records, context.topics, dead, context.raw_topic, counts, out.tombstones
     )
+
+
+def _integers(column: pd.Series) -> list[int]:
+    """An integer column as Python ints, -1 where null (Spark hands a column of integers as
+    float64 once the batch held a null in it)."""
+    values = column.to_numpy()
+    if values.dtype.kind in "iu":
+        return list(values.tolist())
+    return list(column.fillna(-1).to_numpy(np.int64).tolist())
 
 
 def device_scorer(settings: Settings) -> Any:
