@@ -49,14 +49,9 @@ def fresh_detector_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(detectors, "CACHE", DetectorCache())
 
 
-def frame(
-    rows: list[tuple[int, int, float]],
-    dev_shift: int = 0,
-    received_ms: int | None = None,
-    **metrics: float,
-) -> pd.DataFrame:
+def frame(rows: list[tuple[int, int, float]], dev_shift: int = 0, **metrics: float) -> pd.DataFrame:
     """(seq, event_ms, temperature) readings in the scorer's long form, each received 20 ms
-    after it was taken (or all at ``received_ms``: a buffer flushed at once)."""
+    after it was taken."""
     out = []
     for seq, event_ms, temp in rows:
         for metric, value in {"temperature": temp, **metrics}.items():
@@ -66,7 +61,7 @@ def frame(
                     "event_ms": event_ms,
                     "device_event_ms": event_ms + dev_shift,
                     "device_sent_ms": event_ms + dev_shift,
-                    "received_ms": event_ms + 20 if received_ms is None else received_ms,
+                    "received_ms": event_ms + 20,
                     "clock_offset_ms": -dev_shift,
                     "firmware": "1.0",
                     "status": None,
@@ -80,6 +75,11 @@ def frame(
 def noisy(seq: int) -> float:
     """A temperature that moves by a few tenths from reading to reading: never stuck."""
     return 21.0 + 0.1 * ((seq * 7) % 5 - 2)
+
+
+def flushed(readings: pd.DataFrame, received_ms: int) -> pd.DataFrame:
+    """``readings`` all received at ``received_ms``: a device's buffer flushed at once."""
+    return readings.assign(received_ms=received_ms)
 
 
 def of(out: Output, role: Role) -> list[dict[str, Any]]:
@@ -348,9 +348,9 @@ def test_a_buffer_split_between_micro_batches_opens_no_dropout() -> None:
     buffered = [(s, t + (s - 600) * 1000, noisy(s)) for s in range(601, 701)]
     first = [r for r in buffered if r[0] % 10 < 2]
     rest = [r for r in buffered if r[0] % 10 >= 2]
-    state, outs = run([frame(first, received_ms=flushed_ms)], state=state, params_json=p)
+    state, outs = run([flushed(frame(first), flushed_ms)], state=state, params_json=p)
     assert [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == []
-    state, outs = run([frame(rest, received_ms=flushed_ms)], state=state, params_json=p)
+    state, outs = run([flushed(frame(rest), flushed_ms)], state=state, params_json=p)
     assert [a for a in of(outs[0], Role.ALERTS) if a["detector"] == "dropout"] == []
     # the same gaps in readings delivered as they were taken are dropouts
     live = [(s, t + (s - 600) * 1000, noisy(s)) for s in range(701, 801) if s % 10 < 2]
