@@ -84,6 +84,13 @@ class Batch:
     def __len__(self) -> int:
         return int(self.event_ms.size)
 
+    @property
+    def memo(self) -> dict[object, Any]:
+        """What detectors work out of this batch alone, by a key of their own (a batch's arrays
+        never change, so what is derived from them holds for the batch's life): computed once,
+        shared by every member that asks. What is kept must be read-only."""
+        return self._memo
+
     def times(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp]]:
         """The distinct event times (ascending) and each row's index into them: what
         ``np.unique(event_ms, return_inverse=True)`` gives, worked out once per batch (the

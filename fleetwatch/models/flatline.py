@@ -145,7 +145,7 @@ class FlatlineDetector(DecayedDetector):
             values = np.concatenate([tail, batch.value[rows]])
             kept = np.concatenate([np.ones(len(tail), bool), keep[rows]])
             use = kept[1:] & kept[:-1]
-            d = np.diff(values)[use]
+            d = (values[1:] - values[:-1])[use]
             ends = batch.event_ms[rows][rows.size - use.size :]
             w = row_weights(ends[use], to_ms, self.halflife_ms)
             self.noise[m] += (w.sum(), (w * d * d).sum())
@@ -251,7 +251,7 @@ class FlatlineDetector(DecayedDetector):
             values = np.concatenate([self.tails[m], batch.value[rows]])
             if values.size < k:
                 continue
-            windows = sliding_window_view(values, k)
+            windows = _windows(values, k)
             r = windows.max(axis=1) - windows.min(axis=1)
             scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
             r = r[r.size - scored.size :]
@@ -356,3 +356,14 @@ class FlatlineDetector(DecayedDetector):
         self.gap_count = int(state["gap_count"])
         self.last_ms = None if state["last_ms"] is None else int(state["last_ms"])
         self.ref_ms = None if state["ref_ms"] is None else int(state["ref_ms"])
+
+
+def _windows(values: FloatArray, k: int) -> FloatArray:
+    """``sliding_window_view(values, k)`` (``values`` at least ``k`` long): the same read-only
+    view, made by one constructor call (the general function's checks cost more than a live
+    batch's windows)."""
+    series = np.ascontiguousarray(values)
+    step = series.itemsize
+    out: FloatArray = np.ndarray((series.size - k + 1, k), series.dtype, series, 0, (step, step))
+    out.flags.writeable = False
+    return out

@@ -153,7 +153,7 @@ function of its key, so nothing depends on what the memo holds)."""
 
 def _learned(row: FloatArray, values: FloatArray) -> tuple[float, float, float, float]:
     series = values if np.isnan(row[3]) else np.concatenate([[row[3]], values])
-    d = np.abs(np.diff(series))
+    d = np.abs(series[1:] - series[:-1])
     d = d[d > 0]
     state = [float(row[0]), float(row[1]), float(row[2])]
     if d.size:
@@ -234,7 +234,7 @@ class Grid:
         return self._steps[1]
 
     def state(self) -> list[list[float | None]]:
-        return [[None if math.isnan(v) else float(v) for v in row] for row in self.rows.tolist()]
+        return [[None if v != v else v for v in row] for row in self.rows.tolist()]  # NaN: None
 
     @classmethod
     def load(cls, state: Sequence[Sequence[float | None]] | None, metrics: int) -> Grid:

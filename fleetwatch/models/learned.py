@@ -114,6 +114,8 @@ def grow(owner: Owner, metrics: int) -> None:
     """Give each of ``owner``'s learned arrays a zero row for each metric up to ``metrics``."""
     for name, spec in _declared(type(owner)):
         held = getattr(owner, name)
+        if len(held) == metrics:  # nothing to add
+            continue
         more = spec.zeros(spec.shape(owner, metrics - len(held)))
         setattr(owner, name, np.concatenate([held, more]))
 

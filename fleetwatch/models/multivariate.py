@@ -121,13 +121,20 @@ class PcaModel:
 
 
 def wide(batch: Batch, metrics: list[str]) -> tuple[Any, Any, FloatArray]:
-    """Unique event times, each row's index into them, and the (time, metric) value matrix."""
-    codes = batch.lookup(metrics)
-    times, inverse = batch.times()
-    matrix = np.full((times.size, len(metrics)), np.nan)
-    known = codes >= 0
-    matrix[inverse[known], codes[known]] = batch.value[known]
-    return times, inverse, matrix
+    """Unique event times, each row's index into them, and the (time, metric) value matrix
+    (read-only: worked out once per batch and list of metrics, for the gate and the learning
+    alike)."""
+    key = ("wide", *metrics)
+    held: tuple[Any, Any, FloatArray] | None = batch.memo.get(key)
+    if held is None:
+        codes = batch.lookup(metrics)
+        times, inverse = batch.times()
+        matrix = np.full((times.size, len(metrics)), np.nan)
+        known = codes >= 0
+        matrix[inverse[known], codes[known]] = batch.value[known]
+        matrix.flags.writeable = False
+        held = batch.memo[key] = (times, inverse, matrix)
+    return held
 
 
 @dataclass(eq=False, kw_only=True)
@@ -180,6 +187,9 @@ class PcaDetector(DecayedDetector):
         self._memo: tuple[Batch, PcaModel, list[float], list[float]] | None = None
         """The last batch judged, the model it was judged with, what was carried into it and
         what it leaves."""
+        self._energies: tuple[Batch, PcaModel, FloatArray] | None = None
+        """The last batch whose residual energies were worked out, the model they are of and
+        the energies: learning the batch the gate just judged reads its statistic from them."""
 
     def resume(self, memory: ScoringMemory) -> None:
         self._held = memory.joint
@@ -224,7 +234,7 @@ class PcaDetector(DecayedDetector):
             self.last = self._left(batch, model, matrix, complete)
         if self._budget() is not None and model is not None and complete.any():
             # the statistic of every complete reading against the model as it was before it
-            statistic = self._statistic(matrix, complete, model)
+            statistic = self._statistic(matrix, complete, model, batch)
             self.tail.observe(times[complete].astype(np.int64))
             cap = self._bar()  # in force for the batch
             self.tail.summary.add(statistic[use])
@@ -301,12 +311,22 @@ class PcaDetector(DecayedDetector):
         return chi2_deviate(cls._energy(z, model), h)
 
     def _statistic(
-        self, matrix: FloatArray, complete: npt.NDArray[np.bool_], model: PcaModel
+        self,
+        matrix: FloatArray,
+        complete: npt.NDArray[np.bool_],
+        model: PcaModel,
+        batch: Batch | None = None,
     ) -> FloatArray:
         """Per vector, the magnitude the device's tail is kept of: the residual's deviate, 0
-        below its mean."""
-        z = self._standardised(matrix, complete, model)
-        return np.maximum(self._wilson_hilferty(z, model), 0.0)
+        below its mean (``matrix`` is ``batch``'s, when given: its energies under ``model``
+        are read from :meth:`_residual` where it worked them out)."""
+        held = self._energies
+        if batch is None or held is None or held[0] is not batch or held[1] is not model:
+            z = self._standardised(matrix, complete, model)
+            return np.maximum(self._wilson_hilferty(z, model), 0.0)
+        h = model.residual_var.size
+        deviate = chi2_deviate(held[2], h) if h else np.zeros(len(matrix))
+        return np.maximum(deviate, 0.0)
 
     def _residual(
         self, batch: Batch, model: PcaModel
@@ -318,6 +338,7 @@ class PcaDetector(DecayedDetector):
         complete = np.asarray(~np.isnan(matrix).any(axis=1), dtype=bool)
         z = self._standardised(matrix, complete, model)
         energy = self._energy(z, model)
+        self._energies = (batch, model, energy)
         surprise = self._one_reading(energy, model)
         return inverse, matrix, complete, z, np.where(complete, surprise, 0.0), energy
 

@@ -155,12 +155,16 @@ class SeasonalProfile:
         mu, var_b, warm, ready = self._tables(min_std, bucket_warmup, warmup)
         m = np.where(known, codes, 0)
         b0, b1, frac = self.bucket_position(event_ms)
-        overall = self.buckets
-        seasonal = warm[m, b0] & warm[m, b1]
-        mean = np.where(seasonal, (1 - frac) * mu[m, b0] + frac * mu[m, b1], mu[m, overall])
-        gap = mu[m, b1] - mu[m, b0]
-        blend = (1 - frac) * var_b[m, b0] + frac * var_b[m, b1] + frac * (1 - frac) * gap**2
-        var = np.where(seasonal, blend, var_b[m, overall])
+        # (metric, bucket) entries by their index in the flattened tables: one lookup each
+        at = m * (self.buckets + 1)
+        i0, i1, overall = at + b0, at + b1, at + self.buckets
+        mu, var_b, warm = mu.ravel(), var_b.ravel(), warm.ravel()
+        seasonal = warm[i0] & warm[i1]
+        mu0, mu1 = mu[i0], mu[i1]
+        mean = np.where(seasonal, (1 - frac) * mu0 + frac * mu1, mu[overall])
+        gap = mu1 - mu0
+        blend = (1 - frac) * var_b[i0] + frac * var_b[i1] + frac * (1 - frac) * gap**2
+        var = np.where(seasonal, blend, var_b[overall])
         ok = known & ready[m]
         return mean, np.sqrt(var), ok
 

@@ -79,6 +79,8 @@ def detector_of(previous: str | None, tuning: Tuning = DEFAULT_TUNING) -> Detect
 _JSON = msgspec.json.Encoder(order="sorted").encode
 _MSGPACK = msgspec.msgpack.Encoder().encode
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_EXPONENT = re.compile(rb"e(?<=[0-9]e)")
+"""A digit followed by ``e``: found from the few ``e`` of the text, not its many digits."""
 _NOT_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 """A MessagePack float64 (0xcb) whose sign and exponent bits are all ones: NaN or infinite."""
 
@@ -101,7 +103,7 @@ def canonical(new: Mapping[str, Any]) -> str:
     if (
         not text.isascii()
         or b"\x7f" in text
-        or b"0e" in digits  # an exponent
+        or _EXPONENT.search(text)  # an exponent
         or b"0.0000" in text  # msgspec's fixed form of what Python writes with e-05 and below
         or b"00000000000000000." in digits  # 17 digits before the point: 1e16 and up
         or _NOT_FINITE.search(packed)
