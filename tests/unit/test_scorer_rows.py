@@ -121,3 +121,31 @@ def test_a_record_beyond_the_contract_bounds_is_skipped_and_the_rest_kept() -> N
     readings = readings_by_device(["d1"] * len(texts), texts)
     assert readings.skipped == len(bad)
     assert list(readings.by_device["d1"]["seq"]) == [1]
+
+
+def test_readings_of_any_number_of_metrics_unpack_to_each_devices_long_form() -> None:
+    """Devices interleaved, readings of none, one or several metrics: each device's rows are
+    its readings' (fields repeated per metric), in the order they came."""
+    rng = np.random.default_rng(71)
+    devices, texts = [], []
+    want: dict[str, list[tuple[Any, ...]]] = {}
+    for i in range(300):
+        device = f"d{int(rng.integers(5))}"
+        names = [str(n) for n in rng.choice(list("abcd"), int(rng.integers(4)), replace=False)]
+        metrics = {n: None if rng.random() < 0.1 else float(rng.normal()) for n in names}
+        firmware = "1.2" if rng.random() < 0.5 else None
+        reading = {"seq": i, "event_ms": 1_000 + i, "firmware": firmware, "metrics": metrics}
+        devices.append(device)
+        texts.append(json.dumps(reading))
+        want.setdefault(device, [])
+        for name, value in metrics.items():
+            fields = (i, 1_000 + i, 1_000 + i, 1_000 + i, 1_000 + i, 0, firmware, None)
+            want[device].append((*fields, name, math.nan if value is None else value))
+    found = readings_by_device(devices, texts)
+    assert list(found.by_device) == list(dict.fromkeys(devices))
+    for device, rows in found.by_device.items():
+        got = list(zip(*(rows[c].tolist() for c in COLUMNS), strict=True))
+        assert len(got) == len(want[device])
+        for g, w in zip(got, want[device], strict=True):
+            assert g[:-1] == w[:-1]
+            assert g[-1] == w[-1] or (math.isnan(g[-1]) and math.isnan(w[-1]))

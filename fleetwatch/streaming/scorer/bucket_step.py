@@ -182,8 +182,10 @@ class BucketOutput:
     """Devices silent for ``expire_after`` that left the state."""
 
     def add(self, device_id: str, out: Output) -> None:
-        self.records.extend((device_id, role, value) for role, value in out.records)
-        self.tombstones.extend((device_id, role) for role in out.tombstones)
+        if out.records:
+            self.records.extend((device_id, role, value) for role, value in out.records)
+        if out.tombstones:
+            self.tombstones.extend((device_id, role) for role in out.tombstones)
         self.late += out.late
         self.duplicates += out.duplicates
         self.scored += out.scored
@@ -273,6 +275,9 @@ def _known_metrics(
     ones in the order they come); the records holding names beyond them go to the dead letters
     with the reason, and the rest of their readings is scored."""
     names = rows["metric"]
+    held = 0 if state is None else len(state["recent_values"]) + len(state["last_values"])
+    if held + len(names) <= limit:
+        return rows  # fewer names than the limit, however many are new
     given = set(names.tolist())
     known = set() if state is None else set(state["recent_values"]) | set(state["last_values"])
     if len(known | given) <= limit:

@@ -212,18 +212,21 @@ def _advance(st: DeviceScoringState, in_order: Rows) -> None:
     last = len(event_ms) - 1
     st["last_seen_ms"] = newest = int(event_ms[last])
     st["last_seq"] = int(seqs[last])
-    st["last_device_ms"] = int(in_order["device_event_ms"][last])
-    st["last_received_ms"] = int(in_order["received_ms"][last])
-    st["clock_offset_ms"] = int(in_order["clock_offset_ms"][last])
+    st["last_device_ms"] = int(in_order["device_event_ms"].item(last))
+    st["last_received_ms"] = int(in_order["received_ms"].item(last))
+    st["clock_offset_ms"] = int(in_order["clock_offset_ms"].item(last))
     firmware = in_order["firmware"][last]
     st["firmware"] = None if firmware is None or firmware != firmware else str(firmware)
     vals = dict(st["last_values"])
-    metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
-    vals.update(
-        (str(m), float(v))
-        for m, v, e in zip(metrics, values, event_ms, strict=True)
-        if e == newest  # the metrics of the newest reading(s)
-    )
+    if last == 0:  # one row: the newest reading's only metric
+        vals[str(in_order["metric"][0])] = float(in_order["value"][0])
+    else:
+        metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
+        vals.update(
+            (str(m), float(v))
+            for m, v, e in zip(metrics, values, event_ms, strict=True)
+            if e == newest  # the metrics of the newest reading(s)
+        )
     st["last_values"] = vals
     top = int(max(seqs))
     st["max_seq"] = top if st["max_seq"] is None else max(int(st["max_seq"]), top)

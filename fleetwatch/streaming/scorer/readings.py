@@ -141,7 +141,10 @@ def readings_by_device(
     ``clock_offset_ms`` 0."""
     order: dict[str, int] = {}
     owner: list[int] = []
-    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    kept: list[dict[str, Any]] = []
+    sizes: list[int] = []
+    metrics: list[str] = []
+    values: list[float | None] = []
     records: dict[str, list[Record]] = {}
     refused: list[Refused] = []
     places = repeat(UNKNOWN) if sources is None else sources
@@ -150,32 +153,52 @@ def readings_by_device(
         if isinstance(reading, str) or text is None:
             # what the scorer writes must encode: bytes that were not UTF-8 are replaced
             # (the dead letter's source offset leads to the record as it was)
-            kept = Record(wire.utf8_text(text or ""), source)
-            refused.append(Refused(wire.utf8_text(device_id), kept, str(reading)))
+            record = Record(wire.utf8_text(text or ""), source)
+            refused.append(Refused(wire.utf8_text(device_id), record, str(reading)))
             continue
-        record = Record(text, source)
-        records.setdefault(device_id, []).append(record)
-        metrics: dict[str, float | None] = reading["metrics"]
-        n = len(metrics)
-        owner.extend([order.setdefault(device_id, len(order))] * n)
-        for c in READING:
-            cols[c].extend([reading[c]] * n)
-        cols["metric"].extend(metrics)
-        cols["value"].extend(_NAN if v is None else v for v in metrics.values())
-    return Readings(_split(order, owner, cols), records, refused)
+        records.setdefault(device_id, []).append(Record(text, source))
+        owner.append(order.setdefault(device_id, len(order)))
+        kept.append(reading)
+        named: dict[str, float | None] = reading["metrics"]
+        sizes.append(len(named))
+        metrics.extend(named)
+        values.extend(named.values())
+    return Readings(_split(order, owner, kept, sizes, metrics, values), records, refused)
 
 
 def _split(
-    order: Mapping[str, int], owner: list[int], cols: Mapping[str, list[Any]]
+    order: Mapping[str, int],
+    owner: list[int],
+    kept: list[dict[str, Any]],
+    sizes: list[int],
+    metrics: list[str],
+    values: list[float | None],
 ) -> dict[str, Rows]:
-    """The long-form rows of a whole bucket, one array per column, cut into each device's
-    rows (in the order they came): a device's columns are views of the bucket's, so a batch
-    costs a dozen array conversions, not a dozen per device."""
-    if not owner:
+    """The readings of a whole bucket (``kept``, of the devices numbered ``owner`` in
+    ``order``, with ``sizes`` metrics each) in long form — a row per reading and metric, its
+    reading's fields repeated — one array per column, cut into each device's rows (in the
+    order they came). A column is built from one value per reading, then spread over its
+    rows and put in device order by one index; a device's columns are views of the bucket's,
+    so a batch costs a dozen array conversions, not a dozen per device."""
+    if not metrics:
         return {}
-    codes = np.asarray(owner, dtype=np.intp)
-    rank = np.argsort(codes, kind="stable")
-    arrays = {c: np.array(v, dtype=_DTYPES.get(c, object))[rank] for c, v in cols.items()}
+    by_reading = np.asarray(owner, dtype=np.intp)
+    if sizes.count(1) == len(sizes):  # a metric per reading: a row per reading
+        codes = by_reading
+        rank = np.argsort(codes, kind="stable")
+        pick = rank
+    else:
+        row_reading = np.repeat(np.arange(len(sizes)), sizes)
+        codes = by_reading[row_reading]
+        rank = np.argsort(codes, kind="stable")
+        pick = row_reading[rank]
+    arrays = {
+        c: np.array([r[c] for r in kept], dtype=_DTYPES.get(c, object))[pick] for c in READING
+    }
+    arrays["metric"] = np.array(metrics, dtype=object)[rank]
+    if None in values:
+        values = [_NAN if v is None else v for v in values]
+    arrays["value"] = np.array(values, dtype=np.float64)[rank]
     bounds = np.searchsorted(codes[rank], np.arange(len(order) + 1)).tolist()
     return {
         device_id: Rows({c: a[bounds[i] : bounds[i + 1]] for c, a in arrays.items()})
