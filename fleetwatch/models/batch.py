@@ -70,7 +70,7 @@ class Batch:
             order = np.argsort(event_ms, kind="stable")
             event_ms, codes, value = event_ms[order], codes[order], value[order]
         names = tuple(str(n) for n in uniques)
-        return cls(event_ms, codes.astype(np.intp), names, value, order)
+        return cls(event_ms, codes.astype(np.intp, copy=False), names, value, order)
 
     @classmethod
     def from_wide(cls, frame: pd.DataFrame, time_column: str = "event_ms") -> Batch:

@@ -37,6 +37,7 @@ the state of one batch (up to the rounding of the decay).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -152,20 +153,33 @@ function of its key, so nothing depends on what the memo holds)."""
 
 
 def _learned(row: FloatArray, values: FloatArray) -> tuple[float, float, float, float]:
-    series = values if np.isnan(row[3]) else np.concatenate([[row[3]], values])
-    d = np.abs(series[1:] - series[:-1])
-    d = d[d > 0]
-    state = [float(row[0]), float(row[1]), float(row[2])]
-    if d.size:
-        step = state[0]
-        k = np.rint(d / step) if step > 0 else None
-        if k is not None and bool(((k >= 1) & (np.abs(d - k * step) <= TOL * step)).all()):
-            fade = _KEEP**d.size
+    """``row`` after ``values`` (no NaN): their non-zero differences, from the last value the
+    row holds, on its step, or walked (in plain floats: a batch's few dozen values cost less
+    so than in numpy calls)."""
+    step, on, off, last = row.tolist()
+    series = values.tolist()
+    if not math.isnan(last):
+        series.insert(0, last)
+    d = [x for x in map(abs, map(operator.sub, series[1:], series[:-1])) if x > 0]
+    state = [step, on, off]
+    if d:
+        if step > 0 and all(_on_step(x, step) for x in d):
+            fade = _KEEP ** len(d)
             added = (1.0 - fade) / (1.0 - _KEEP)
-            state = [step, state[1] * fade + added, state[2] * fade]
+            state = [step, on * fade + added, off * fade]
         else:
-            _walk(state, d.tolist())
-    return state[0], state[1], state[2], float(values[-1])
+            _walk(state, d)
+    return state[0], state[1], state[2], series[-1]
+
+
+def _on_step(d: float, step: float) -> bool:
+    """Whether a difference ``d`` is a whole number (at least 1) of ``step`` to within
+    ``TOL`` of it."""
+    ratio = d / step
+    if not math.isfinite(ratio):
+        return False
+    k = round(ratio)  # to the even whole number at a half, as numpy's rint
+    return k >= 1 and abs(d - k * step) <= TOL * step
 
 
 class Grid:

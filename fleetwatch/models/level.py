@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -132,9 +133,17 @@ def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
     e = start
     for lo in range(0, r.size, block):
         part = r[lo : lo + block]
-        powers = keep ** np.arange(1, part.size + 1)
+        powers = _powers(keep, part.size)
         out[lo : lo + part.size] = powers * (e + np.cumsum(lam * part / powers))
         e = float(out[lo + part.size - 1])
+    return out
+
+
+@lru_cache(maxsize=64)
+def _powers(keep: float, n: int) -> FloatArray:
+    """``keep ** [1, 2, …, n]`` (read-only): the same few per detector, batch after batch."""
+    out: FloatArray = np.asarray(keep ** np.arange(1, n + 1), np.float64)
+    out.flags.writeable = False
     return out
 
 

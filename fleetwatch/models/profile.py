@@ -145,8 +145,10 @@ class SeasonalProfile:
         warmup: int,
         bucket_warmup: int,
         min_std: float,
+        position: tuple[Any, Any, FloatArray] | None = None,
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-        """Per row: expected value, standard deviation, and whether the metric is warm."""
+        """Per row: expected value, standard deviation, and whether the metric is warm
+        (``position``: :meth:`bucket_position` of ``event_ms``, when already known)."""
         n = codes.size
         mean, std = np.full(n, np.nan), np.full(n, np.nan)
         known = codes >= 0
@@ -154,7 +156,7 @@ class SeasonalProfile:
             return mean, std, known
         mu, var_b, warm, ready = self._tables(min_std, bucket_warmup, warmup)
         m = np.where(known, codes, 0)
-        b0, b1, frac = self.bucket_position(event_ms)
+        b0, b1, frac = self.bucket_position(event_ms) if position is None else position
         # (metric, bucket) entries by their index in the flattened tables: one lookup each
         at = m * (self.buckets + 1)
         i0, i1, overall = at + b0, at + b1, at + self.buckets
@@ -249,9 +251,21 @@ class ProfileDetector(DecayedDetector):
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """Per row of ``batch`` (its metrics' ``codes`` in :attr:`profile`): the expected value,
         the standard deviation, and whether the metric is warm (:meth:`SeasonalProfile.expect`)."""
-        return self.profile.expect(
-            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std
+        profile = self.profile
+        # the same for every profile of the same period and buckets: worked out once per batch
+        key = ("bucket_position", profile.period_ms, profile.buckets)
+        position = batch.memo.get(key)
+        if position is None:
+            b0, b1, frac = profile.bucket_position(batch.event_ms)
+            position = batch.memo[key] = (_frozen(b0), _frozen(b1), _frozen(frac))
+        return profile.expect(
+            codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std, position
         )
 
     def learned_metrics(self) -> list[str]:
         return list(self.profile.metrics)
+
+
+def _frozen(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    values.flags.writeable = False
+    return values
