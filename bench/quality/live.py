@@ -7,13 +7,16 @@ gateway, so a faster-than-real-time replay would compress them); by default the 
 ``deploy/scenarios/eval-500.toml``: 500 devices, 30 minutes, every anomaly kind, anomalies after
 each device's first 5 minutes, clock skew, offline buffering, duplicates and garbage. The
 trainer starts with the fleet (nothing learned beforehand): devices are scored with the fixed
-baseline until their first parameters arrive. ``--fleet-s`` seconds in (default 120), the
-devices' multivariate models are pooled into one fleet model per scope, registered in MLflow
-and promoted, as an operator does once the devices have learned: from then on the scorer knows
-the states the fleet is in (a machine stopping for the first time is one of them).
+baseline until their first parameters arrive. ``--fleet-s`` seconds in (default 120), and
+every ``--fleet-every-s`` after (default 60; negative: once), the devices' parameters are pooled
+into one fleet model per scope, registered in MLflow and promoted, as an operator's schedule of
+``fleetwatch models register-fleet`` and ``promote`` does — the schedule the offline replay
+(:mod:`bench.quality.offline`) follows: from then on the scorer knows the states the fleet is
+in (a machine stopping for the first time is one of them) and its young streams borrow what
+the fleet's devices have learned so far.
 
     python bench/quality/live.py [--scenario FILE] [--devices N] [--minutes M] [--tolerance S]
-        [--fleet-s S]
+        [--fleet-s S] [--fleet-every-s S]
 
 Prints ``sim eval``'s table, then a last line: {"f1", "precision", "recall", "anomalies",
 "alerts", "false_alerts", "false_alerts_per_device_day", "delay_p50_s", "delay_p95_s",
@@ -36,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import ROOT, end_gateway_session, isolated_env, stage, wait, write_results
+from bench.quality.offline import FLEET_EVERY_S, FLEET_S
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.registry import model_name
 from fleetwatch.kafka_topic import end_offsets
@@ -101,11 +105,16 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
             cmd = [sys.executable, "-m", "fleetwatch.cli.main", *sim]
             fleet = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sink)
             try:
-                if args.fleet_s >= 0:
-                    time.sleep(max(0.0, started + args.fleet_s - time.monotonic()))
+                due = args.fleet_s
+                while due >= 0 and fleet.poll() is None:
+                    time.sleep(max(0.0, started + due - time.monotonic()))
+                    if fleet.poll() is not None:
+                        break
                     alive(stages)
                     scopes = register_fleet(env, settings)
-                    print(f"quality: fleet models registered and promoted: {scopes}", flush=True)
+                    at = time.monotonic() - started
+                    print(f"quality: fleet models promoted at {at:.0f} s: {scopes}", flush=True)
+                    due = due + args.fleet_every_s if args.fleet_every_s > 0 else -1.0
                 code = fleet.wait()
             finally:
                 if fleet.poll() is None:
@@ -152,8 +161,14 @@ def main() -> None:
     parser.add_argument(
         "--fleet-s",
         type=float,
-        default=120.0,
+        default=FLEET_S,
         help="register and promote the fleet models this many seconds in (negative: never)",
+    )
+    parser.add_argument(
+        "--fleet-every-s",
+        type=float,
+        default=FLEET_EVERY_S,
+        help="register and promote them again this often after (negative: once)",
     )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
