@@ -31,7 +31,7 @@ import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -319,7 +319,7 @@ class _Before:
 def _failed(
     device_id: str,
     before: _Before,
-    kept: dict[str, Any] | None,
+    kept: quarantine.Snapshot | None,
     exc: Exception,
     records: list[Record],
     now_ms: int,

@@ -14,7 +14,7 @@ each copy beyond the first counts as one repeat.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,9 +24,9 @@ from fleetwatch.streaming.scorer.output import Output
 from fleetwatch.streaming.scorer.readings import Rows
 
 
-@dataclass(frozen=True)
-class Sorted:
-    """A device's readings of one batch, in ``(event_ms, seq)`` order, sorted out."""
+class Sorted(NamedTuple):
+    """A device's readings of one batch, in ``(event_ms, seq)`` order, sorted out (a named
+    tuple: one is made per device and batch)."""
 
     kept: Rows | None
     """The new readings within the watermark: scored (``None``: none)."""
@@ -44,7 +44,7 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
     the state, and dropped; ``out.scored`` is the number of new readings within the watermark."""
     seqs = given["seq"].tolist()
     evs = given["event_ms"].tolist()
-    if _one_reading(seqs, evs, given):
+    if len(seqs) == 1 or _one_reading(seqs, evs, given):
         return _sort_out_one(st, given, seqs[0], evs[0], watermark_ms, out)
     frame = given
     if not _in_order(evs, seqs):

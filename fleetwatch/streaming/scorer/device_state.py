@@ -218,10 +218,10 @@ def _advance(st: DeviceScoringState, in_order: Rows) -> None:
     firmware = in_order["firmware"][last]
     st["firmware"] = None if firmware is None or firmware != firmware else str(firmware)
     vals = dict(st["last_values"])
-    if last == 0:  # one row: the newest reading's only metric
-        vals[str(in_order["metric"][0])] = float(in_order["value"][0])
+    metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
+    if event_ms.count(newest) == len(event_ms):  # every row is of the newest reading(s)
+        vals.update(zip(map(str, metrics), map(float, values), strict=True))
     else:
-        metrics, values = in_order["metric"].tolist(), in_order["value"].tolist()
         vals.update(
             (str(m), float(v))
             for m, v, e in zip(metrics, values, event_ms, strict=True)

@@ -19,6 +19,7 @@ DeviceScoringState`): ``failures``, ``quarantined_ms``, ``quarantined_until_ms``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from fleetwatch.contracts.quarantine import lift_key, lift_value, lifted_device, newest_lift
@@ -90,13 +91,18 @@ def release(state: DeviceScoringState) -> None:
 
 
 _FIELDS = ("status", "failures", "quarantined_ms", "quarantined_until_ms", "quarantine_reason")
+_fields = itemgetter(*_FIELDS)
+
+Snapshot = tuple[Any, ...]
+"""The values of the quarantine's fields (and the status), in the order of ``_FIELDS``."""
 
 
-def snapshot(state: DeviceScoringState | None) -> dict[str, Any] | None:
+def snapshot(state: DeviceScoringState | None) -> Snapshot | None:
     """The quarantine's fields (and the status), to carry over a failed batch's undoing."""
-    return None if state is None else {name: state[name] for name in _FIELDS}  # type: ignore[literal-required]
+    return None if state is None else _fields(state)
 
 
-def restore(state: DeviceScoringState, saved: dict[str, Any] | None) -> None:
+def restore(state: DeviceScoringState, saved: Snapshot | None) -> None:
     if saved is not None:
-        state.update(saved)  # type: ignore[typeddict-item]
+        for name, value in zip(_FIELDS, saved, strict=True):
+            state[name] = value  # type: ignore[literal-required]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -95,9 +95,9 @@ Source = tuple[int, int]
 UNKNOWN: Source = (-1, -1)
 
 
-@dataclass(frozen=True)
-class Record:
-    """A ``telemetry.raw`` record as the operator got it: what a dead letter carries."""
+class Record(NamedTuple):
+    """A ``telemetry.raw`` record as the operator got it: what a dead letter carries (a named
+    tuple: one is made per reading)."""
 
     text: str
     source: Source
