@@ -198,7 +198,6 @@ class FlatlineDetector(DecayedDetector):
         k = self.window
         tail = self.tails[m][-(k - 1) :]
         series = np.concatenate([tail, values])
-        kept = np.concatenate([np.ones(len(tail), bool), keep])
         if series.size < k:
             return
         sd = (
@@ -208,8 +207,9 @@ class FlatlineDetector(DecayedDetector):
         )
         floor = self._repeat_floor(m, sd)
         # a flat window needs k - 1 differences within the floor: most batches have none
-        if np.count_nonzero(np.abs(np.diff(series)) <= floor) < k - 1:
+        if np.count_nonzero(np.abs(series[1:] - series[:-1]) <= floor) < k - 1:
             return
+        kept = np.concatenate([np.ones(len(tail), bool), keep])
         windows = sliding_window_view(series, k)
         flat = (windows.max(axis=1) - windows.min(axis=1) <= floor) & (
             sliding_window_view(kept, k).all(axis=1)
@@ -255,11 +255,13 @@ class FlatlineDetector(DecayedDetector):
             r = windows.max(axis=1) - windows.min(axis=1)
             scored = rows[values.size - k + 1 - rows.size + np.arange(rows.size) >= 0]
             r = r[r.size - scored.size :]
+            spread[scored], sigma[scored] = r, sd
+            if not (r <= floor).any():  # no window repeats one value: no surprise to work out
+                continue
             s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
             s = np.minimum(s, self._most_surprise(m))
             repeat = (r <= floor) & ~self._at_rest(m, windows[-scored.size :, -1], floor)
             surprise[scored] = np.where(repeat, s, 0.0)
-            spread[scored], sigma[scored] = r, sd
         return np.maximum(surprise, 0.0), spread, sigma
 
     def _flat_steps(
