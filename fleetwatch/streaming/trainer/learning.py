@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 
 from fleetwatch.contracts.model_params import HEADER
 from fleetwatch.models import params
@@ -81,8 +82,6 @@ _MSGPACK = msgspec.msgpack.Encoder().encode
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _EXPONENT = re.compile(rb"e(?<=[0-9]e)")
 """A digit followed by ``e``: found from the few ``e`` of the text, not its many digits."""
-_NOT_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
-"""A MessagePack float64 (0xcb) whose sign and exponent bits are all ones: NaN or infinite."""
 
 
 def canonical(new: Mapping[str, Any]) -> str:
@@ -106,7 +105,16 @@ def canonical(new: Mapping[str, Any]) -> str:
         or _EXPONENT.search(text)  # an exponent
         or b"0.0000" in text  # msgspec's fixed form of what Python writes with e-05 and below
         or b"00000000000000000." in digits  # 17 digits before the point: 1e16 and up
-        or _NOT_FINITE.search(packed)
+        or _not_finite(packed)
     ):
         return params.dumps(new)
     return text.decode("ascii")
+
+
+def _not_finite(packed: bytes) -> bool:
+    """Whether MessagePack bytes hold a float64 (0xcb) whose sign and exponent bits are all
+    ones, NaN or infinite: the byte 0xcb, then 0x7f or 0xff, then 0xf0 or above, anywhere
+    (compared over the whole buffer at once, not byte by byte)."""
+    b = np.frombuffer(packed, np.uint8)
+    found = (b[:-2] == 0xCB) & ((b[1:-1] | 0x80) == 0xFF) & (b[2:] >= 0xF0)
+    return bool(found.any())
