@@ -116,11 +116,15 @@ def _sort_out_one(
     for them, without a row's bookkeeping."""
     ranges: seen.Ranges = st["seen_seqs"]
     dev = given["device_event_ms"].item(0)
-    kind = _classify(ranges, seq, dev, ev, st["last_device_ms"], watermark_ms)
-    if kind == "dup":
+    last_dev = st["last_device_ms"]
+    known = seen.find(ranges, seq) is not None
+    if known and (last_dev is None or dev <= last_dev):  # as _classify says
+        kind = "dup"
         out.duplicates += 1
-    elif kind == "keep":
-        if seen.find(ranges, seq) is not None:  # the same seq after a reboot: a new epoch
+    else:
+        kind = "late" if ev < watermark_ms else "keep"
+    if kind == "keep":
+        if known:  # the same seq after a reboot: a new epoch
             ranges = []
         seen.add(ranges, seq, ev)
     st["seen_seqs"] = [r for r in ranges if r[2] >= watermark_ms]
