@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Producer
@@ -36,27 +36,57 @@ def read_table(settings: Settings, timeout_s: float = 30.0) -> dict[str, model_p
     """The latest record per key — devices, and the fleet champions' ``fleet:{scope}`` — read
     from the start of ``model.params`` to its current end (later records of a key replace
     earlier ones, as compaction will, and a tombstone removes its key; records that break the
-    contract are logged and skipped).
+    contract are logged and skipped, so a key keeps its latest good record).
     No topic yet: an empty table."""
     topic = settings.topics.model_params
     try:
         records = read_to_end(settings.kafka, topic, "fleetwatch-fleet-models", timeout_s)
     except LookupError:
         return {}
-    table: dict[str, model_params.ParamsRecord] = {}
+    return latest_records(topic, records)
+
+
+def latest_records(
+    topic: str, records: Iterable[tuple[bytes | None, bytes | None]]
+) -> dict[str, model_params.ParamsRecord]:
+    """:func:`read_table`'s table from ``topic``'s ``(key, value)`` records in their order.
+
+    Until compaction runs, the topic holds every version a device ever published (a live fleet
+    publishes one a device every few seconds), and only the newest good one of each key is
+    wanted: each key's values are kept undecoded and decoded newest first, down to the first
+    good one or a tombstone. A record without a key is named by its content, so it is decoded
+    where it stands."""
+    history: dict[str, list[bytes | model_params.ParamsRecord | None]] = defaultdict(list)
     for key, value in records:
-        if value is None and key:
-            table.pop(key.decode(errors="replace"), None)  # a tombstone: the device forgotten
+        if key:
+            history[key.decode(errors="replace")].append(value)
             continue
         if not value:
             continue
-        try:
-            record = model_params.decode(value, key)
-        except ParamsRecordError as exc:
-            logger.warning("%s: skipping the record of %r: %s", topic, key, exc)
-            continue
-        table[key.decode(errors="replace") if key else model_params.key_of(record)] = record
+        record = _decoded(topic, value, key)
+        if record is not None:
+            history[model_params.key_of(record)].append(record)
+    table: dict[str, model_params.ParamsRecord] = {}
+    for name, values in history.items():
+        for value in reversed(values):
+            if value is None:
+                break  # a tombstone: the device forgotten
+            record = _decoded(topic, value, name.encode()) if isinstance(value, bytes) else value
+            if record is not None:
+                table[name] = record
+                break
     return table
+
+
+def _decoded(topic: str, value: bytes, key: bytes | None) -> model_params.ParamsRecord | None:
+    """The record ``value`` holds; ``None`` (logged) when it is empty or breaks the contract."""
+    if not value:
+        return None
+    try:
+        return model_params.decode(value, key)
+    except ParamsRecordError as exc:
+        logger.warning("%s: skipping the record of %r: %s", topic, key, exc)
+        return None
 
 
 def pca_params(params: Mapping[str, Any]) -> Mapping[str, Any] | None:

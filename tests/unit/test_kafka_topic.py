@@ -13,10 +13,11 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from fleetwatch import kafka_topic
+from fleetwatch.contracts import model_params
 from fleetwatch.contracts.fleet import fleet_key
 from fleetwatch.contracts.model_params import encode_champion, encode_device
 from fleetwatch.contracts.settings import KafkaSettings, Settings
-from fleetwatch.fleet.publish import read_table
+from fleetwatch.fleet.publish import latest_records, read_table
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models import params
 from fleetwatch.simulator.alert_source import read_alerts
@@ -153,6 +154,35 @@ def test_the_parameter_table_is_the_latest_good_record_per_key(
     assert sorted(table) == ["d1", "d4", fleet_key("t")]
     assert table["d1"]["version"] == 2
     assert table[fleet_key("t")]["params"] == old
+
+
+def test_each_key_keeps_its_newest_good_record_and_only_that_is_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = {"kind": "pca", "schema": 1, "trained_from_ms": 1, "trained_to_ms": 2}
+    versions = [encode_device("d1", params.dumps(base | {"version": v}), 5) for v in range(1, 6)]
+    records: list[Record] = [
+        *((b"d1", v.encode()) for v in versions),
+        (b"d1", b"{broken"),  # the newest breaks the contract: the one before it stands
+        (b"d2", versions[0].replace('"d1"', '"d2"').encode()),
+        (b"d2", None),  # forgotten
+        (b"d3", None),
+        (b"d3", versions[1].replace('"d1"', '"d3"').encode()),  # back after a tombstone
+    ]
+    decoded: list[bytes] = []
+    real = model_params.decode
+
+    def counted(value: bytes, key: bytes | None) -> model_params.ParamsRecord:
+        decoded.append(value)
+        return real(value, key)
+
+    monkeypatch.setattr(model_params, "decode", counted)
+    table = latest_records("model.params", records)
+    assert sorted(table) == ["d1", "d3"]
+    assert table["d1"]["version"] == 5
+    assert table["d3"]["version"] == 2
+    # d1's broken record and its newest good one, d3's one: not every version ever published
+    assert len(decoded) == 3
 
 
 def test_no_parameter_topic_is_an_empty_table(monkeypatch: pytest.MonkeyPatch) -> None:
