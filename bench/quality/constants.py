@@ -53,6 +53,7 @@ DERIVED_CLASS = "derived"
 _M, _S, _F = "fleetwatch.models.", "fleetwatch.streaming.scorer.", "fleetwatch.filemode."
 PLUMBING: Mapping[str, str] = {
     f"{_M}baseline:PARAMS_SCHEMA": "version",
+    f"{_M}batch:FEW_METRICS": "speed",
     f"{_M}baseline:SMALL": "speed",
     f"{_M}baseline:_NAN": "sentinel",
     f"{_M}baseline:_UNKNOWN": "sentinel",

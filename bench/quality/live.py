@@ -68,6 +68,15 @@ def alive(stages: dict[str, subprocess.Popen[bytes]]) -> None:
             raise SystemExit(f"bench: the {name} exited with {p.returncode}: see {name}.log")
 
 
+def ended(process: subprocess.Popen[bytes], within_s: float) -> bool:
+    """Whether ``process`` exits within ``within_s`` seconds (waited for, not polled)."""
+    try:
+        process.wait(max(0.0, within_s))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def register_fleet(env: dict[str, str], settings: Settings) -> list[str]:
     """As an operator does once the devices have learned: pool their multivariate models into
     one per scope (``models register-fleet``), and make each the champion (``models promote``,
@@ -106,15 +115,13 @@ def evaluate_run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
             fleet = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sink)
             try:
                 due = args.fleet_s
-                while due >= 0 and fleet.poll() is None:
-                    time.sleep(max(0.0, started + due - time.monotonic()))
-                    if fleet.poll() is not None:
-                        break
+                while due >= 0 and not ended(fleet, started + due - time.monotonic()):
                     alive(stages)
                     scopes = register_fleet(env, settings)
                     at = time.monotonic() - started
                     print(f"quality: fleet models promoted at {at:.0f} s: {scopes}", flush=True)
-                    due = due + args.fleet_every_s if args.fleet_every_s > 0 else -1.0
+                    # a pooling that overran its slot skips the slots it missed
+                    due = max(due + args.fleet_every_s, at) if args.fleet_every_s > 0 else -1.0
                 code = fleet.wait()
             finally:
                 if fleet.poll() is None:
