@@ -131,8 +131,7 @@ def _walk(row: list[float], diffs: list[float]) -> None:
         if step <= 0:
             step, on = d, on + 1.0
             continue
-        k = round(d / step)
-        if k >= 1 and abs(d - k * step) <= TOL * step:
+        if _on_step(d, step):
             on += 1.0
             continue
         g = _divisor(step, d) if on >= 1.5 else 0.0  # a candidate that held at least once

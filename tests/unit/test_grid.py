@@ -239,3 +239,12 @@ def test_a_charge_two_per_cent_off_its_level_is_not_an_alert_but_six_are() -> No
     for off, alerts in ((2.0, False), (6.0, True)):
         frame = pd.DataFrame({"event_ms": [t], "metric": ["soc_pct"], "value": [54.0 + off]})
         assert bool(detector.score(frame).alert[0]) is alerts, f"{off:g} steps off"
+
+
+def test_a_step_so_small_the_next_difference_overflows_it_is_walked_off() -> None:
+    # a first difference of the smallest subnormal float, then an ordinary one: d / step is
+    # infinite, which no whole number of steps is; the grid moves on instead of raising
+    step, on, off, last = grid._learned(np.array([0.0, 0.0, 0.0, np.nan]), np.array([0, 5e-324, 1]))
+    assert (step, last) == (1.0, 1.0)
+    assert math.isfinite(on)
+    assert math.isfinite(off)

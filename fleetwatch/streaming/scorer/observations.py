@@ -93,7 +93,7 @@ def observations(
         member.resume(ScoringMemory() if memory is None else memory)
         scores = member.score(frame, None if member.per_metric else suspicion)
         if member.reports_dropouts:
-            scores = gaps_delivered_live(scores, event_ms, received)
+            scores = gaps_delivered_live(scores, frame, received)
         if member.per_metric:
             suspicion = np.maximum(suspicion, scores.surprise)
         if familiar is not None:
@@ -203,12 +203,9 @@ def _reverted(prior: Detector, frame: Batch) -> Callable[[int, dict[str, float]]
     return knows
 
 
-def gaps_delivered_live(
-    scores: Scores, event_ms: npt.NDArray[np.int64], received: npt.NDArray[np.int64]
-) -> Scores:
-    """``scores`` (of rows whose event times are ``event_ms`` and receipt times ``received``)
-    with each dropout row calm where either end of its gap was delivered later than the gap's
-    own limit after it was taken.
+def gaps_delivered_live(scores: Scores, frame: Batch, received: npt.NDArray[np.int64]) -> Scores:
+    """``scores`` (of ``frame``'s rows, received at ``received``) with each dropout row calm
+    where either end of its gap was delivered later than the gap's own limit after it was taken.
 
     A gap between readings is a dropout only if the readings in it were never sent. A device
     that held a reading longer than a dropout's gap was out of touch and buffering (a gateway's
@@ -218,15 +215,17 @@ def gaps_delivered_live(
     a buffer the reading opening a gap was held at least as long as the gap, so a gap is judged
     only where the reading closing it was delivered live and so was the one opening it (when
     that one is in the same batch; one from an earlier batch arrived before this one did). A
-    device that loses readings while it buffers is the price: its gaps inside a flushed buffer
-    are not alerted on."""
+    calm row carries no flat-line surprise either (the member reported the larger of the two);
+    the next reading's window judges the values again."""
     dropped = scores.reason == Reason.DROPOUT
     if not dropped.any():
         return scores
-    times, first, where = np.unique(event_ms, return_index=True, return_inverse=True)
-    age = received[first] - times
+    times, inverse = frame.times()
+    age = np.full(times.size, np.iinfo(np.int64).min)
+    np.maximum.at(age, inverse, frame.sorted_like(received) - frame.event_ms)
     opening_age = np.concatenate([[0], age[:-1]])
-    held = dropped & (np.maximum(age, opening_age)[where] > scores.band)
+    late = frame.unsorted(np.maximum(age, opening_age)[inverse])
+    held = dropped & (late > scores.band)
     if not held.any():
         return scores
     none = np.int8(Reason.NONE)
