@@ -63,7 +63,7 @@ def alerts_of(
     been low enough to end, from ``on`` (alerting, peak, that count) before the first:
     hysteresis, and an alert whose ``|z|`` has stayed under the threshold and at most ``release``
     of its peak for ``hold`` readings ends there. A batch that neither starts alerting nor
-    passes the threshold is quiet throughout (most batches: no arrays are scanned for it)."""
+    passes the threshold is quiet throughout (most batches: one comparison, nothing more)."""
     if not on[0] and not (z > threshold).any():
         return np.zeros(z.size, bool), np.zeros(z.size), np.zeros(z.size, np.int64)
     alerting = hysteresis(z, threshold, low, on[0])
