@@ -214,7 +214,7 @@ def gaps_delivered_live(scores: Scores, frame: Batch, received: npt.NDArray[np.i
     micro-batch that takes part of it sees gaps that the rest fills a moment later. Inside such
     a buffer the reading opening a gap was held at least as long as the gap, so a gap is judged
     only where the reading closing it was delivered live and so was the one opening it (when
-    that one is in the same batch; one from an earlier batch arrived before this one did). A
+    that one is in the same batch; one from an earlier batch was delivered ahead of it). A
     calm row carries no flat-line surprise either (the member reported the larger of the two);
     the next reading's window judges the values again."""
     dropped = scores.reason == Reason.DROPOUT
