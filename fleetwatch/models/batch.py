@@ -102,7 +102,7 @@ class Batch:
             starts[:1] = True
             np.not_equal(t[1:], t[:-1], out=starts[1:])
             inverse = np.cumsum(starts, dtype=np.intp) - 1
-            held = self._memo["times"] = (_frozen(t[starts]), _frozen(inverse))
+            held = self._memo["times"] = (frozen(t[starts]), frozen(inverse))
         return held
 
     def sorted_like(self, values: npt.NDArray[T]) -> npt.NDArray[T]:
@@ -125,11 +125,12 @@ class Batch:
         if out is None:
             index = {name: i for i, name in enumerate(known)}
             table = np.array([index.get(n, -1) for n in self.names], dtype=np.intp)
-            out = self._memo[key] = _frozen(table[self.codes] if table.size else self.codes.copy())
+            out = self._memo[key] = frozen(table[self.codes] if table.size else self.codes.copy())
         return out
 
 
-def _frozen(values: npt.NDArray[T]) -> npt.NDArray[T]:
+def frozen(values: npt.NDArray[T]) -> npt.NDArray[T]:
+    """``values``, made read-only (what a batch's memo keeps must not change)."""
     values.flags.writeable = False
     return values
 

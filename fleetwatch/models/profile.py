@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from fleetwatch.models import learned
 from fleetwatch.models.base import Detector
-from fleetwatch.models.batch import Batch, extend_metrics
+from fleetwatch.models.batch import Batch, extend_metrics, frozen
 from fleetwatch.models.errors import HyperParameterError, require_positive
 
 FloatArray = npt.NDArray[np.float64]
@@ -257,15 +257,10 @@ class ProfileDetector(DecayedDetector):
         position = batch.memo.get(key)
         if position is None:
             b0, b1, frac = profile.bucket_position(batch.event_ms)
-            position = batch.memo[key] = (_frozen(b0), _frozen(b1), _frozen(frac))
+            position = batch.memo[key] = (frozen(b0), frozen(b1), frozen(frac))
         return profile.expect(
             codes, batch.event_ms, self.warmup, self.bucket_warmup, self.min_std, position
         )
 
     def learned_metrics(self) -> list[str]:
         return list(self.profile.metrics)
-
-
-def _frozen(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    values.flags.writeable = False
-    return values
