@@ -15,7 +15,8 @@ of at most ``BATCH`` records. Throughput = records committed per second from the
 took it past ``WARM`` of the backlog to the last (a rate it keeps while its lag shrinks is a
 rate it sustains); the first batches of a fresh JVM run beside its JIT compilers (~0.6 of the
 2 cores here), so their rate is reported apart, as ``cold_throughput_rps`` (first committed
-batch to ``WARM``).
+batch to ``WARM``). ``--skip-latency`` runs the backlog alone and writes its own results file,
+``pipeline-max_throughput.json``, so the latency figures of ``pipeline-under_load.json`` stay.
 
 Peak RSS is of the scorer's whole process tree (Python driver, JVM, Python workers).
 
@@ -41,17 +42,19 @@ Kafka, the scorer's driver, JVM and workers, the trainer's with ``--trainer``, a
 generator as ``bench``), the same as CPU microseconds per reading offered
 (``cpu_us_per_reading``), and ``pipeline_cores``: their sum without the load generator.
 
-:func:`find_rate` steps the offered rate up until a run misses the objective (p99 > 1 s, a
-probe spike without an alert, the rate not offered, or a backlog left when publishing stops):
-``bench/pipeline/sustainable_rate.py`` runs it.
+A :class:`Pipeline` is started once and runs any number of phases; a run here is one
+pipeline's warm-up and its two phases. ``bench/pipeline/sustainable_rate.py`` steps the offered
+rate up on one pipeline instead.
 
-    python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max] [--warmup S]
-        [--trainer]
+    python bench/pipeline/under_load.py [--seconds 60] [--repeat 3] [--skip-max | --skip-latency]
+        [--warmup S] [--trainer]
 
 Last line: {"p50_ms_1k": [per run], "p99_ms_1k", "p50_ms_5k", "p95_ms_5k", "p99_ms_5k",
 "p99_over_p50_1k", "p99_over_p50_5k", "jit_cores" ([1k], [5k]),
 "load_avg_1m", "max_throughput_rps", "cold_throughput_rps", "peak_rss_mb",
-"pipeline_cores_1k", "pipeline_cores_5k", "cpu_us_per_reading_1k", "cpu_us_per_reading_5k"}.
+"pipeline_cores_1k", "pipeline_cores_5k", "cpu_us_per_reading_1k", "cpu_us_per_reading_5k"};
+with ``--skip-latency``: {"max_throughput_rps", "cold_throughput_rps", "backlog", "batches",
+"max_peak_rss_mb"}.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -73,6 +77,7 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
 
 from bench.common import (
+    RESULTS,
     CpuShares,
     end_gateway_session,
     isolated_env,
@@ -98,15 +103,8 @@ from fleetwatch.streaming.scorer.job import PLAN_VERSION
 
 DEVICES, SPIKE_EVERY, BACKLOG, BATCH, WARM = 1000, 25, 1_200_000, 50_000, 0.25
 PROBES, PROBE_SPIKE_EVERY = 20, 5
-OBJECTIVE_MS = 1000.0
-"""The latency objective: a spike's alert p99 within a second of its publish."""
-HOLD_RUNS = 3
-"""Consecutive runs a rate must hold the objective in to count as sustainable."""
-BACKLOG_MS = 2 * OBJECTIVE_MS
-"""Readings backed up when the scorer commits the last one more than this after publishing
-stops: the last reading's own latency (up to the objective) and one objective's worth more."""
-OFFERED_SHARE = 0.95
-"""A run offered its rate when the load generator kept 95 % of it."""
+MAX_RESULTS = "pipeline-max_throughput"
+"""The results file of a run of the backlog alone (``--skip-latency``)."""
 
 
 class Probes(threading.Thread):
@@ -214,6 +212,154 @@ def worker_starts(log: Path) -> int:
     return log.read_bytes().count(WORKER_START) if log.exists() else 0
 
 
+class Pipeline:
+    """The whole path, started once: the gateway and the scorer (and the trainer) as processes
+    on topics of their own, the probes publishing, and watches on ``telemetry.raw`` and
+    ``alerts``. :meth:`phase` feeds it the fleet at a rate and gives the phase's figures; a
+    pipeline runs any number of phases, one after another. Leaving the ``with`` block stops
+    the probes, the watches and the stages (joined), ends the gateway's MQTT session and
+    deletes the topics; ``peak_rss_mb`` is then the scorer's peak over all its phases."""
+
+    def __init__(self, settings: Settings, noise: str, trainer: bool = False) -> None:
+        self.settings, self.noise, self.trainer = settings, noise, trainer
+        self.tag = uuid.uuid4().hex[:8]
+        self.run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
+        self.progress, self.gc_log = self.run_dir / "progress.jsonl", self.run_dir / "gc.log"
+        self.checkpoint = versioned(self.run_dir / "checkpoints", "score", PLAN_VERSION)
+        self.stage_procs: list[subprocess.Popen[bytes]] = []
+        self.probes: Probes | None = None
+        self.sampling = threading.Event()
+        self.sampler = threading.Thread(target=self._sample, daemon=True)
+        self.peak_rss_mb = 0.0
+        self.phases_run = 0
+
+    def __enter__(self) -> Pipeline:
+        settings, run_dir = self.settings, self.run_dir
+        self.topics, self.env = isolated_env(settings, self.tag, run_dir)
+        self.env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(self.progress)
+        java = settings.spark.java_options
+        gc = f"-Xlog:gc:file={self.gc_log}:time"
+        self.env["FLEETWATCH_SPARK__JAVA_OPTIONS"] = f"{java} {gc}".strip()
+        commands = {"gateway": "gateway", "scorer": "score"}
+        commands |= {"trainer": "train"} if self.trainer else {}
+        self.stage_procs = [stage(self.env, run_dir, c, c) for c in commands.values()]
+        stages = dict(zip(commands, (p.pid for p in self.stage_procs), strict=True))
+        brokers = {c.name: c.pid for c in Stack(settings).status() if c.pid}
+        self.shares = CpuShares({**stages, **brokers}, ["scorer", "trainer"])
+        prefix = probe_prefix(self.tag)
+        self.ingest = Watch(settings.kafka, self.topics.telemetry_raw, prefix, only_open=False)
+        self.alerts = Watch(settings.kafka, self.topics.alerts, prefix, only_open=True)
+        try:
+            first = self.checkpoint / "commits" / "0"
+            wait(first.exists, 180, "the scorer's first batch")
+            self.ingest.start()
+            self.alerts.start()
+            self.sampler.start()
+            self.probes = Probes(settings, f"b{self.tag}/devices", self.tag)
+            self.probes.start()
+        except BaseException:
+            self.close()
+            raise
+        self.mqtt = login(settings, "sim").model_copy(update={"root": f"b{self.tag}/devices"})
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _sample(self) -> None:
+        scorer = self.stage_procs[1].pid  # after the gateway
+        while not self.sampling.is_set():
+            self.peak_rss_mb = max(self.peak_rss_mb, round(tree_rss_mb(scorer), 1))
+            self.sampling.wait(1.0)
+
+    def close(self) -> None:
+        self.sampling.set()
+        if self.probes is not None:
+            self.probes.stop.set()
+        self.ingest.stop.set()
+        self.alerts.stop.set()
+        for thread in (self.sampler, self.probes, self.ingest, self.alerts):
+            if thread is not None and thread.ident is not None:
+                thread.join()
+        running = [p for p in self.stage_procs if p.poll() is None]
+        for p in running:
+            p.send_signal(signal.SIGTERM)
+        for p in running:
+            p.wait(120)
+        end_gateway_session(self.settings, self.env)
+        delete_topics(self.settings.kafka, self.topics.model_dump().values())
+
+    def phase(self, label: str, rate: float, seconds: int) -> dict[str, Any]:
+        """Publish the fleet at ``rate`` readings/s a device for ``seconds``, wait for the
+        scorer to commit every reading, and give the phase's figures (printed too; with the
+        latency's anatomy, but for a phase labelled ``warmup``)."""
+        assert self.probes is not None, "a phase runs inside the pipeline's with block"
+        kafka, topic, run_dir = self.settings.kafka, self.topics.telemetry_raw, self.run_dir
+        self.phases_run += 1
+        scenario = Scenario(
+            devices=DEVICES,
+            rate=rate,
+            count=int(rate * seconds),
+            seed=11,
+            qos=1,
+            prefix=f"b{self.tag}",
+            # one publisher process keeps 5,000/s on time and costs the shared 2 cores
+            # 80 µs CPU a reading; two cost 135 (the hand-off between processes)
+            workers=1,
+        ).with_overrides(spike_every=SPIKE_EVERY, noise=self.noise)
+        lo = now_ms()
+        self.shares.start()
+        workers_before = worker_starts(run_dir / "score.log")
+        truth = run_dir / f"truth-{self.phases_run}-{label}.jsonl"
+        totals = run_fleet(scenario, self.mqtt, threading.Event(), truth)
+        cores = self.shares.cores()
+        ends = None
+
+        def caught_up() -> bool:
+            nonlocal ends
+            ends = ends or end_offsets(kafka, topic)
+            done = committed_offsets(self.checkpoint, topic) or {}
+            return all(done.get(p, 0) >= end for p, end in ends.items())
+
+        published_until = now_ms()
+        wait(caught_up, 300, "the scorer to catch up")
+        caught_up_ms = now_ms() - published_until
+        cpu_s = self.shares.seconds()  # the catch-up's work is the readings' too
+        time.sleep(2)  # the last batch's alerts reach the consumer
+        hi = now_ms()
+        published = {k: t for k, t in list(self.probes.published.items()) if lo <= t <= hi}
+        base = self.ingest.latencies(published)
+        sent = {k: t for k, t in list(self.probes.sent.items()) if lo <= t <= hi - 20_000}
+        lat = self.alerts.latencies(sent)
+        phase = [b for b in batches(self.progress) if lo <= b.start_ms <= hi]  # this phase's
+        pauses = [p for p in gc_pauses(self.gc_log) if lo <= p[0] <= hi]
+        parts = decompose(sent, self.ingest.arrived, self.alerts.arrived, phase, pauses)
+        offered = totals.sent / max(1e-3, (published_until - lo) / 1000)
+        out: dict[str, Any] = {
+            "offered_rps": round(offered, 1),
+            "readings": totals.sent,
+            "probe_spikes": len(sent),
+            "probe_spikes_without_alert": len(sent) - len(lat),
+            "p50_ms": percentile(lat, 50),
+            "p95_ms": percentile(lat, 95),
+            "p99_ms": percentile(lat, 99),
+            "ingest_p50_ms": percentile(base, 50),
+            "ingest_p99_ms": percentile(base, 99),
+            "load_avg_1m": load_avg_1m(),
+            "cores": cores,
+            "cpu_us_per_reading": cpu_per_reading(cpu_s, totals.sent),
+            "pipeline_cores": pipeline_cores(cores),
+            "catch_up_ms": caught_up_ms,
+            "python_worker_starts": worker_starts(run_dir / "score.log") - workers_before,
+            "batch_p50_ms_by_third": by_third(phase),
+        }
+        print(f"{label}: {out}", flush=True)
+        if label != "warmup":
+            out["anatomy"] = parts
+            show_anatomy(parts)
+        return out
+
+
 def latency_phases(
     settings: Settings,
     seconds: int,
@@ -222,123 +368,15 @@ def latency_phases(
     warmup_s: int,
     trainer: bool = False,
 ) -> dict[str, Any]:
-    tag = uuid.uuid4().hex[:8]
-    run_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-e2e-"))
-    topics, env = isolated_env(settings, tag, run_dir)
-    progress, gc_log = run_dir / "progress.jsonl", run_dir / "gc.log"
-    env["FLEETWATCH_SPARK__PROGRESS_LOG"] = str(progress)
-    java = settings.spark.java_options
-    env["FLEETWATCH_SPARK__JAVA_OPTIONS"] = f"{java} -Xlog:gc:file={gc_log}:time".strip()
-    gateway = stage(env, run_dir, "gateway", "gateway")
-    scorer = stage(env, run_dir, "score", "score")
-    stage_procs = [gateway, scorer]
-    if trainer:
-        stage_procs.append(stage(env, run_dir, "train", "train"))
-    stages = dict(zip(("gateway", "scorer", "trainer"), (p.pid for p in stage_procs), strict=False))
-    kafka = settings.kafka
-    prefix = probe_prefix(tag)
-    ingest = Watch(kafka, topics.telemetry_raw, prefix, only_open=False)
-    alerts = Watch(kafka, topics.alerts, prefix, only_open=True)
-    peak = [0.0]
-    sampling = threading.Event()
-
-    def sample() -> None:
-        while not sampling.is_set():
-            peak[0] = max(peak[0], tree_rss_mb(scorer.pid))
-            sampling.wait(1.0)
-
-    sampler = threading.Thread(target=sample, daemon=True)
+    """One run on a fresh pipeline: ``warmup_s`` seconds at 1,000/s, then a phase of
+    ``seconds`` at each of ``rates`` (readings/s a device), keyed ``warmup``, ``1k``, ``5k``…"""
     out: dict[str, Any] = {}
-    brokers = {c.name: c.pid for c in Stack(settings).status() if c.pid}
-    shares = CpuShares({**stages, **brokers}, ["scorer", "trainer"])
-    try:
-        checkpoint = versioned(run_dir / "checkpoints", "score", PLAN_VERSION)
-        wait(lambda: (checkpoint / "commits" / "0").exists(), 180, "the scorer's first batch")
-        ingest.start()
-        alerts.start()
-        sampler.start()
-        probes = Probes(settings, f"b{tag}/devices", tag)
-        probes.start()
-        mqtt = login(settings, "sim").model_copy(update={"root": f"b{tag}/devices"})
-        phases = [("warmup", 1.0, warmup_s), *((None, r, seconds) for r in rates)]
-        for label, rate, length in phases:
-            scenario = Scenario(
-                devices=DEVICES,
-                rate=rate,
-                count=int(rate * length),
-                seed=11,
-                qos=1,
-                prefix=f"b{tag}",
-                # one publisher process keeps 5,000/s on time and costs the shared 2 cores
-                # 80 µs CPU a reading; two cost 135 (the hand-off between processes)
-                workers=1,
-            ).with_overrides(spike_every=SPIKE_EVERY, noise=noise)
-            lo = now_ms()
-            shares.start()
-            workers_before = worker_starts(run_dir / "score.log")
-            truth = run_dir / f"truth-{label or rate}.jsonl"
-            totals = run_fleet(scenario, mqtt, threading.Event(), truth)
-            cores = shares.cores()
-            ends = None
-
-            def caught_up() -> bool:
-                nonlocal ends
-                ends = ends or end_offsets(kafka, topics.telemetry_raw)
-                done = committed_offsets(checkpoint, topics.telemetry_raw) or {}
-                return all(done.get(p, 0) >= end for p, end in ends.items())
-
-            published_until = now_ms()
-            wait(caught_up, 300, "the scorer to catch up")
-            caught_up_ms = now_ms() - published_until
-            cpu_s = shares.seconds()  # the catch-up's work is the readings' too
-            time.sleep(2)  # the last batch's alerts reach the consumer
-            hi = now_ms()
-            label = label or f"{int(DEVICES * rate / 1000)}k"
-            published = {k: t for k, t in list(probes.published.items()) if lo <= t <= hi}
-            base = ingest.latencies(published)
-            sent = {k: t for k, t in list(probes.sent.items()) if lo <= t <= hi - 20_000}
-            lat = alerts.latencies(sent)
-            missed = len(sent) - len(lat)
-            phase = [b for b in batches(progress) if lo <= b.start_ms <= hi]  # not warm-up's
-            pauses = [p for p in gc_pauses(gc_log) if lo <= p[0] <= hi]
-            parts = decompose(sent, ingest.arrived, alerts.arrived, phase, pauses)
-            offered = totals.sent / max(1e-3, (published_until - lo) / 1000)
-            out[label] = {
-                "offered_rps": round(offered, 1),
-                "readings": totals.sent,
-                "probe_spikes": len(sent),
-                "probe_spikes_without_alert": missed,
-                "p50_ms": percentile(lat, 50),
-                "p95_ms": percentile(lat, 95),
-                "p99_ms": percentile(lat, 99),
-                "ingest_p50_ms": percentile(base, 50),
-                "ingest_p99_ms": percentile(base, 99),
-                "load_avg_1m": load_avg_1m(),
-                "cores": cores,
-                "cpu_us_per_reading": cpu_per_reading(cpu_s, totals.sent),
-                "pipeline_cores": pipeline_cores(cores),
-                "catch_up_ms": caught_up_ms,
-                "python_worker_starts": worker_starts(run_dir / "score.log") - workers_before,
-                "batch_p50_ms_by_third": by_third(phase),
-            }
-            print(f"{label}: {out[label]}", flush=True)
-            if label != "warmup":
-                out[label]["anatomy"] = parts
-                show_anatomy(parts)
-    finally:
-        sampling.set()
-        if "probes" in locals():
-            probes.stop.set()
-        ingest.stop.set()
-        alerts.stop.set()
-        running = [p for p in stage_procs if p.poll() is None]
-        for p in running:
-            p.send_signal(signal.SIGTERM)
-        for p in running:
-            p.wait(120)
-        end_gateway_session(settings, env)
-        delete_topics(kafka, topics.model_dump().values())
-    out["peak_rss_mb"] = round(peak[0], 1)
+    with Pipeline(settings, noise, trainer) as pipe:
+        out["warmup"] = pipe.phase("warmup", 1.0, warmup_s)
+        for rate in rates:
+            label = f"{int(DEVICES * rate / 1000)}k"
+            out[label] = pipe.phase(label, rate, seconds)
+    out["peak_rss_mb"] = pipe.peak_rss_mb
     return out
 
 
@@ -487,50 +525,17 @@ def summary(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
     }
 
 
-def holds(phase: dict[str, Any], rate: float) -> bool:
-    """A phase met the latency objective at ``rate`` readings/s: every probe spike alerted,
-    p99 ≤ ``OBJECTIVE_MS``, the load generator offered the rate and the scorer had no backlog
-    left when publishing stopped (``BACKLOG_MS``)."""
-    p99 = phase["p99_ms"]
-    return (
-        p99 is not None
-        and p99 <= OBJECTIVE_MS
-        and phase["probe_spikes_without_alert"] == 0
-        and phase["offered_rps"] >= OFFERED_SHARE * rate
-        and phase["catch_up_ms"] <= BACKLOG_MS
-    )
+def write_max_results(figures: dict[str, Any]) -> None:
+    """Write a run of the backlog alone (``--skip-latency``) to its own results file,
+    ``MAX_RESULTS``: ``pipeline-under_load.json`` keeps the figures of the last run that had
+    latency phases."""
+    with tempfile.TemporaryDirectory() as tmp:
+        record = json.loads(write_results(__file__, figures, Path(tmp)).read_text())
+    record["bench"] = MAX_RESULTS
+    (RESULTS / f"{MAX_RESULTS}.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
-def find_rate(
-    settings: Settings, args: argparse.Namespace
-) -> tuple[float | None, list[dict[str, Any]]]:
-    """Step the offered rate up by ``--step`` from ``--from`` until a run misses the objective;
-    the sustainable rate is the highest at which ``HOLD_RUNS`` consecutive runs (a fresh scorer
-    each) all held it."""
-    held: float | None = None
-    tried: list[dict[str, Any]] = []
-    rate = float(args.rate_from)
-    while rate <= args.rate_to:
-        phases = []
-        for i in range(HOLD_RUNS):
-            run = latency_phases(
-                settings, args.seconds, [rate / DEVICES], args.noise, args.warmup, args.trainer
-            )
-            label = next(k for k in run if k not in ("warmup", "peak_rss_mb"))
-            phases.append(run[label])
-            ok = holds(run[label], rate)
-            print(f"rate {rate:.0f}/s run {i + 1}: holds {ok} (load {load_avg_1m()})", flush=True)
-            if not ok:
-                break
-        tried.append({"rate": rate, "phases": phases, "held": len(phases) == HOLD_RUNS})
-        if not tried[-1]["held"] or not holds(phases[-1], rate):
-            break
-        held = rate
-        rate += args.step
-    return held, tried
-
-
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=60, help="length of each latency phase")
     parser.add_argument("--repeat", type=int, default=1, help="consecutive runs of the phases")
@@ -538,19 +543,27 @@ def main() -> None:
         "--noise", choices=("realistic", "gaussian"), default="realistic", help="the fleet's"
     )
     parser.add_argument("--skip-max", action="store_true", help="latency phases only")
+    parser.add_argument("--skip-latency", action="store_true", help="the backlog only")
     parser.add_argument(
         "--warmup", type=int, default=15, help="seconds at 1,000/s before the first phase"
     )
     parser.add_argument("--trainer", action="store_true", help="run the trainer beside them")
     args = parser.parse_args()
+    if args.skip_max and args.skip_latency:
+        parser.error("--skip-max and --skip-latency leave nothing to run")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return args
+
+
+def main() -> None:
+    args = arguments()
     settings = Settings()
     stack = Stack(settings)
     was_up = all(c.pid for c in stack.status())
     stack.up()
     runs = []
     try:
-        for i in range(args.repeat):
+        for i in range(0 if args.skip_latency else args.repeat):
             print(f"run {i + 1} of {args.repeat} (load {load_avg_1m()})", flush=True)
             runs.append(
                 latency_phases(
@@ -561,6 +574,10 @@ def main() -> None:
     finally:
         if not was_up:
             stack.down()
+    if args.skip_latency:
+        print(json.dumps(top))
+        write_max_results(top)
+        return
     phases = {label: summary(runs, label) for label in ("1k", "5k")}
     for label, figures in phases.items():
         print(f"{label} over {len(runs)} runs: {figures}")
