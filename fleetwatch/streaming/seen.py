@@ -11,6 +11,8 @@ ranges whose newest reading is behind its watermark (a repeat of them is late an
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
+from typing import NamedTuple
 
 Ranges = list[list[int]]
 
@@ -50,3 +52,79 @@ def add(ranges: Ranges, seq: int, event_ms: int) -> None:
     ranges.insert(i + 1, [seq, seq, event_ms])
     if len(ranges) > MOST_RANGES:
         del ranges[0]
+
+
+class Sorted(NamedTuple):
+    """What :func:`sort_rows` makes of a device's rows (one per reading and metric)."""
+
+    keep: list[int]
+    """Rows of new readings within the watermark, each (reading, metric) once."""
+    late: list[int]
+    """Rows of new readings behind the watermark."""
+    readings: int
+    """New readings within the watermark (not rows)."""
+    duplicates: int
+    """Repeats: a reading seen within the lateness, and each copy of a reading in the rows
+    beyond its first, counted once per reading."""
+    ranges: Ranges
+    """The ranges with the new readings added (a new list after a reboot), those behind the
+    watermark dropped."""
+
+
+def classify(
+    ranges: Ranges, seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
+) -> str:
+    """``dup`` (``seq`` seen within the lateness, from a device clock no later than the newest
+    reading's ``last_dev``), ``late`` (behind the watermark) or ``keep``."""
+    if find(ranges, seq) is not None and (last_dev is None or dev <= last_dev):
+        return "dup"
+    return "late" if ev < watermark else "keep"
+
+
+def sort_rows(
+    ranges: Ranges,
+    last_dev: int | None,
+    seqs: list[int],
+    devs: list[int],
+    evs: list[int],
+    metrics: list[str],
+    watermark_ms: int,
+) -> Sorted:
+    """A device's rows in ``(event_ms, seq)`` order, one per reading and metric — a reading is
+    ``(seq, device clock)`` — sorted out against the ``ranges`` it has seen and the newest device
+    clock ``last_dev`` of its readings: repeats dropped, readings behind the watermark set apart,
+    the new ones added to the ranges. The same ``seq`` with a later device clock is a reboot:
+    a new epoch of numbers, and the ranges start again. ``ranges`` is changed in place, unless
+    a reboot starts a new list (the one returned is the truth)."""
+    keep: list[int] = []
+    late: list[int] = []
+    verdict: dict[tuple[int, int], str] = {}
+    taken: set[tuple[int, int, str]] = set()
+    duplicates = 0
+    for i, (seq, dev, ev, metric) in enumerate(zip(seqs, devs, evs, metrics, strict=True)):
+        key = (seq, dev)
+        if (seq, dev, metric) in taken:
+            continue  # a repeat inside these rows (counted with its reading below)
+        taken.add((seq, dev, metric))
+        kind = verdict.get(key)
+        if kind is None:
+            kind = classify(ranges, seq, dev, ev, last_dev, watermark_ms)
+            verdict[key] = kind
+            if kind == "dup":
+                duplicates += 1
+            elif kind == "keep":
+                if find(ranges, seq) is not None:  # the same seq after a reboot: a new epoch
+                    ranges = []
+                add(ranges, seq, ev)
+                last_dev = dev if last_dev is None else max(last_dev, dev)
+        if kind == "keep":
+            keep.append(i)
+        elif kind == "late":
+            late.append(i)
+    if len(taken) < len(seqs):  # repeats inside the rows: copies of a reading beyond the first
+        rows = Counter(zip(seqs, devs, strict=True))
+        distinct = Counter((s, d) for s, d, _ in taken)
+        duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
+    readings = sum(1 for kind in verdict.values() if kind == "keep")
+    kept = [r for r in ranges if r[2] >= watermark_ms]
+    return Sorted(keep, late, readings, duplicates, kept)

@@ -25,8 +25,9 @@ def readings(rows: list[tuple[str, int, dict[str, float] | None]]) -> pa.RecordB
             pa.array([r[1] for r in rows], pa.int64()),
             pa.array([None if r[2] is None else list(r[2].items()) for r in rows], METRICS),
             pa.array(range(len(rows)), pa.int64()),
+            pa.array([r[1] + 5 for r in rows], pa.int64()),
         ],
-        names=["device_id", "event_ms", "metrics", "seq"],
+        names=["device_id", "event_ms", "metrics", "seq", "device_event_ms"],
     )
 
 
@@ -40,18 +41,24 @@ def test_each_device_becomes_one_row_of_its_readings_in_order() -> None:
             ("b", 13, {"h": 5.0}),
         ]
     )
-    rows = {
-        r["device_id"]: r
-        for r in pack(batch.select(["device_id", "event_ms", "metrics"])).to_pylist()
-    }
+    rows = {r["device_id"]: r for r in pack(batch).to_pylist()}
     assert rows == {
         "a": {
             "device_id": "a",
+            "seq": [0, 0, 2],
+            "device_ms": [15, 15, 14],
             "event_ms": [10, 10, 9],
             "metric": ["t", "h", "t"],
             "value": [1.0, 2.0, 4.0],
         },
-        "b": {"device_id": "b", "event_ms": [11, 13], "metric": ["t", "h"], "value": [3.0, 5.0]},
+        "b": {
+            "device_id": "b",
+            "seq": [1, 4],
+            "device_ms": [16, 18],
+            "event_ms": [11, 13],
+            "metric": ["t", "h"],
+            "value": [3.0, 5.0],
+        },
     }
 
 
@@ -59,7 +66,14 @@ def test_a_slice_of_a_batch_packs_only_its_own_readings() -> None:
     batch = readings([("a", 1, {"t": 1.0}), ("a", 2, {"t": 2.0}), ("a", 3, {"t": 3.0})])
     (packed,) = pack_batches([batch.slice(1, 2), batch.slice(0, 0)])
     assert packed.to_pylist() == [
-        {"device_id": "a", "event_ms": [2, 3], "metric": ["t", "t"], "value": [2.0, 3.0]}
+        {
+            "device_id": "a",
+            "seq": [1, 2],
+            "device_ms": [7, 8],
+            "event_ms": [2, 3],
+            "metric": ["t", "t"],
+            "value": [2.0, 3.0],
+        }
     ]
 
 

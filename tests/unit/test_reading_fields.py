@@ -17,7 +17,7 @@ def test_the_field_list_is_the_records() -> None:
 
 def test_the_trainers_spark_schema_is_made_from_the_contract() -> None:
     assert READING_SCHEMA == (
-        "device_id STRING, seq BIGINT, event_ms BIGINT, received_ms BIGINT, "
+        "device_id STRING, seq BIGINT, event_ms BIGINT, device_event_ms BIGINT, "
         "metrics MAP<STRING, DOUBLE>"
     )
     assert spark_ddl("firmware", "clock_offset_ms") == "firmware STRING, clock_offset_ms BIGINT"

@@ -72,10 +72,13 @@ def test_the_timer_waits_for_the_earliest_device_and_forgets_only_those_due() ->
 def packed(device_id: str, start_min: int, n: int, seed: int = 1) -> pd.DataFrame:
     """One packed row (the trainer's operator input) of ``n`` readings a minute apart."""
     long = frame(seed, start_min, n)
+    event_ms = (T0 + long["event_ms"]).to_numpy()
     return pd.DataFrame(
         {
             "device_id": [device_id],
-            "event_ms": [(T0 + long["event_ms"]).to_numpy()],
+            "seq": [long["event_ms"].to_numpy() // 60_000],
+            "device_ms": [event_ms],
+            "event_ms": [event_ms],
             "metric": [long["metric"].to_numpy()],
             "value": [long["value"].to_numpy()],
         }

@@ -13,7 +13,6 @@ each copy beyond the first counts as one repeat.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -51,41 +50,20 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
         frame = given.take(np.lexsort((given["seq"], given["event_ms"])))
         seqs = frame["seq"].tolist()
         evs = frame["event_ms"].tolist()
-    devs = frame["device_event_ms"].tolist()
-    metrics = frame["metric"].tolist()
-    ranges: seen.Ranges = st["seen_seqs"]
-    last_dev = st["last_device_ms"]
-    keep_rows: list[int] = []
-    late_rows: list[int] = []
-    verdict: dict[tuple[int, int], str] = {}
-    taken: set[tuple[int, int, str]] = set()
-    for i, (seq, dev, ev, metric) in enumerate(zip(seqs, devs, evs, metrics, strict=True)):
-        key = (seq, dev)
-        if (seq, dev, metric) in taken:
-            continue  # a repeat inside this batch (counted with its reading below)
-        taken.add((seq, dev, metric))
-        kind = verdict.get(key)
-        if kind is None:
-            kind = _classify(ranges, seq, dev, ev, last_dev, watermark_ms)
-            verdict[key] = kind
-            if kind == "dup":
-                out.duplicates += 1
-            elif kind == "keep":
-                if seen.find(ranges, seq) is not None:  # the same seq after a reboot: a new epoch
-                    ranges = []
-                seen.add(ranges, seq, ev)
-                last_dev = dev if last_dev is None else max(last_dev, dev)
-        if kind == "keep":
-            keep_rows.append(i)
-        elif kind == "late":
-            late_rows.append(i)
-    if len(taken) < len(seqs):  # repeats inside the batch: copies of a reading beyond the first
-        rows = Counter(zip(seqs, devs, strict=True))
-        distinct = Counter((s, d) for s, d, _ in taken)
-        out.duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
-    st["seen_seqs"] = [r for r in ranges if r[2] >= watermark_ms]
+    sorted_out = seen.sort_rows(
+        st["seen_seqs"],
+        st["last_device_ms"],
+        seqs,
+        frame["device_event_ms"].tolist(),
+        evs,
+        frame["metric"].tolist(),
+        watermark_ms,
+    )
+    out.duplicates += sorted_out.duplicates
+    st["seen_seqs"] = sorted_out.ranges
     st["duplicate_readings"] = int(st["duplicate_readings"]) + out.duplicates
-    out.scored = sum(1 for kind in verdict.values() if kind == "keep")  # readings, not values
+    out.scored = sorted_out.readings
+    keep_rows, late_rows = sorted_out.keep, sorted_out.late
     late = frame.take(late_rows) if late_rows else None
     if not keep_rows:
         return Sorted(None, late, None, None)
@@ -118,7 +96,7 @@ def _sort_out_one(
     dev = given["device_event_ms"].item(0)
     last_dev = st["last_device_ms"]
     known = seen.find(ranges, seq) is not None
-    if known and (last_dev is None or dev <= last_dev):  # as _classify says
+    if known and (last_dev is None or dev <= last_dev):  # as seen.classify says
         kind = "dup"
         out.duplicates += 1
     else:
@@ -150,12 +128,3 @@ def _in_order(evs: list[int], seqs: list[int]) -> bool:
     return all(
         (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
     )
-
-
-def _classify(
-    ranges: seen.Ranges, seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
-) -> str:
-    """``dup`` (seen within the lateness), ``late`` (behind the watermark) or ``keep``."""
-    if seen.find(ranges, seq) is not None and (last_dev is None or dev <= last_dev):
-        return "dup"
-    return "late" if ev < watermark else "keep"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, MutableMapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class Seen(TypedDict):
@@ -30,17 +30,24 @@ class Seen(TypedDict):
 
     devices: dict[str, int]
     """Device id → the newest event time (ms) of its readings."""
+    seqs: dict[str, list[Any]]
+    """Device id → the sequence numbers it sent within the lateness and its newest device
+    clock (:mod:`~fleetwatch.streaming.trainer.repeats`): how a repeat is told apart."""
     timer_ms: int | None
     """The event-time timer registered for the bucket."""
 
 
 def new_seen() -> Seen:
-    return {"devices": {}, "timer_ms": None}
+    return {"devices": {}, "seqs": {}, "timer_ms": None}
 
 
 def encode_seen(seen: Seen) -> str:
     return json.dumps(
-        {"devices": dict(sorted(seen["devices"].items())), "timer_ms": seen["timer_ms"]},
+        {
+            "devices": dict(sorted(seen["devices"].items())),
+            "seqs": dict(sorted(seen["seqs"].items())),
+            "timer_ms": seen["timer_ms"],
+        },
         separators=(",", ":"),
     )
 
@@ -53,6 +60,7 @@ def decode_seen(value: str | None) -> Seen:
     timer = held.get("timer_ms")
     return {
         "devices": {str(d): int(ms) for d, ms in held["devices"].items()},
+        "seqs": {str(d): list(h) for d, h in held.get("seqs", {}).items()},
         "timer_ms": None if timer is None else int(timer),
     }
 
@@ -78,6 +86,7 @@ def forget_due(
     )
     for device_id in gone:
         del seen["devices"][device_id]
+        seen["seqs"].pop(device_id, None)
         params.pop(device_id, None)
     return gone
 

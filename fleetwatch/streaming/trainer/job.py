@@ -3,9 +3,9 @@ changed parameters on the compacted ``model.params`` topic.
 
 Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device`:
 
-- readings are parsed and de-duplicated by ``(device_id, seq)`` exactly as the scorer does
-  (:func:`fleetwatch.streaming.trainer.processor.readings_frame`, ``score.dedup_window``),
-  packed into one row of arrays per device and Arrow batch
+- readings are parsed (:func:`fleetwatch.streaming.trainer.processor.readings_frame`, the
+  watermark ``score.dedup_window`` behind the newest event time), packed into one row of arrays
+  per device and Arrow batch
   (:mod:`fleetwatch.streaming.trainer.packing`: the processor's cost is per row it is handed)
   and grouped by bucket of devices
   (:mod:`fleetwatch.streaming.trainer.bucket_state`: its cost is also per key) into
@@ -89,9 +89,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAN_VERSION = 3
-"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint). 3: an
-event-time timer per bucket and when each device was last heard (state expiry)."""
+PLAN_VERSION = 4
+"""Bump when the query's stateful plan changes (Spark cannot reuse the old checkpoint). 4:
+repeats told apart per device in the bucket's state, no de-duplication operator."""
 
 JOB = "train"
 ARROW_BATCH_ROWS = 200_000
@@ -101,8 +101,8 @@ one row for the processor."""
 STATE_STORE_CONF = {
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
 }
-"""The RocksDB state stores of the trainer's query (the de-duplication's and the buckets', one
-each per shuffle partition) share one memory budget, Spark's
+"""The RocksDB state stores of the trainer's query (the buckets', one per shuffle partition)
+share one memory budget, Spark's
 ``spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB``, for their write buffers, block
 cache and index and filter blocks, in place of a write buffer pair and a cache each with the
 index and filter blocks outside any bound. What they hold is on disk; the bucket values are

@@ -16,7 +16,7 @@ detectors sort by event time).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -25,21 +25,25 @@ import pyarrow as pa
 
 from fleetwatch.models.batch import Batch
 
-READING_COLUMNS = ("device_id", "event_ms", "metrics")
+READING_COLUMNS = ("device_id", "seq", "device_event_ms", "event_ms", "metrics")
 """What :func:`pack` reads: the scorer's readings (``metrics`` a map of name to value)."""
 
 PACKED_SCHEMA = (
-    "device_id STRING, event_ms ARRAY<BIGINT>, metric ARRAY<STRING>, value ARRAY<DOUBLE>"
+    "device_id STRING, seq ARRAY<BIGINT>, device_ms ARRAY<BIGINT>, event_ms ARRAY<BIGINT>,"
+    " metric ARRAY<STRING>, value ARRAY<DOUBLE>"
 )
-"""One row per device (and Arrow batch): its readings in long form, one entry per metric."""
+"""One row per device (and Arrow batch): its readings in long form, one entry per metric, each
+with the reading's sequence number and device clock (which tell a repeat from a new reading)."""
 
 _LISTS = ("event_ms", "metric", "value")
+"""What a :class:`~fleetwatch.models.batch.Batch` is made of."""
+_ALL = ("seq", "device_ms", *_LISTS)
 
 
 def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
     """Readings (one row each: :data:`READING_COLUMNS`) → one row per device of lists
     (:data:`PACKED_SCHEMA`), entries in the order of the readings and of each map, a reading's
-    ``event_ms`` once per metric."""
+    ``seq``, device clock and ``event_ms`` once per metric."""
     metrics = readings.column("metrics")
     offsets = metrics.offsets.to_numpy()
     lengths = np.diff(offsets)
@@ -53,18 +57,20 @@ def pack(readings: pa.RecordBatch) -> pa.RecordBatch:
     long = pa.table(
         {
             "device_id": readings.column("device_id").take(index),
+            "seq": readings.column("seq").take(index),
+            "device_ms": readings.column("device_event_ms").take(index),
             "event_ms": readings.column("event_ms").take(index),
             "metric": keys,
             "value": items,
         }
     )
     grouped = long.group_by("device_id", use_threads=False).aggregate(
-        [(name, "list") for name in _LISTS]
+        [(name, "list") for name in _ALL]
     )
     return pa.RecordBatch.from_arrays(
         [grouped.column("device_id").combine_chunks()]
-        + [grouped.column(f"{name}_list").combine_chunks() for name in _LISTS],
-        names=["device_id", *_LISTS],
+        + [grouped.column(f"{name}_list").combine_chunks() for name in _ALL],
+        names=["device_id", *_ALL],
     )
 
 
@@ -73,6 +79,38 @@ def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         if batch.num_rows:
             yield pack(batch.select(list(READING_COLUMNS)))
+
+
+class DeviceRows(NamedTuple):
+    """A device's packed entries, aligned: one per reading and metric."""
+
+    seq: npt.NDArray[np.int64]
+    device_ms: npt.NDArray[np.int64]
+    event_ms: npt.NDArray[np.int64]
+    metric: npt.NDArray[Any]
+    value: npt.NDArray[np.float64]
+
+    def batch(self, rows: npt.NDArray[np.intp] | None = None) -> Batch:
+        """The entries (those at ``rows``, in their order: all when ``None``) as a batch."""
+        if rows is None:
+            return Batch.from_arrays(self.event_ms, self.metric, self.value)
+        return Batch.from_arrays(self.event_ms[rows], self.metric[rows], self.value[rows])
+
+
+def per_device_rows(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, DeviceRows]]:
+    """Packed rows of several devices (pandas chunks of :data:`PACKED_SCHEMA` rows) → each
+    device's entries, devices in order of first appearance."""
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    for chunk in chunks:
+        columns = (chunk["device_id"], *(chunk[name] for name in _ALL))
+        for device_id, *arrays in zip(*columns, strict=True):
+            rows.setdefault(str(device_id), []).append(tuple(arrays))
+    dtypes = (np.int64, np.int64, np.int64, object, np.float64)
+    for device_id, parts in rows.items():
+        yield (
+            device_id,
+            DeviceRows(*(_concat([p[i] for p in parts], dtype) for i, dtype in enumerate(dtypes))),
+        )
 
 
 def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:

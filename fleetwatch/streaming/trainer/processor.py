@@ -44,8 +44,9 @@ from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
     READING_COLUMNS,
     pack_batches,
-    per_device,
+    per_device_rows,
 )
+from fleetwatch.streaming.trainer.repeats import new_readings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,19 +68,19 @@ SEED_SCHEMA = "device_id STRING, value STRING, offset BIGINT"
 _WARM = WarmBuckets()
 
 
-READING_SCHEMA = spark_ddl("device_id", "seq", "event_ms", "received_ms", "metrics")
+READING_SCHEMA = spark_ddl("device_id", "seq", "event_ms", "device_event_ms", "metrics")
 """The fields of a ``telemetry.raw`` record the trainer reads."""
 
 
 def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` → one row per distinct reading, in event time.
+    """Kafka rows of ``telemetry.raw`` → one row per reading, in event time, with the watermark
+    ``dedup_window`` behind the newest event time.
 
-    The raw log is at-least-once (an MQTT redelivery, a device resend, a gateway restart can
-    repeat a reading), so the trainer de-duplicates: the first (device_id, seq) seen within
-    ``dedup_window`` of event time is kept, the rest dropped (state in the RocksDB store).
     A record outside the contract's bounds (an integer beyond 64 bits reads as null here; a
     metric value beyond :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is left out, as
-    the scorer leaves it out.
+    the scorer leaves it out. Repeats of a reading (the raw log is at-least-once) are told
+    apart per device in the bucket's state (:mod:`~fleetwatch.streaming.trainer.repeats`), and
+    readings behind the watermark are not learned.
     """
     # lazy: pyspark is imported only where Spark runs
     from pyspark.sql import functions as F
@@ -92,9 +93,9 @@ def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
         .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
         .where(F.col("r.event_ms").isNotNull() & bounded)
         .select("r.*")
+        .withColumn("device_event_ms", F.coalesce("device_event_ms", "event_ms"))
         .withColumn("event_time", F.timestamp_millis("event_ms"))
         .withWatermark("event_time", dedup_window)
-        .dropDuplicatesWithinWatermark(["device_id", "seq"])
     )
 
 
@@ -164,8 +165,8 @@ def _bucket_trainer(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
         ) -> Iterator[pd.DataFrame]:
             stored, seen, bucket = self._take(key)
-            batches = list(per_device(rows))
-            note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches if len(batch)))
+            batches = new_batches(seen, rows, timerValues.getCurrentWatermarkInMs())
+            note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches))
             updates = learn_bucket(bucket.texts, batches, bucket.detectors, max_metrics, tuning)
             value = stored if updates.empty and stored is not None else encode(bucket.texts)
             self._put(key, value, seen, bucket)
@@ -201,6 +202,21 @@ def _bucket_trainer(
             return None
 
     return BucketTrainer()
+
+
+def new_batches(
+    seen: Seen, chunks: Iterable[pd.DataFrame], watermark_ms: int
+) -> list[tuple[str, Batch]]:
+    """Each device's new readings within the watermark in packed ``chunks``
+    (:func:`~fleetwatch.streaming.trainer.repeats.new_readings`), as a batch per device that has
+    any; what ``seen`` holds of their sequence numbers is updated."""
+    held = seen["seqs"]
+    batches = []
+    for device_id, rows in per_device_rows(chunks):
+        batch, held[device_id] = new_readings(rows, held.get(device_id), watermark_ms)
+        if len(batch):
+            batches.append((device_id, batch))
+    return batches
 
 
 def tombstones(devices: Iterable[str]) -> pd.DataFrame:

@@ -1,0 +1,109 @@
+"""The trainer learns each reading once: a repeat (the same sequence number and device clock,
+in the same batch or a later one) is not learned again, a reading behind the watermark is not
+learned, and the same sequence number from a later device clock (a reboot) is a new reading."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from fleetwatch.streaming.trainer.packing import DeviceRows
+from fleetwatch.streaming.trainer.processor import _bucket_trainer
+from fleetwatch.streaming.trainer.repeats import new_readings
+
+T0 = 1_763_700_000_000
+MINUTE = 60_000
+EXPIRE = 30 * 86_400_000
+
+
+def rows(
+    seqs: list[int], clocks: list[int] | None = None, event_ms: list[int] | None = None
+) -> DeviceRows:
+    """Readings of two metrics each, a minute apart by sequence number unless given, their
+    values a function of the sequence number."""
+    evs = event_ms if event_ms is not None else [T0 + s * MINUTE for s in seqs]
+    devs = clocks if clocks is not None else evs
+    n = len(seqs)
+    return DeviceRows(
+        np.repeat(np.asarray(seqs, np.int64), 2),
+        np.repeat(np.asarray(devs, np.int64), 2),
+        np.repeat(np.asarray(evs, np.int64), 2),
+        np.asarray(["t", "h"] * n, dtype=object),
+        np.column_stack([20 + np.sin(seqs), 50 + np.cos(seqs)]).ravel(),
+    )
+
+
+def test_a_batch_of_new_readings_is_learned_whole_in_the_order_it_came() -> None:
+    given = rows([3, 1, 2])
+    batch, held = new_readings(given, None, 0)
+    want = given.batch()
+    np.testing.assert_array_equal(batch.event_ms, want.event_ms)
+    np.testing.assert_array_equal(batch.value, want.value)
+    assert held == [T0 + 3 * MINUTE, [[1, 3, T0 + 3 * MINUTE]]]
+
+
+def test_repeats_in_the_batch_and_of_an_earlier_batch_are_dropped() -> None:
+    _, held = new_readings(rows([1, 2]), None, 0)
+    batch, held = new_readings(rows([2, 3, 3, 4]), held, 0)
+    assert sorted(set(batch.event_ms.tolist())) == [T0 + 3 * MINUTE, T0 + 4 * MINUTE]
+    assert len(batch) == 4  # readings 3 and 4, two metrics each
+    assert held[1] == [[1, 4, T0 + 4 * MINUTE]]
+
+
+def test_a_reading_behind_the_watermark_is_not_learned() -> None:
+    watermark = T0 + 2 * MINUTE
+    batch, held = new_readings(rows([1, 2, 3]), None, watermark)
+    assert sorted(set(batch.event_ms.tolist())) == [T0 + 2 * MINUTE, T0 + 3 * MINUTE]
+    assert held[1] == [[2, 3, T0 + 3 * MINUTE]]
+
+
+def test_the_same_numbers_from_a_later_device_clock_are_a_reboot_and_learned() -> None:
+    _, held = new_readings(rows([1, 2]), None, 0)
+    later = [T0 + 60 * MINUTE, T0 + 61 * MINUTE]
+    batch, held = new_readings(rows([1, 2], clocks=later, event_ms=later), held, 0)
+    assert len(batch) == 4
+    assert held[0] == later[1]
+
+
+def packed(seqs: list[int]) -> pd.DataFrame:
+    r = rows(seqs)
+    return pd.DataFrame(
+        {
+            "device_id": ["d"],
+            "seq": [r.seq],
+            "device_ms": [r.device_ms],
+            "event_ms": [r.event_ms],
+            "metric": [r.metric],
+            "value": [r.value],
+        }
+    )
+
+
+def trainer() -> TwsTester:
+    return TwsTester(
+        _bucket_trainer(EXPIRE),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda row: int(max(row["event_ms"])),
+    )
+
+
+def params_of(tester: TwsTester) -> dict[str, object]:
+    held = tester.peekValueState("params", 3)
+    assert held is not None
+    return dict(json.loads(json.loads(held[0])["d"]))
+
+
+def test_the_processor_learns_a_repeated_reading_once() -> None:
+    once, twice = trainer(), trainer()
+    once.testInPandas(3, packed(list(range(40))))
+    twice.testInPandas(3, pd.concat([packed(list(range(40))), packed([5, 6, 7])]))
+    once.testInPandas(3, packed(list(range(40, 50))))
+    repeated = twice.testInPandas(3, packed(list(range(35, 50))))  # 35..39 again
+    assert list(repeated["version"]) == [2]
+    assert params_of(twice) == params_of(once)
+    again = twice.testInPandas(3, packed([45, 46]))  # nothing new: nothing published
+    assert again is None or again.empty
+    assert params_of(twice) == params_of(once)
