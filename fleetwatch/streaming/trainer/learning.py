@@ -79,36 +79,68 @@ def detector_of(previous: str | None, tuning: Tuning = DEFAULT_TUNING) -> Detect
 
 _JSON = msgspec.json.Encoder(order="sorted").encode
 _MSGPACK = msgspec.msgpack.Encoder().encode
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _EXPONENT = re.compile(rb"e(?<=[0-9]e)")
 """A digit followed by ``e``: found from the few ``e`` of the text, not its many digits."""
+_SMALL = b"0.0000"
+"""How msgspec begins a float from 1e-5 to 1e-4, which Python writes with an exponent."""
+_NUMBER = frozenset(b"+-.0123456789e")
+"""The bytes of a JSON number as msgspec and Python write one."""
 
 
 def canonical(new: Mapping[str, Any]) -> str:
-    """:func:`params.dumps` of ``new``, the same text, written by msgspec where its bytes are
-    the standard library's (in a fraction of the time a detector's thousands of floats take).
+    """:func:`params.dumps` of ``new``, the same text, written by msgspec (in a fraction of the
+    time the standard library takes over a detector's thousands of floats).
 
     Both write a float as the shortest digits that read back to it, and sort keys alike; they
     differ in a float's form where Python writes an exponent (below 1e-4, from 1e16 on:
     ``1e-05``, ``1e+16``; msgspec ``0.00001``, ``1e16``), in what is not ASCII and DEL
     (escaped by ``json.dumps`` only), and in NaN and infinities (``json.dumps`` refuses them
-    here, msgspec writes ``null``). Text with any of these, or that msgspec cannot write, is
-    written by :func:`params.dumps`."""
+    here, msgspec writes ``null``). A float written in msgspec's form is written again as
+    Python writes it (:func:`_python_floats`); text that is not ASCII, holds DEL, a
+    non-finite float, or a backslash (an escape in a string, which the search for floats does
+    not parse), or that msgspec cannot write, is written by :func:`params.dumps`."""
     try:
         text, packed = _JSON(new), _MSGPACK(new)
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
         return params.dumps(new)  # what msgspec cannot write (a numpy number, a huge integer)
-    digits = text.translate(_DIGITS)
-    if (
-        not text.isascii()
-        or b"\x7f" in text
-        or _EXPONENT.search(text)  # an exponent
-        or b"0.0000" in text  # msgspec's fixed form of what Python writes with e-05 and below
-        or b"00000000000000000." in digits  # 17 digits before the point: 1e16 and up
-        or _not_finite(packed)
-    ):
+    if not text.isascii() or b"\x7f" in text or _not_finite(packed):
         return params.dumps(new)
-    return text.decode("ascii")
+    if _EXPONENT.search(text) is None and _SMALL not in text:
+        return text.decode("ascii")
+    if b"\\" in text:
+        return params.dumps(new)
+    return _python_floats(text)
+
+
+def _python_floats(text: bytes) -> str:
+    """msgspec's JSON ``text`` (ASCII, no backslash) with every float of an exponent or of
+    ``0.0000`` in it written as Python writes it: ``repr`` of the float its digits read back to,
+    the same float (both write the shortest digits that do). A number is outside strings: the
+    quotes before it are even in number, there being no escaped quote."""
+    spans = {_number_at(text, m.start()) for m in _EXPONENT.finditer(text)}
+    at = text.find(_SMALL)
+    while at >= 0:
+        spans.add(_number_at(text, at))
+        at = text.find(_SMALL, at + len(_SMALL))
+    out: list[bytes] = []
+    done = 0
+    for start, end in sorted(spans):
+        if start < done or text.count(b'"', 0, start) % 2:
+            continue  # in a string
+        out += [text[done:start], repr(float(text[start:end])).encode("ascii")]
+        done = end
+    out.append(text[done:])
+    return b"".join(out).decode("ascii")
+
+
+def _number_at(text: bytes, at: int) -> tuple[int, int]:
+    """The span of the run of :data:`_NUMBER` bytes around ``text[at]``."""
+    start, end = at, at + 1
+    while start > 0 and text[start - 1] in _NUMBER:
+        start -= 1
+    while end < len(text) and text[end] in _NUMBER:
+        end += 1
+    return start, end
 
 
 def _not_finite(packed: bytes) -> bool:
