@@ -12,8 +12,8 @@ subprocess on those topics.
 2. Steady phase, ``--duration`` seconds at ``--rate``; then up to ``--drain`` seconds for the
    trainer to catch up.
 3. SIGTERM to the trainer (expect exit 0).
-4. Baseline, in the same run: the scorer's plan (de-dup → explode → ``mapInArrow``) over the
-   same ``telemetry.raw`` on local Spark (``availableNow``).
+4. Baseline, in the same run: the trainer's input plan (records parsed and packed per device,
+   ``mapInArrow``) over the same ``telemetry.raw`` on local Spark (``availableNow``).
 
 Freshness, per steady-phase reading: the Kafka timestamp of the first ``model.params`` record
 of its device that covers it (``trained_to_ms`` at or after it) - the reading's Kafka timestamp
@@ -44,7 +44,7 @@ Last line: {"freshness_p50_s", "freshness_p95_s", "freshness_p50_first_fifth_s",
 ``cpu_s``: CPU seconds of the trainer's JVM, its Python workers and its driver process from
 the start of the steady phase to the end of the drain; ``loadavg_1m``: the machine's 1-minute
 load average at those two moments (the machine may be shared). ``baseline_throughput_rps``:
-the trainer's input alone (parse and de-duplicate, no learning) over the same topic afterwards.
+the trainer's input alone (parse and pack, no learning) over the same topic afterwards.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def steady(fleet: Fleet, rate: float, duration: float) -> None:
 
 
 def baseline_rps(settings: Settings, topic: str, run_dir: Path) -> float:
-    """The trainer's input alone over the whole topic (parse and de-duplicate, no learning;
+    """The trainer's input alone over the whole topic (parse and pack per device, no learning;
     availableNow, memory sink): readings/s."""
     from fleetwatch.streaming.kafka_io import kafka_stream
     from fleetwatch.streaming.spark_session import build_session

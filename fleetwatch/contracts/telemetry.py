@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-import types
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -107,28 +106,9 @@ RECORD_FIELDS: dict[str, Any] = {
     name: field.annotation for name, field in TelemetryRecord.model_fields.items()
 }
 """The fields of a ``telemetry.raw`` record and their types (``X | None`` where it may be
-null), in order: the one field list the readers follow — the trainer's Spark schema
-(:func:`spark_ddl`) and the scorer's own parser
-(:mod:`fleetwatch.streaming.scorer.readings`, checked against it by the unit tests)."""
-
-_SPARK_TYPES = {int: "BIGINT", float: "DOUBLE", str: "STRING"}
-
-
-def spark_ddl(*names: str) -> str:
-    """Spark's DDL of these fields of :data:`RECORD_FIELDS` (for ``from_json``), e.g.
-    ``device_id STRING, metrics MAP<STRING, DOUBLE>``."""
-    return ", ".join(f"{name} {_spark_type(RECORD_FIELDS[name])}" for name in names)
-
-
-def _spark_type(annotation: Any) -> str:
-    args = [a for a in get_args(annotation) if a is not type(None)]
-    if get_origin(annotation) is dict:
-        key, value = args
-        return f"MAP<{_spark_type(key)}, {_spark_type(value)}>"
-    if isinstance(annotation, types.UnionType):  # X | None: Spark's columns are nullable
-        (only,) = args
-        return _spark_type(only)
-    return _SPARK_TYPES[annotation]
+null), in order: the one field list the readers follow — the scorer's and the trainer's parser
+(:mod:`fleetwatch.contracts.raw_records`, :mod:`fleetwatch.streaming.scorer.readings`, checked
+against it by the unit tests)."""
 
 
 def parse_reading(payload: bytes | bytearray) -> Reading:

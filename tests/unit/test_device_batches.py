@@ -3,6 +3,7 @@ rows in the same order as the long form, and so the same learned parameters."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -15,19 +16,22 @@ from fleetwatch.models.errors import BatchError
 from fleetwatch.streaming.trainer.learning import learn_device
 from fleetwatch.streaming.trainer.packing import pack, pack_batches, unpack
 
-METRICS = pa.map_(pa.string(), pa.float64())
-
 
 def readings(rows: list[tuple[str, int, dict[str, float] | None]]) -> pa.RecordBatch:
+    """``telemetry.raw`` record values, ``seq`` the row's place, the device clock 5 ms ahead."""
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([r[0] for r in rows]),
-            pa.array([r[1] for r in rows], pa.int64()),
-            pa.array([None if r[2] is None else list(r[2].items()) for r in rows], METRICS),
-            pa.array(range(len(rows)), pa.int64()),
-            pa.array([r[1] + 5 for r in rows], pa.int64()),
+            pa.array(
+                [
+                    json.dumps(
+                        {"device_id": d, "seq": i, "event_ms": t, "device_event_ms": t + 5}
+                        | ({} if m is None else {"metrics": m})
+                    )
+                    for i, (d, t, m) in enumerate(rows)
+                ]
+            )
         ],
-        names=["device_id", "event_ms", "metrics", "seq", "device_event_ms"],
+        names=["value"],
     )
 
 
@@ -50,6 +54,7 @@ def test_each_device_becomes_one_row_of_its_readings_in_order() -> None:
             "event_ms": [10, 10, 9],
             "metric": ["t", "h", "t"],
             "value": [1.0, 2.0, 4.0],
+            "newest_ms": 10,
         },
         "b": {
             "device_id": "b",
@@ -58,8 +63,28 @@ def test_each_device_becomes_one_row_of_its_readings_in_order() -> None:
             "event_ms": [11, 13],
             "metric": ["t", "h"],
             "value": [3.0, 5.0],
+            "newest_ms": 13,
         },
     }
+
+
+def test_records_that_are_no_reading_of_a_device_are_left_out() -> None:
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(
+                [
+                    "{broken",
+                    None,
+                    json.dumps({"seq": 1, "event_ms": 1, "metrics": {"t": 1.0}}),  # no device
+                    json.dumps({"device_id": "a", "seq": 1, "event_ms": 1, "metrics": {"t": 2e15}}),
+                    json.dumps({"device_id": "a", "seq": 2, "event_ms": 2, "metrics": {"t": None}}),
+                ]
+            )
+        ],
+        names=["value"],
+    )
+    (row,) = pack(batch).to_pylist()
+    assert (row["device_id"], row["seq"], row["value"]) == ("a", [2], [None])
 
 
 def test_a_slice_of_a_batch_packs_only_its_own_readings() -> None:
@@ -73,8 +98,15 @@ def test_a_slice_of_a_batch_packs_only_its_own_readings() -> None:
             "event_ms": [2, 3],
             "metric": ["t", "t"],
             "value": [2.0, 3.0],
+            "newest_ms": 3,
         }
     ]
+
+
+def test_a_range_of_event_time_keeps_only_its_readings() -> None:
+    batch = readings([("a", t, {"t": float(t)}) for t in range(5)])
+    (packed,) = pack_batches([batch], from_ms=1, to_ms=4)
+    assert packed.to_pylist()[0]["event_ms"] == [1, 2, 3]
 
 
 def long_form(rows: list[tuple[str, int, dict[str, float] | None]]) -> pd.DataFrame:

@@ -1,11 +1,10 @@
-"""A reading on ``telemetry.raw`` has one field list, the contract's: the trainer's Spark schema
-is made from it and the scorer's own fast parser reads exactly its fields."""
+"""A reading on ``telemetry.raw`` has one field list, the contract's: the parser the scorer and
+the trainer share reads exactly its fields."""
 
 from __future__ import annotations
 
-from fleetwatch.contracts.telemetry import RECORD_FIELDS, TelemetryRecord, spark_ddl
+from fleetwatch.contracts.telemetry import RECORD_FIELDS, TelemetryRecord
 from fleetwatch.streaming.scorer import readings
-from fleetwatch.streaming.trainer.processor import READING_SCHEMA
 
 
 def test_the_field_list_is_the_records() -> None:
@@ -13,14 +12,6 @@ def test_the_field_list_is_the_records() -> None:
     assert RECORD_FIELDS["seq"] is int
     assert RECORD_FIELDS["metrics"] == dict[str, float]
     assert RECORD_FIELDS["firmware"] == str | None
-
-
-def test_the_trainers_spark_schema_is_made_from_the_contract() -> None:
-    assert READING_SCHEMA == (
-        "device_id STRING, seq BIGINT, event_ms BIGINT, device_event_ms BIGINT, "
-        "metrics MAP<STRING, DOUBLE>"
-    )
-    assert spark_ddl("firmware", "clock_offset_ms") == "firmware STRING, clock_offset_ms BIGINT"
 
 
 def test_the_scorers_parser_reads_the_contracts_fields() -> None:

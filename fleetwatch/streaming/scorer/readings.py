@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fleetwatch.contracts import wire
-from fleetwatch.contracts.telemetry import INT64_MAX, LABEL_LENGTH, VALUE_LIMIT
+from fleetwatch.contracts.raw_records import read_record
 
 INTEGERS = (
     "seq",
@@ -28,7 +28,7 @@ READING = (*INTEGERS, "firmware", "status")
 """The columns of a reading a row repeats for each of its metrics: every field of a
 ``telemetry.raw`` record (:data:`~fleetwatch.contracts.telemetry.RECORD_FIELDS`, the integers
 first) but its ``v``, ``device_id`` (the record key) and ``metrics`` (one row each). Written
-out, not derived, for :func:`_reading`'s sake; the unit tests hold it to the contract."""
+out, not derived, for :func:`_split`'s sake; the unit tests hold it to the contract."""
 COLUMNS = (*READING, "metric", "value")
 """One row per (reading, metric)."""
 
@@ -80,10 +80,7 @@ def by_device(frame: pd.DataFrame) -> list[tuple[str, Rows]]:
 
 
 _NAN = float("nan")
-_INT64_MIN = -INT64_MAX - 1
 _DTYPES = {**dict.fromkeys(INTEGERS, np.int64), "value": np.float64}
-_NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers here
-_OPTIONAL_INTEGERS = ("device_event_ms", "device_sent_ms", "received_ms", "clock_offset_ms")
 
 
 NOT_UTF8 = "the record's key or value is not UTF-8"
@@ -132,13 +129,9 @@ def readings_by_device(
     on the topic) → each device's readings in long form (one entry per reading and metric), in
     the order they came.
 
-    A value that is not a reading within the contract's bounds (not JSON, no integer ``seq`` or
-    ``event_ms``, an integer outside a signed 64-bit one, no ``metrics`` object of numbers of
-    magnitude at most :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is refused with the
-    reason: one record never stops the bucket. Fields an older record lacks are
-    completed as the gateway would have: ``device_event_ms`` from ``event_ms``,
-    ``device_sent_ms`` from ``device_event_ms``, ``received_ms`` from ``event_ms``,
-    ``clock_offset_ms`` 0."""
+    A value that is not a reading within the contract's bounds
+    (:func:`~fleetwatch.contracts.raw_records.read_record`, which also completes the fields an
+    older record lacks) is refused with the reason: one record never stops the bucket."""
     order: dict[str, int] = {}
     owner: list[int] = []
     kept: list[dict[str, Any]] = []
@@ -211,46 +204,6 @@ def _checked(device_id: str, text: str | None) -> dict[str, Any] | str:
     if text is None or not (device_id.isascii() or wire.is_utf8(device_id)):
         return NOT_UTF8
     try:
-        return _reading(text)
+        return read_record(text)
     except Exception as exc:  # noqa: BLE001 - a record is data: any failure refuses it alone
         return f"unreadable: {type(exc).__name__}: {exc}"[:500]
-
-
-def _reading(text: str) -> dict[str, Any] | str:
-    """The reading, or why the text is not one."""
-    try:
-        r = wire.loads(text)
-    except wire.RecordRejected as exc:
-        return str(exc)
-    if not isinstance(r, dict):
-        return "not a JSON object"
-    event_ms, metrics = r.get("event_ms"), r.get("metrics")
-    seq = r.get("seq")
-    if not (type(seq) is int and type(event_ms) is int and type(metrics) is dict):
-        return "seq and event_ms must be integers and metrics an object"
-    if not (_INT64_MIN <= seq <= INT64_MAX and _INT64_MIN <= event_ms <= INT64_MAX):
-        return "seq or event_ms outside a signed 64-bit integer"
-    if not all(
-        v is None or (type(v) in _NUMBERS and -VALUE_LIMIT <= v <= VALUE_LIMIT)
-        for v in metrics.values()
-    ):
-        return f"a metric value is not a number of magnitude at most {VALUE_LIMIT:g}"
-    for name in _OPTIONAL_INTEGERS:
-        value = r.get(name)
-        if not (value is None or (type(value) is int and _INT64_MIN <= value <= INT64_MAX)):
-            return f"{name} is not a signed 64-bit integer"
-    if r.get("device_event_ms") is None:
-        r["device_event_ms"] = event_ms
-    if r.get("device_sent_ms") is None:
-        r["device_sent_ms"] = r["device_event_ms"]
-    if r.get("received_ms") is None:
-        r["received_ms"] = event_ms
-    if r.get("clock_offset_ms") is None:
-        r["clock_offset_ms"] = 0
-    for name in ("firmware", "status"):
-        label = r.get(name)
-        if not isinstance(label, str):
-            r[name] = None
-        elif len(label) > LABEL_LENGTH or "\x00" in label:
-            return f"{name} is longer than {LABEL_LENGTH} characters or holds a NUL"
-    return r

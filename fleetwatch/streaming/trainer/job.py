@@ -3,11 +3,11 @@ changed parameters on the compacted ``model.params`` topic.
 
 Thin Spark glue around :func:`fleetwatch.streaming.trainer.learning.learn_device`:
 
-- readings are parsed (:func:`fleetwatch.streaming.trainer.processor.readings_frame`, the
-  watermark ``score.dedup_window`` behind the newest event time), packed into one row of arrays
-  per device and Arrow batch
-  (:mod:`fleetwatch.streaming.trainer.packing`: the processor's cost is per row it is handed)
-  and grouped by bucket of devices
+- records are parsed and checked as the scorer checks them and packed into one row of arrays
+  per device and Arrow batch (:mod:`fleetwatch.streaming.trainer.packing`: the processor's cost
+  is per row it is handed), the watermark ``score.dedup_window`` behind the newest event time
+  (:func:`fleetwatch.streaming.trainer.processor.readings_frame`), and grouped by bucket of
+  devices
   (:mod:`fleetwatch.streaming.trainer.bucket_state`: its cost is also per key) into
   ``transformWithStateInPandas`` (time mode "EventTime", the readings' watermark);
 - per bucket, a ``ValueState`` holds its devices' detector parameters (JSON) in the RocksDB
@@ -153,16 +153,6 @@ class Backfill:
         return versioned(root, f"{JOB}-backfill-{digest}", PLAN_VERSION)
 
 
-def within(readings: DataFrame, from_ms: int | None, to_ms: int | None) -> DataFrame:
-    from pyspark.sql import functions as F  # lazy: pyspark is imported only where Spark runs
-
-    if from_ms is not None:
-        readings = readings.where(F.col("event_ms") >= F.lit(from_ms))
-    if to_ms is not None:
-        readings = readings.where(F.col("event_ms") < F.lit(to_ms))
-    return readings
-
-
 def published_params(spark: SparkSession, settings: Settings) -> DataFrame:
     """Every device's record on ``model.params`` (:data:`SEED_SCHEMA`), tombstones included,
     read once as a batch."""
@@ -273,9 +263,12 @@ def start(
     for key, value in STATE_STORE_CONF.items():
         if spark.conf.get(key, None) is None:  # an operator's own value (spark.conf) wins
             spark.conf.set(key, value)
-    readings = readings_frame(source(spark, settings, backfill), settings.score.dedup_window)
-    if backfill is not None:
-        readings = within(readings, backfill.from_ms, backfill.to_ms)
+    readings = readings_frame(
+        source(spark, settings, backfill),
+        settings.score.dedup_window,
+        backfill.from_ms if backfill else None,
+        backfill.to_ms if backfill else None,
+    )
     expire_after_ms = settings.score.expire_after_s * 1000
     updates = updates_frame(
         readings,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 from fleetwatch.contracts import model_params
 from fleetwatch.contracts.clock import now_ms
 from fleetwatch.contracts.errors import ParamsRecordError
-from fleetwatch.contracts.telemetry import DEVICE_METRICS, VALUE_LIMIT, spark_ddl
+from fleetwatch.contracts.telemetry import DEVICE_METRICS
 from fleetwatch.models import params
 from fleetwatch.models.base import Detector
 from fleetwatch.models.batch import Batch
@@ -42,7 +43,7 @@ from fleetwatch.streaming.trainer.expiry import (
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
-    READING_COLUMNS,
+    RECORD_COLUMN,
     pack_batches,
     per_device_rows,
 )
@@ -68,33 +69,30 @@ SEED_SCHEMA = "device_id STRING, value STRING, offset BIGINT"
 _WARM = WarmBuckets()
 
 
-READING_SCHEMA = spark_ddl("device_id", "seq", "event_ms", "device_event_ms", "metrics")
-"""The fields of a ``telemetry.raw`` record the trainer reads."""
+def readings_frame(
+    raw: DataFrame, dedup_window: str, from_ms: int | None = None, to_ms: int | None = None
+) -> DataFrame:
+    """Kafka rows of ``telemetry.raw`` (or lines of files: a ``value`` column) → each device's
+    readings packed per Arrow batch (:data:`~fleetwatch.streaming.trainer.packing.PACKED_SCHEMA`,
+    records parsed and checked by :func:`~fleetwatch.streaming.trainer.packing.pack`), in event
+    time: the watermark ``dedup_window`` behind the newest event time. Only readings with
+    ``from_ms <= event_ms < to_ms`` (either end open) are kept.
 
-
-def readings_frame(raw: DataFrame, dedup_window: str) -> DataFrame:
-    """Kafka rows of ``telemetry.raw`` → one row per reading, in event time, with the watermark
-    ``dedup_window`` behind the newest event time.
-
-    A record outside the contract's bounds (an integer beyond 64 bits reads as null here; a
-    metric value beyond :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT`) is left out, as
-    the scorer leaves it out. Repeats of a reading (the raw log is at-least-once) are told
-    apart per device in the bucket's state (:mod:`~fleetwatch.streaming.trainer.repeats`), and
-    readings behind the watermark are not learned.
+    Bytes that are not UTF-8 reach no Python worker (its Arrow conversion would fail the whole
+    batch on them): such a record is left out here, as the scorer dead-letters it. Repeats of a
+    reading (the raw log is at-least-once) are told apart per device in the bucket's state
+    (:mod:`~fleetwatch.streaming.trainer.repeats`), and readings behind the watermark are not
+    learned.
     """
     # lazy: pyspark is imported only where Spark runs
     from pyspark.sql import functions as F
 
-    bounded = F.forall(
-        F.map_values(F.col("r.metrics")), lambda v: v.isNull() | (F.abs(v) <= VALUE_LIMIT)
-    )
+    value = F.col("value").cast("string")
+    records = raw.select(F.when(F.is_valid_utf8(value), value).alias(RECORD_COLUMN))
     return (
-        raw.select(F.from_json(F.col("value").cast("string"), READING_SCHEMA).alias("r"))
-        .where(F.col("r.device_id").isNotNull() & F.col("r.seq").isNotNull())
-        .where(F.col("r.event_ms").isNotNull() & bounded)
-        .select("r.*")
-        .withColumn("device_event_ms", F.coalesce("device_event_ms", "event_ms"))
-        .withColumn("event_time", F.timestamp_millis("event_ms"))
+        records.where(F.col(RECORD_COLUMN).isNotNull())
+        .mapInArrow(partial(pack_batches, from_ms=from_ms, to_ms=to_ms), PACKED_SCHEMA)
+        .withColumn("event_time", F.timestamp_millis("newest_ms"))
         .withWatermark("event_time", dedup_window)
     )
 
@@ -361,12 +359,11 @@ def updates_frame(
     max_metrics: int = DEVICE_METRICS,
     tuning: Tuning = DEFAULT_TUNING,
 ) -> DataFrame:
-    """Readings (:func:`readings_frame`) → one row per device whose parameters changed, and a
-    tombstone row per device forgotten after ``expire_after_ms`` of event-time silence
+    """Packed readings (:func:`readings_frame`) → one row per device whose parameters changed,
+    and a tombstone row per device forgotten after ``expire_after_ms`` of event-time silence
     (:data:`UPDATE_SCHEMA`; the watermark is the readings'). ``seed`` (:data:`SEED_SCHEMA`,
     ``model.params`` record values) initialises the state of a fresh checkpoint."""
-    packed = readings.select(*READING_COLUMNS).mapInArrow(pack_batches, PACKED_SCHEMA)
-    bucketed = packed.withColumn("bucket", bucket_of(packed["device_id"], BUCKETS))
+    bucketed = readings.withColumn("bucket", bucket_of(readings["device_id"], BUCKETS))
     initial = None
     if seed is not None:
         seeded = seed.withColumn("bucket", bucket_of(seed["device_id"], BUCKETS))
