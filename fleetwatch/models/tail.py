@@ -360,8 +360,9 @@ class StreamTail:
         if carried > 0:
             starts.insert(0, 0)
         self.peak = 0.0
+        values_of = x.tolist()  # a run holds no NaN (``up`` is false there): max() is numpy's
         for lo, hi in zip(starts, ends, strict=True):
-            top = max(float(x[lo:hi].max()) if hi > lo else 0.0, carried if lo == 0 else 0.0)
+            top = max(max(values_of[lo:hi]) if hi > lo else 0.0, carried if lo == 0 else 0.0)
             if hi == n:
                 self.peak = top
             else:  # ended before reading ``hi``: weighed as of then
@@ -457,13 +458,13 @@ class StreamTail:
 
     def _threshold(self, budget: float, span: float, streams: int, floor: float) -> float:
         summary = self.summary
-        if not self.knows_excursions():
-            if summary.weight < MIN_HISTORY:
-                return floor
-            # a statistic of single readings keeps the noise's own tail: extrapolate its shape
-            return summary.threshold(self.p(budget, span, streams), floor, span <= 1.0)
+        if summary.weight < MIN_HISTORY:
+            return floor
         u = summary.tail().u
         seen = float(self.peaks[_bin(u) :].sum())
+        if self.readings <= 0 or not seen >= MIN_PEAKS:  # it does not know its excursions
+            # a statistic of single readings keeps the noise's own tail: extrapolate its shape
+            return summary.threshold(self.p(budget, span, streams), floor, span <= 1.0)
         rate = seen / self.readings
         allowed = budget / (self._per_day() * max(streams, 1))
         if allowed >= rate:
