@@ -71,6 +71,14 @@ class Sorted(NamedTuple):
     watermark dropped."""
 
 
+def in_order(evs: list[int], seqs: list[int]) -> bool:
+    """Whether rows of these event times and sequence numbers are in ``(event_ms, seq)`` order
+    (a device's readings mostly come so: checked in Python, cheaper than sorting them)."""
+    return all(
+        (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
+    )
+
+
 def classify(
     ranges: Ranges, seq: int, dev: int, ev: int, last_dev: int | None, watermark: int
 ) -> str:

@@ -46,7 +46,7 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
     if len(seqs) == 1 or _one_reading(seqs, evs, given):
         return _sort_out_one(st, given, seqs[0], evs[0], watermark_ms, out)
     frame = given
-    if not _in_order(evs, seqs):
+    if not seen.in_order(evs, seqs):
         frame = given.take(np.lexsort((given["seq"], given["event_ms"])))
         seqs = frame["seq"].tolist()
         evs = frame["event_ms"].tolist()
@@ -119,12 +119,4 @@ def _sort_out_one(
         None,
         given.where(given["event_ms"] >= last_ms),
         given.where(given["event_ms"] < last_ms),
-    )
-
-
-def _in_order(evs: list[int], seqs: list[int]) -> bool:
-    """Whether rows of these event times and sequence numbers are in (event_ms, seq) order
-    (a device's readings mostly come so: checked in Python, cheaper than sorting them)."""
-    return all(
-        (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
     )

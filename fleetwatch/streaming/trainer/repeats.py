@@ -31,7 +31,7 @@ def new_readings(rows: DeviceRows, held: Held | None, watermark_ms: int) -> tupl
     seqs, evs = rows.seq.tolist(), rows.event_ms.tolist()
     devs, metrics = rows.device_ms.tolist(), rows.metric.tolist()
     order = None
-    if not _in_order(evs, seqs):
+    if not seen.in_order(evs, seqs):
         order = np.lexsort((rows.seq, rows.event_ms))
         seqs, evs = [seqs[i] for i in order], [evs[i] for i in order]
         devs, metrics = [devs[i] for i in order], [metrics[i] for i in order]
@@ -46,10 +46,3 @@ def new_readings(rows: DeviceRows, held: Held | None, watermark_ms: int) -> tupl
     if order is not None:
         taken = np.sort(order[taken])
     return rows.batch(taken), list(kept)
-
-
-def _in_order(evs: list[int], seqs: list[int]) -> bool:
-    """Whether entries of these event times and sequence numbers are in (event_ms, seq) order."""
-    return all(
-        (e0, s0) <= (e1, s1) for e0, s0, e1, s1 in zip(evs, seqs, evs[1:], seqs[1:], strict=False)
-    )
