@@ -390,7 +390,9 @@ class ScoreSettings(_Part):
     device judges yet — no parameters on ``model.params``, parameters still warming up, a metric
     new to them (a reading is anomalous when ``|value - center| > tolerance``)."""
     dedup_window: str = "30 minutes"
-    """The trainer's de-duplication watermark: a repeated (device_id, seq) within it is dropped."""
+    """The trainer's watermark delay: a reading older than the newest event time seen minus this
+    is not learned, and within it a repeated (device_id, seq) is learned once (the same seq from
+    a later device clock is a reboot, and learned)."""
     allowed_lateness: str = "2 minutes"
     """The scorer's watermark delay: a reading older than the latest event time seen minus this
     is late — written to ``telemetry.late`` and counted, not scored. Within it, out-of-order

@@ -1,6 +1,7 @@
 """The sequence numbers a device's state has seen, as sorted, disjoint ``[lowest seq, highest
-seq, newest event_ms]`` ranges: how the scorer (:mod:`~fleetwatch.streaming.scorer.dedup`) and
-the rules query (:mod:`~fleetwatch.streaming.rules.step`) tell a repeated reading from a new one.
+seq, newest event_ms]`` ranges: how the scorer (:mod:`~fleetwatch.streaming.scorer.dedup`), the
+trainer (:mod:`~fleetwatch.streaming.trainer.repeats`) — both with :func:`sort_rows` — and the
+rules query (:mod:`~fleetwatch.streaming.rules.step`) tell a repeated reading from a new one.
 
 A device whose readings come in order keeps one range. Each reading out of order, or a gap,
 may add one; :data:`MOST_RANGES` bounds them, so that a device sending its numbers at random

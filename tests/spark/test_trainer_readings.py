@@ -89,9 +89,11 @@ def test_a_record_beyond_the_contract_bounds_is_left_out(spark: Any, tmp_path: P
     huge_seq = json.dumps(
         {"device_id": "d5", "seq": 2**70, "event_ms": 1_001, "metrics": {"t": 1.0}}
     )
-    rows = read_stream(
-        spark, tmp_path, [huge_seq, reading("d5", 2, t=1e300), reading("d5", 3, t=-1e15)]
+    beyond_timestamps = json.dumps(
+        {"device_id": "d5", "seq": 4, "event_ms": 10**16, "metrics": {"t": 1.0}}
     )
+    lines = [huge_seq, reading("d5", 2, t=1e300), reading("d5", 3, t=-1e15), beyond_timestamps]
+    rows = read_stream(spark, tmp_path, lines)
     assert [e[0] for e in rows["d5"]["entries"]] == [3]
 
 

@@ -76,8 +76,13 @@ def test_records_that_are_no_reading_of_a_device_are_left_out() -> None:
                     "{broken",
                     None,
                     json.dumps({"seq": 1, "event_ms": 1, "metrics": {"t": 1.0}}),  # no device
+                    json.dumps({"device_id": 7, "seq": 1, "event_ms": 1, "metrics": {"t": 1}}),
                     json.dumps({"device_id": "a", "seq": 1, "event_ms": 1, "metrics": {"t": 2e15}}),
                     json.dumps({"device_id": "a", "seq": 2, "event_ms": 2, "metrics": {"t": None}}),
+                    # an event time no Spark timestamp holds
+                    json.dumps(
+                        {"device_id": "a", "seq": 3, "event_ms": 10**16, "metrics": {"t": 1}}
+                    ),
                 ]
             )
         ],

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from fleetwatch.streaming.trainer.expiry import new_seen
 from fleetwatch.streaming.trainer.packing import DeviceRows
-from fleetwatch.streaming.trainer.processor import _bucket_trainer
+from fleetwatch.streaming.trainer.processor import _bucket_trainer, new_batches
 from fleetwatch.streaming.trainer.repeats import new_readings
 
 T0 = 1_763_700_000_000
@@ -107,3 +108,27 @@ def test_the_processor_learns_a_repeated_reading_once() -> None:
     again = twice.testInPandas(3, packed([45, 46]))  # nothing new: nothing published
     assert again is None or again.empty
     assert params_of(twice) == params_of(once)
+
+
+def test_the_clock_kept_is_the_newest_readings_as_the_scorer_keeps_it() -> None:
+    _, held = new_readings(rows([5, 6]), None, 0)
+    old = rows([2], clocks=[T0 + 90 * MINUTE])  # an older reading, its clock far ahead
+    batch, held = new_readings(old, held, 0, last_ms=T0 + 6 * MINUTE)
+    assert len(batch) == 2
+    assert held[0] == T0 + 6 * MINUTE
+
+
+def packed_chunk(device_id: str, seqs: list[int]) -> pd.DataFrame:
+    chunk = packed(seqs)
+    chunk["device_id"] = [device_id]
+    return chunk
+
+
+def test_a_device_with_nothing_new_that_the_bucket_does_not_know_leaves_no_state() -> None:
+    seen = new_seen()
+    watermark = T0 + 100 * MINUTE
+    assert new_batches(seen, [packed_chunk("late", [1, 2])], watermark) == []
+    assert seen["seqs"] == {}
+    (learned,) = new_batches(seen, [packed_chunk("live", [200])], watermark)
+    assert learned[0] == "live"
+    assert set(seen["seqs"]) == {"live"}

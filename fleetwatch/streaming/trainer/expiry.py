@@ -3,11 +3,12 @@ time (the scorer's setting: one length of memory for the fleet) leaves the train
 it leaves the scorer's, and its parameters are withdrawn from ``model.params`` with a tombstone.
 
 Per bucket of devices the trainer keeps, beside the parameters, when it last heard each device
-(:class:`Seen`: the newest event time of its readings, learned or not) and the event-time timer
-it registered: one per bucket, at the earliest ``last heard + expire_after`` among its devices.
-When the timer fires (the watermark passed it), :func:`forget_due` drops the devices due — their
-parameters and their entry here — and the next earliest is armed (:func:`arm_timer`). A reading
-after that starts the device afresh, at version 1.
+(:class:`Seen`: the newest event time of its readings, learned or not; with the sequence numbers
+it sent, :mod:`~fleetwatch.streaming.trainer.repeats`) and the event-time timer it registered:
+one per bucket, at the earliest ``last heard + expire_after`` among its devices. When it fires
+(the watermark passed it), :func:`forget_due` drops the devices due — their parameters and
+their entries here — and the next earliest is armed (:func:`arm_timer`). A reading after that
+starts the device afresh, at version 1.
 
 Why a tombstone: a device starting afresh restarts its versions, and every reader of
 ``model.params`` keeps the highest version per device, so a remembered version 57 would hide

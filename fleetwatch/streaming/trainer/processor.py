@@ -124,8 +124,9 @@ def _bucket_trainer(
     )
 
     class BucketTrainer(StatefulProcessor):
-        """Per bucket of devices: their parameters and when each was last heard in one
-        ``ValueState``; each device with readings learns them; the updates are emitted
+        """Per bucket of devices: their parameters, and when each was last heard with the
+        sequence numbers it sent (:class:`~fleetwatch.streaming.trainer.expiry.Seen`), in one
+        ``ValueState``; each device with new readings learns them; the updates are emitted
         together. The bucket's event-time timer forgets the devices silent for
         ``expire_after_ms``."""
 
@@ -149,8 +150,9 @@ def _bucket_trainer(
             self.params.update((value, encode_seen(seen)))
 
         def _take(self, key: tuple[int]) -> tuple[str | None, Seen, Bucket]:
-            """The bucket's state value, when each of its devices was last heard, and its
-            devices' parameters and detectors (warm when this worker wrote that value last)."""
+            """The bucket's state value, what it holds of when each of its devices was last heard
+            and of the numbers it sent, and its devices' parameters and detectors (warm when
+            this worker wrote that value last)."""
             stored, seen = self._stored()
             return stored, seen, warm_buckets().take(key, stored)
 
@@ -207,13 +209,17 @@ def new_batches(
 ) -> list[tuple[str, Batch]]:
     """Each device's new readings within the watermark in packed ``chunks``
     (:func:`~fleetwatch.streaming.trainer.repeats.new_readings`), as a batch per device that has
-    any; what ``seen`` holds of their sequence numbers is updated."""
-    held = seen["seqs"]
+    any; what ``seen`` holds of their sequence numbers is updated. A device with nothing new
+    that the bucket does not know leaves nothing in it (its expiry would never forget it)."""
+    held, heard = seen["seqs"], seen["devices"]
     batches = []
     for device_id, rows in per_device_rows(chunks):
-        batch, held[device_id] = new_readings(rows, held.get(device_id), watermark_ms)
+        last_ms = heard.get(device_id)
+        batch, after = new_readings(rows, held.get(device_id), watermark_ms, last_ms)
         if len(batch):
             batches.append((device_id, batch))
+        if len(batch) or last_ms is not None:
+            held[device_id] = after
     return batches
 
 
