@@ -131,7 +131,10 @@ def _walk(row: list[float], diffs: list[float]) -> None:
         if step <= 0:
             step, on = d, on + 1.0
             continue
-        if _on_step(d, step):
+        # :func:`_on_step`, written out: a continuous signal walks every difference
+        ratio = d / step
+        k = round(ratio) if math.isfinite(ratio) else 0
+        if k >= 1 and abs(d - k * step) <= TOL * step:
             on += 1.0
             continue
         g = _divisor(step, d) if on >= 1.5 else 0.0  # a candidate that held at least once
@@ -149,6 +152,9 @@ _LEARNED: dict[bytes, tuple[float, float, float, float]] = {}
 """A row learned from readings, by the row and the readings: the members of a combined
 detector learn the same readings into the same grid, and it is worked out once (a pure
 function of its key, so nothing depends on what the memo holds)."""
+_STEPS: dict[bytes, FloatArray] = {}
+"""The steps of a grid (:meth:`Grid.steps`, read-only), by its rows: the members' grids of the
+same readings are the same rows (a pure function of its key, as :data:`_LEARNED`)."""
 
 
 def _learned(row: FloatArray, values: FloatArray) -> tuple[float, float, float, float]:
@@ -236,13 +242,18 @@ class Grid:
         yet (read-only)."""
         key = self.rows.tobytes()
         if self._steps is None or self._steps[0] != key:
-            used = [  # a few metrics: plain floats
-                _confirmed(step, on, off)
-                or (0.0 if math.isnan(last) else min(_written(last), step or math.inf))
-                for step, on, off, last in self.rows.tolist()
-            ]
-            out: FloatArray = np.asarray(used, np.float64)
-            out.flags.writeable = False
+            out = _STEPS.get(key)
+            if out is None:
+                used = [  # a few metrics: plain floats
+                    _confirmed(step, on, off)
+                    or (0.0 if math.isnan(last) else min(_written(last), step or math.inf))
+                    for step, on, off, last in self.rows.tolist()
+                ]
+                out = np.asarray(used, np.float64)
+                out.flags.writeable = False
+                if len(_STEPS) >= MEMO_SIZE:
+                    _STEPS.clear()
+                _STEPS[key] = out
             self._steps = (key, out)
         return self._steps[1]
 
