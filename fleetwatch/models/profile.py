@@ -41,7 +41,7 @@ from fleetwatch.models.errors import HyperParameterError, require_positive
 
 FloatArray = npt.NDArray[np.float64]
 Tables = tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
-"""Per (metric, bucket) mean, variance and warm flag; per metric whether it is warm."""
+"""Per (metric, bucket) mean, variance and warm flag, flattened; per metric whether it is warm."""
 HOUR_MS = 3_600_000
 
 
@@ -149,29 +149,28 @@ class SeasonalProfile:
     ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """Per row: expected value, standard deviation, and whether the metric is warm
         (``position``: :meth:`bucket_position` of ``event_ms``, when already known)."""
-        n = codes.size
-        mean, std = np.full(n, np.nan), np.full(n, np.nan)
         known = codes >= 0
         if not known.any():
-            return mean, std, known
+            return np.full(codes.size, np.nan), np.full(codes.size, np.nan), known
         mu, var_b, warm, ready = self._tables(min_std, bucket_warmup, warmup)
         m = np.where(known, codes, 0)
         b0, b1, frac = self.bucket_position(event_ms) if position is None else position
         # (metric, bucket) entries by their index in the flattened tables: one lookup each
         at = m * (self.buckets + 1)
         i0, i1, overall = at + b0, at + b1, at + self.buckets
-        mu, var_b, warm = mu.ravel(), var_b.ravel(), warm.ravel()
         seasonal = warm[i0] & warm[i1]
         mu0, mu1 = mu[i0], mu[i1]
-        mean = np.where(seasonal, (1 - frac) * mu0 + frac * mu1, mu[overall])
+        rest = 1 - frac
+        mean = np.where(seasonal, rest * mu0 + frac * mu1, mu[overall])
         gap = mu1 - mu0
-        blend = (1 - frac) * var_b[i0] + frac * var_b[i1] + frac * (1 - frac) * gap**2
+        blend = rest * var_b[i0] + frac * var_b[i1] + frac * rest * gap**2
         var = np.where(seasonal, blend, var_b[overall])
         ok = known & ready[m]
         return mean, np.sqrt(var), ok
 
     def _tables(self, min_std: float, bucket_warmup: int, warmup: int) -> Tables:
-        """Per (metric, bucket) mean, variance and warm flag; per metric whether it is warm."""
+        """Per (metric, bucket) mean, variance and warm flag, flattened (entry ``(m, b)`` at
+        ``m * (buckets + 1) + b``); per metric whether it is warm."""
         key = (min_std, bucket_warmup, warmup)
         held = self._memo.get(key)
         if held is None:
@@ -179,7 +178,7 @@ class SeasonalProfile:
             warm = (self.counts >= bucket_warmup) & (self.sums[..., 0] > 0)
             overall = self.buckets
             ready = (self.counts[:, overall] >= warmup) & (self.sums[:, overall, 0] > 0)
-            held = (mu, sd**2, warm, ready)
+            held = (mu.ravel(), (sd**2).ravel(), warm.ravel(), ready)
             self._memo[key] = held
         return held
 
