@@ -345,18 +345,29 @@ class LevelShiftDetector(ProfileDetector):
         for m, j in self._judged(batch).items():
             if math.isinf(j.threshold):
                 continue
-            # while alerting, the bar is ``stay`` times the threshold (hysteresis)
-            bar = np.where(j.alerting, self.stay * j.threshold, j.threshold)
-            s = calibrated_surprise(self.tails[m], j.z, bar, S_ALERT)
-            on = j.alerting
-            surprise[j.rows] = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
+            surprise[j.rows] = self._calibrated(m, j)
             level[j.rows] = j.expected + j.average
             expected[j.rows] = j.expected
             band[j.rows] = j.threshold * self._scale(m)
         return surprise, level, expected, band
 
+    def _calibrated(self, m: int, j: Judged) -> FloatArray:
+        """The surprise of metric ``m``'s judged rows ``j`` (a finite threshold): over the
+        common alert level while alerting, under it otherwise."""
+        # while alerting, the bar is ``stay`` times the threshold (hysteresis)
+        bar = np.where(j.alerting, self.stay * j.threshold, j.threshold)
+        s = calibrated_surprise(self.tails[m], j.z, bar, S_ALERT)
+        on = j.alerting
+        out: FloatArray = np.where(on, np.maximum(s, S_ALERT), np.minimum(s, S_ALERT * 0.999))
+        return out
+
     def _surprise(self, batch: Batch) -> FloatArray:
-        return self._evaluate(batch)[0]
+        """:meth:`_evaluate`'s surprise alone (the gate's: no level, expected value or band)."""
+        surprise = np.zeros(len(batch))
+        for m, j in self._judged(batch).items():
+            if not math.isinf(j.threshold):
+                surprise[j.rows] = self._calibrated(m, j)
+        return surprise
 
     def _score(self, batch: Batch) -> Scores:
         surprise, level, expected, band = self._evaluate(batch)
