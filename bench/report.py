@@ -63,7 +63,7 @@ class Figure:
 class Bench:
     name: str
     """The results file's name without ``.json``: ``<group>-<name>`` of
-    ``bench/<group>/<name>.py``."""
+    ``bench/<group>/<name>.py``, or of a part of the script its command names."""
     command: str
     """How to run it, shown while it has no results (a row of results shows the command run)."""
     figures: tuple[Figure, ...]
