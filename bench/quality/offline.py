@@ -9,8 +9,9 @@ batch is scored as the scorer's operator scores a bucket's, by
 device in one bucket) under the watermark the scorer would have — the newest event time of the
 earlier batches minus ``score.allowed_lateness`` — and devices whose event-time timer the
 watermark passed fall silent (:func:`~fleetwatch.streaming.scorer.bucket_step.expire_bucket`).
-Every ``--train-s`` of arrival time, each device's readings since the previous step,
-de-duplicated by sequence number as the trainer does, are learned with
+Every ``--train-s`` of arrival time, each device's new readings since the previous step
+(repeats and readings behind the watermark left out as the trainer leaves them out) are
+learned with
 :func:`fleetwatch.streaming.trainer.learning.learn_update`; the new parameters' ``model.params``
 records reach the next scorer batch. At ``--fleet-s`` of arrival time (default 120 s), and
 every ``--fleet-every-s`` after (default 60 s; negative: once), each scope's fleet model is
@@ -50,13 +51,14 @@ import json
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
@@ -87,6 +89,8 @@ from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
+from fleetwatch.streaming.trainer.packing import DeviceRows
+from fleetwatch.streaming.trainer.repeats import Held, new_readings
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE_S = 30.0
@@ -185,45 +189,54 @@ def long_rows(device_id: str, reading: dict[str, Any]) -> Iterator[tuple[Any, ..
 
 @dataclass
 class Trainer:
-    """The trainer's step: each device learns its new, de-duplicated readings."""
+    """The trainer's step: each device learns its new readings within the watermark, repeats
+    told apart as the trainer's processor tells them
+    (:func:`fleetwatch.streaming.trainer.repeats.new_readings`)."""
 
     dedup_ms: int
     tuning: Tuning = DEFAULT_TUNING
     """What a new device's detector starts with (the trainer job's ``Tuning.of(score)``)."""
     params: dict[str, str] = field(default_factory=dict)
-    pending: dict[str, list[tuple[int, str, float]]] = field(
+    pending: dict[str, list[tuple[int, int, int, str, float | None]]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    seen: set[tuple[str, int]] = field(default_factory=set)
-    order: deque[tuple[int, tuple[str, int]]] = field(default_factory=deque)
-    """(event_ms, key) of ``seen`` in arrival order, to forget keys out of the window."""
+    held: dict[str, Held] = field(default_factory=dict)
+    """Per device, the sequence numbers it sent within the lateness (the bucket state's)."""
     newest_ms: int = 0
+    watermark_ms: int = 0
+    """The newest event time of the earlier steps minus ``dedup_ms``, as Spark's watermark."""
 
     def add(self, device_id: str, reading: dict[str, Any]) -> None:
-        """A reading (a repeat of a ``(device_id, seq)`` within the window is dropped)."""
-        key, event_ms = (device_id, reading["seq"]), reading["event_ms"]
-        if key in self.seen:
-            return
-        self.seen.add(key)
-        self.order.append((event_ms, key))
+        """A reading, learned at the next step unless it is a repeat or behind the watermark."""
+        seq, event_ms, clock = reading["seq"], reading["event_ms"], reading["device_event_ms"]
         self.newest_ms = max(self.newest_ms, event_ms)
         rows = self.pending[device_id]
-        rows.extend((event_ms, m, v) for m, v in reading["metrics"].items())
+        rows.extend((seq, clock, event_ms, m, v) for m, v in reading["metrics"].items())
 
     def learn(self) -> dict[str, int]:
         """Learn what is pending; the new parameter version of each device that changed."""
         changed = {}
         for device_id, rows in self.pending.items():
-            frame = pd.DataFrame(rows, columns=["event_ms", "metric", "value"])
+            seq, clock, event_ms, metric, value = zip(*rows, strict=True)
+            given = DeviceRows(
+                np.asarray(seq, np.int64),
+                np.asarray(clock, np.int64),
+                np.asarray(event_ms, np.int64),
+                np.asarray(metric, dtype=object),
+                np.asarray(value, np.float64),
+            )
+            batch, self.held[device_id] = new_readings(
+                given, self.held.get(device_id), self.watermark_ms
+            )
+            if not len(batch):
+                continue
             previous = self.params.get(device_id)
-            update = learn_update(previous, frame, detector_of(previous, self.tuning))
+            update = learn_update(previous, batch, detector_of(previous, self.tuning))
             if update is not None:
                 self.params[device_id] = update.params_json
                 changed[device_id] = int(update.header["version"])
         self.pending.clear()
-        horizon = self.newest_ms - self.dedup_ms
-        while self.order and self.order[0][0] < horizon:
-            self.seen.discard(self.order.popleft()[1])
+        self.watermark_ms = max(self.watermark_ms, self.newest_ms - self.dedup_ms)
         return changed
 
 
