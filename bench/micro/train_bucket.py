@@ -3,8 +3,8 @@
 ``--devices`` warm devices (``--warm`` readings of temperature and humidity each, as in
 ``bench/pipeline/train.py``) share one bucket; ``--batches`` consecutive micro-batches of
 ``--rounds`` readings per device go through what the processor does per bucket: the state value
-read, each device's readings as a batch
-(:func:`~fleetwatch.streaming.trainer.packing.per_device`), the learning
+read, each device's new readings as a batch, its repeat state read and written
+(:func:`~fleetwatch.streaming.trainer.processor.new_batches`), the learning
 (:func:`~fleetwatch.streaming.trainer.processor.learn_bucket`) and the state value written. Twice:
 ``cold``, every batch reading the devices' parameters from the state value's text, and
 ``warm``, through :class:`~fleetwatch.streaming.trainer.bucket_state.WarmBuckets` as a reused Python
@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common.py
@@ -36,16 +37,20 @@ from bench.micro.train_step import readings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode
-from fleetwatch.streaming.trainer.packing import per_device
-from fleetwatch.streaming.trainer.processor import learn_bucket
+from fleetwatch.streaming.trainer.expiry import decode_seen, encode_seen, new_seen, note
+from fleetwatch.streaming.trainer.processor import learn_bucket, new_batches
 
 
 def packed(ids: list[str], start: int, rounds: int) -> pd.DataFrame:
-    """One packed row per device (the processor's input), ``rounds`` readings each."""
+    """One packed row per device (the processor's input), ``rounds`` readings each, numbered in
+    order of event time, the device clock the event time."""
     frames = [readings(start, rounds, seed=k) for k in range(len(ids))]
+    seq = np.repeat(np.arange(start, start + rounds, dtype=np.int64), 2)
     return pd.DataFrame(
         {
             "device_id": ids,
+            "seq": [seq] * len(ids),
+            "device_ms": [f["event_ms"].to_numpy() for f in frames],
             **{c: [f[c].to_numpy() for f in frames] for c in ("event_ms", "metric", "value")},
         }
     )
@@ -55,16 +60,21 @@ def run(state: str, chunks: list[pd.DataFrame], warm: bool) -> list[str]:
     """The batches in turn; the records published, without their publication time."""
     buckets = WarmBuckets()
     published: list[str] = []
+    heard = encode_seen(new_seen())
     for chunk in chunks:
+        seen = decode_seen(heard)
+        batches = new_batches(seen, [chunk], 0)
+        note(seen, ((d, int(batch.event_ms.max())) for d, batch in batches))
         if warm:
             bucket = buckets.take(0, state)
-            rows = learn_bucket(bucket.texts, per_device([chunk]), bucket.detectors)
+            rows = learn_bucket(bucket.texts, batches, bucket.detectors)
             state = encode(bucket.texts)
             buckets.keep(0, state, bucket)
         else:
             texts = decode(state)
-            rows = learn_bucket(texts, per_device([chunk]))
+            rows = learn_bucket(texts, batches)
             state = encode(texts)
+        heard = encode_seen(seen)
         published += [v[: v.index(',"published_ms"')] for v in rows["value"]]
     return [*published, state]
 

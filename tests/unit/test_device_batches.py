@@ -14,7 +14,7 @@ import pytest
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import BatchError
 from fleetwatch.streaming.trainer.learning import learn_device
-from fleetwatch.streaming.trainer.packing import pack, pack_batches, unpack
+from fleetwatch.streaming.trainer.packing import pack, pack_batches, per_device_rows
 
 
 def readings(rows: list[tuple[str, int, dict[str, float] | None]]) -> pa.RecordBatch:
@@ -140,6 +140,12 @@ def chunks_of(rows: list[Any], cut: int) -> list[pd.DataFrame]:
     """Packed rows as the processor gets them: pandas chunks, here from two Arrow batches."""
     parts = [readings(rows[:cut]), readings(rows[cut:])]
     return [packed.to_pandas() for batch in parts for packed in pack_batches([batch])]
+
+
+def unpack(chunks: list[pd.DataFrame]) -> Batch:
+    """One device's packed rows as the processor makes them into a batch."""
+    ((_, rows),) = per_device_rows(chunks)
+    return rows.batch()
 
 
 def test_unpacked_chunks_are_the_long_form_batch() -> None:

@@ -155,35 +155,6 @@ def per_device_rows(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Devic
         )
 
 
-def per_device(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, Batch]]:
-    """Packed rows of several devices (pandas chunks of :data:`PACKED_SCHEMA` rows) → each
-    device's readings as one batch, devices in order of first appearance."""
-    rows: dict[str, list[tuple[Any, Any, Any]]] = {}
-    for chunk in chunks:
-        columns = (chunk["device_id"], *(chunk[name] for name in _LISTS))
-        for device_id, *arrays in zip(*columns, strict=True):
-            rows.setdefault(str(device_id), []).append((arrays[0], arrays[1], arrays[2]))
-    for device_id, parts in rows.items():
-        yield device_id, _batch(parts)
-
-
-def unpack(chunks: Iterable[pd.DataFrame]) -> Batch:
-    """One device's packed rows (pandas chunks of :data:`PACKED_SCHEMA` rows) as a batch."""
-    parts: list[tuple[Any, Any, Any]] = []
-    for chunk in chunks:
-        parts += zip(*(chunk[name] for name in _LISTS), strict=True)
-    return _batch(parts)
-
-
-def _batch(parts: list[tuple[Any, Any, Any]]) -> Batch:
-    """Aligned ``(event_ms, metric, value)`` arrays, one triple per packed row, as one batch."""
-    return Batch.from_arrays(
-        _concat([p[0] for p in parts], np.int64),
-        _concat([p[1] for p in parts], object),
-        _concat([p[2] for p in parts], np.float64),
-    )
-
-
 def _concat(parts: list[Any], dtype: type) -> npt.NDArray[Any]:
     if len(parts) == 1:
         return np.asarray(parts[0], dtype=dtype)
