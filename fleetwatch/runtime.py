@@ -31,15 +31,25 @@ that a Prometheus on another host or container can scrape it. The figures are co
 durations, never a device id or a reading."""
 
 
-def stop_event() -> threading.Event:
-    """An event set by the first SIGTERM or SIGINT (call from the main thread)."""
-    stop = threading.Event()
+def on_stop_signal(stop: Callable[[], object]) -> None:
+    """Call ``stop`` on SIGTERM or SIGINT (install from the main thread). Once a SIGTERM has
+    come, further ones are ignored: the process is already stopping, and a repeat landing in
+    the interpreter's own shutdown (where Python's handlers are gone) would kill it with -15
+    instead of letting it exit 0."""
 
     def _handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop()
 
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
+
+
+def stop_event() -> threading.Event:
+    """An event set by the first SIGTERM or SIGINT (call from the main thread)."""
+    stop = threading.Event()
+    on_stop_signal(stop.set)
     return stop
 
 

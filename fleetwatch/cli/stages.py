@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,7 +20,7 @@ from fleetwatch.cli.common import fail, load_settings
 from fleetwatch.cli.preflight import require_kafka
 from fleetwatch.contracts.errors import FleetwatchError
 from fleetwatch.contracts.settings import KafkaStage, Settings
-from fleetwatch.runtime import stop_event
+from fleetwatch.runtime import on_stop_signal, stop_event
 from fleetwatch.stack.credentials import login
 
 if TYPE_CHECKING:
@@ -194,8 +193,7 @@ def serve_api(settings: Settings, host: str, port: int) -> None:
         access_log=settings.api.access_log,
     )
     server = _Server(config)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: setattr(server, "should_exit", True))
+    on_stop_signal(lambda: setattr(server, "should_exit", True))
     try:
         server.run()
     except FleetwatchError as exc:
