@@ -37,8 +37,9 @@ from bench.micro.train_step import readings
 from fleetwatch.models import params
 from fleetwatch.models.registry import default_detector
 from fleetwatch.streaming.trainer.bucket_state import WarmBuckets, decode, encode
-from fleetwatch.streaming.trainer.expiry import decode_seen, encode_seen, new_seen, note
+from fleetwatch.streaming.trainer.expiry import note
 from fleetwatch.streaming.trainer.processor import learn_bucket, new_batches
+from fleetwatch.streaming.trainer.seen_state import decode_seen, encode_seen, new_seen
 
 
 def packed(ids: list[str], start: int, rounds: int) -> pd.DataFrame:

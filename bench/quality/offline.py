@@ -90,7 +90,7 @@ from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import DeviceRows
-from fleetwatch.streaming.trainer.repeats import Held, new_readings
+from fleetwatch.streaming.trainer.repeats import RepeatState, new_readings
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE_S = 30.0
@@ -200,7 +200,7 @@ class Trainer:
     pending: dict[str, list[tuple[int, int, int, str, float | None]]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    held: dict[str, Held] = field(default_factory=dict)
+    held: dict[str, RepeatState] = field(default_factory=dict)
     """Per device, the sequence numbers it sent within the lateness (the bucket state's)."""
     newest_ms: int = 0
     watermark_ms: int = 0

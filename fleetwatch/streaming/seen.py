@@ -15,6 +15,8 @@ from bisect import bisect_right
 from collections import Counter
 from typing import NamedTuple
 
+import numpy as np
+
 Ranges = list[list[int]]
 
 MOST_RANGES = 512
@@ -55,13 +57,16 @@ def add(ranges: Ranges, seq: int, event_ms: int) -> None:
         del ranges[0]
 
 
-class Sorted(NamedTuple):
-    """What :func:`sort_rows` makes of a device's rows (one per reading and metric)."""
+class RowVerdicts(NamedTuple):
+    """What :func:`sort_rows` makes of a device's rows (one per reading and metric): which rows
+    to keep and which are late, as indices into the rows given, with the counts and ranges
+    after them."""
 
     keep: list[int]
-    """Rows of new readings within the watermark, each (reading, metric) once."""
+    """Rows of new readings within the watermark, each (reading, metric) once, in
+    ``(event_ms, seq)`` order."""
     late: list[int]
-    """Rows of new readings behind the watermark."""
+    """Rows of new readings behind the watermark, in ``(event_ms, seq)`` order."""
     readings: int
     """New readings within the watermark (not rows)."""
     duplicates: int
@@ -70,9 +75,12 @@ class Sorted(NamedTuple):
     ranges: Ranges
     """The ranges with the new readings added (a new list after a reboot), those behind the
     watermark dropped."""
+    came_in_order: bool
+    """Whether the rows were given in ``(event_ms, seq)`` order (then :attr:`keep` and
+    :attr:`late` ascend)."""
 
 
-def in_order(evs: list[int], seqs: list[int]) -> bool:
+def _in_order(evs: list[int], seqs: list[int]) -> bool:
     """Whether rows of these event times and sequence numbers are in ``(event_ms, seq)`` order
     (a device's readings mostly come so: checked in Python, cheaper than sorting them)."""
     return all(
@@ -98,13 +106,19 @@ def sort_rows(
     evs: list[int],
     metrics: list[str],
     watermark_ms: int,
-) -> Sorted:
-    """A device's rows in ``(event_ms, seq)`` order, one per reading and metric — a reading is
-    ``(seq, device clock)`` — sorted out against the ``ranges`` it has seen and the newest device
-    clock ``last_dev`` of its readings: repeats dropped, readings behind the watermark set apart,
-    the new ones added to the ranges. The same ``seq`` with a later device clock is a reboot:
-    a new epoch of numbers, and the ranges start again. ``ranges`` is changed in place, unless
-    a reboot starts a new list (the one returned is the truth)."""
+) -> RowVerdicts:
+    """A device's rows, one per reading and metric — a reading is ``(seq, device clock)`` —
+    taken in ``(event_ms, seq)`` order (a stable sort, when they come otherwise) and sorted out
+    against the ``ranges`` it has seen and the newest device clock ``last_dev`` of its
+    readings: repeats dropped, readings behind the watermark set apart, the new ones added to
+    the ranges. The same ``seq`` with a later device clock is a reboot: a new epoch of numbers,
+    and the ranges start again. ``ranges`` is changed in place, unless a reboot starts a new
+    list (the one returned is the truth)."""
+    order = None
+    if not _in_order(evs, seqs):
+        order = np.lexsort((seqs, evs)).tolist()
+        seqs, devs = [seqs[i] for i in order], [devs[i] for i in order]
+        evs, metrics = [evs[i] for i in order], [metrics[i] for i in order]
     keep: list[int] = []
     late: list[int] = []
     verdict: dict[tuple[int, int], str] = {}
@@ -136,4 +150,6 @@ def sort_rows(
         duplicates += sum(rows[k] // distinct[k] - 1 for k in rows)
     readings = sum(1 for kind in verdict.values() if kind == "keep")
     kept = [r for r in ranges if r[2] >= watermark_ms]
-    return Sorted(keep, late, readings, duplicates, kept)
+    if order is not None:
+        keep, late = [order[i] for i in keep], [order[i] for i in late]
+    return RowVerdicts(keep, late, readings, duplicates, kept, order is None)

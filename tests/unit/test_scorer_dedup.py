@@ -97,3 +97,38 @@ def test_one_readings_batch_is_sorted_out_as_any_batch_is(monkeypatch: pytest.Mo
             int(slow["last_seen_ms"] or 0), event_ms if got.in_order is not None else 0
         )
         fast["last_device_ms"] = slow["last_device_ms"] = device_ms
+
+
+def test_rows_out_of_order_are_sorted_out_as_the_same_rows_in_order() -> None:
+    """Rows that come out of ``(event_ms, seq)`` order are sorted out as those rows in that
+    order are: the same verdicts, counts, state, and rows kept and set apart, in that order."""
+    rng = random.Random(29)
+    shuffled, in_order = new_state(), new_state()
+    for step in range(300):
+        base = 10 * step
+        seqs = [base + rng.randrange(-40, 10) for _ in range(rng.randrange(2, 12))]
+        seqs += rng.sample(seqs, rng.randrange(0, 3))  # repeats inside the batch
+        n = len(seqs)
+        reboot = 5_000_000 if rng.random() < 0.05 else 0
+        given = Rows(
+            {
+                "seq": np.array(seqs, dtype=np.int64),
+                "event_ms": np.array([T0 + 1_000 * s for s in seqs], dtype=np.int64),
+                "device_event_ms": np.array([T0 + 1_000 * s + reboot for s in seqs], np.int64),
+                "metric": np.array([rng.choice(["t", "h"]) for _ in range(n)], dtype=object),
+            }
+        )
+        ordered = given.take(np.lexsort((given["seq"], given["event_ms"])))
+        watermark = T0 + 1_000 * (base - rng.randrange(5, 30))
+        got_out, want_out = Output(), Output()
+        got = sort_out(shuffled, given, watermark, got_out)
+        want = sort_out(in_order, ordered, watermark, want_out)
+        assert shuffled == in_order, step
+        assert (got_out.scored, got_out.duplicates) == (want_out.scored, want_out.duplicates)
+        for field in ("kept", "late", "in_order", "older"):
+            assert _same_rows(getattr(got, field), getattr(want, field)), (step, field)
+        if got.in_order is not None and len(got.in_order):
+            newest = int(got.in_order["event_ms"][-1])
+            for st in (shuffled, in_order):
+                st["last_seen_ms"] = max(int(st["last_seen_ms"] or 0), newest)
+                st["last_device_ms"] = int(got.in_order["device_event_ms"][-1])

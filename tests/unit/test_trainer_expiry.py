@@ -23,14 +23,7 @@ from fleetwatch.streaming.scorer.bucket_step import (
     new_bucket,
     score_bucket,
 )
-from fleetwatch.streaming.trainer.expiry import (
-    arm_timer,
-    decode_seen,
-    encode_seen,
-    forget_due,
-    new_seen,
-    note,
-)
+from fleetwatch.streaming.trainer.expiry import arm_timer, forget_due, note
 from fleetwatch.streaming.trainer.learning import learn_device
 from fleetwatch.streaming.trainer.processor import (
     UPDATE_COLUMNS,
@@ -38,6 +31,7 @@ from fleetwatch.streaming.trainer.processor import (
     latest_params,
     seeds,
 )
+from fleetwatch.streaming.trainer.seen_state import decode_seen, encode_seen, new_seen
 from tests.unit.api_support import memory_store
 from tests.unit.test_api_materialiser import FakeMessage
 from tests.unit.test_device_buckets import frame

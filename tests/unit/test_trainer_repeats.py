@@ -5,15 +5,17 @@ learned, and the same sequence number from a later device clock (a reboot) is a 
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from fleetwatch.streaming.trainer.expiry import new_seen
+from fleetwatch.models.batch import Batch
 from fleetwatch.streaming.trainer.packing import DeviceRows
 from fleetwatch.streaming.trainer.processor import _bucket_trainer, new_batches
-from fleetwatch.streaming.trainer.repeats import new_readings
+from fleetwatch.streaming.trainer.repeats import RepeatState, new_readings
+from fleetwatch.streaming.trainer.seen_state import decode_seen, encode_seen, new_seen
 
 T0 = 1_763_700_000_000
 MINUTE = 60_000
@@ -43,7 +45,7 @@ def test_a_batch_of_new_readings_is_learned_whole_in_the_order_it_came() -> None
     want = given.batch()
     np.testing.assert_array_equal(batch.event_ms, want.event_ms)
     np.testing.assert_array_equal(batch.value, want.value)
-    assert held == [T0 + 3 * MINUTE, [[1, 3, T0 + 3 * MINUTE]]]
+    assert held == RepeatState(T0 + 3 * MINUTE, [[1, 3, T0 + 3 * MINUTE]])
 
 
 def test_repeats_in_the_batch_and_of_an_earlier_batch_are_dropped() -> None:
@@ -51,14 +53,14 @@ def test_repeats_in_the_batch_and_of_an_earlier_batch_are_dropped() -> None:
     batch, held = new_readings(rows([2, 3, 3, 4]), held, 0)
     assert sorted(set(batch.event_ms.tolist())) == [T0 + 3 * MINUTE, T0 + 4 * MINUTE]
     assert len(batch) == 4  # readings 3 and 4, two metrics each
-    assert held[1] == [[1, 4, T0 + 4 * MINUTE]]
+    assert held.ranges == [[1, 4, T0 + 4 * MINUTE]]
 
 
 def test_a_reading_behind_the_watermark_is_not_learned() -> None:
     watermark = T0 + 2 * MINUTE
     batch, held = new_readings(rows([1, 2, 3]), None, watermark)
     assert sorted(set(batch.event_ms.tolist())) == [T0 + 2 * MINUTE, T0 + 3 * MINUTE]
-    assert held[1] == [[2, 3, T0 + 3 * MINUTE]]
+    assert held.ranges == [[2, 3, T0 + 3 * MINUTE]]
 
 
 def test_the_same_numbers_from_a_later_device_clock_are_a_reboot_and_learned() -> None:
@@ -66,7 +68,7 @@ def test_the_same_numbers_from_a_later_device_clock_are_a_reboot_and_learned() -
     later = [T0 + 60 * MINUTE, T0 + 61 * MINUTE]
     batch, held = new_readings(rows([1, 2], clocks=later, event_ms=later), held, 0)
     assert len(batch) == 4
-    assert held[0] == later[1]
+    assert held.last_device_ms == later[1]
 
 
 def packed(seqs: list[int]) -> pd.DataFrame:
@@ -115,7 +117,7 @@ def test_the_clock_kept_is_the_newest_readings_as_the_scorer_keeps_it() -> None:
     old = rows([2], clocks=[T0 + 90 * MINUTE])  # an older reading, its clock far ahead
     batch, held = new_readings(old, held, 0, last_ms=T0 + 6 * MINUTE)
     assert len(batch) == 2
-    assert held[0] == T0 + 6 * MINUTE
+    assert held.last_device_ms == T0 + 6 * MINUTE
 
 
 def packed_chunk(device_id: str, seqs: list[int]) -> pd.DataFrame:
@@ -132,3 +134,44 @@ def test_a_device_with_nothing_new_that_the_bucket_does_not_know_leaves_no_state
     (learned,) = new_batches(seen, [packed_chunk("live", [200])], watermark)
     assert learned[0] == "live"
     assert set(seen["seqs"]) == {"live"}
+
+
+def test_rows_out_of_order_are_learned_as_the_same_rows_in_order_in_the_order_they_came() -> None:
+    rng = random.Random(13)
+    held_shuffled = held_in_order = None
+    for step in range(200):
+        seqs = [10 * step + rng.randrange(-30, 10) for _ in range(rng.randrange(2, 10))]
+        given, ordered = rows(seqs), rows(sorted(seqs))
+        watermark = T0 + (10 * step - 20) * MINUTE
+        got, held_shuffled = new_readings(given, held_shuffled, watermark)
+        want, held_in_order = new_readings(ordered, held_in_order, watermark)
+        assert held_shuffled == held_in_order, step
+        learned = as_given(got)
+        assert sorted(learned) == sorted(as_given(want))
+        entries = (given.event_ms.tolist(), given.metric.tolist(), given.value.tolist())
+        it = iter(zip(*entries, strict=True))
+        assert all(entry in it for entry in learned), step  # in the order they came
+
+
+def as_given(batch: Batch) -> list[tuple[int, str, float]]:
+    """A batch's entries in the order its rows were given."""
+    rows = list(range(len(batch))) if batch.order is None else np.argsort(batch.order).tolist()
+    names = [batch.names[c] for c in batch.codes.tolist()]
+    evs, values = batch.event_ms.tolist(), batch.value.tolist()
+    return [(evs[i], names[i], values[i]) for i in rows]
+
+
+STATE_VALUE = (
+    '{"devices":{"a":7,"b":5},"seqs":{"a":[1763700000000,[[0,0,10],[2,9,1763700000000]]],'
+    '"b":[null,[[1,3,300]]]},"timer_ms":99}'
+)
+"""A bucket's ``seen`` state value as the trainer writes it (checkpoints hold this format)."""
+
+
+def test_a_bucket_state_value_reads_and_writes_back_byte_for_byte() -> None:
+    seen = decode_seen(STATE_VALUE)
+    assert seen["seqs"]["b"] == RepeatState(None, [[1, 3, 300]])
+    assert encode_seen(seen) == STATE_VALUE
+    batch, after = new_readings(rows([10, 11]), seen["seqs"]["a"], 0)
+    assert len(batch) == 4
+    assert after.ranges == [[0, 0, 10], [2, 11, T0 + 11 * MINUTE]]

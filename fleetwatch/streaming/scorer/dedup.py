@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
-
 from fleetwatch.streaming import seen
 from fleetwatch.streaming.scorer.device_state import DeviceScoringState
 from fleetwatch.streaming.scorer.output import Output
@@ -24,8 +22,9 @@ from fleetwatch.streaming.scorer.readings import Rows
 
 
 class Sorted(NamedTuple):
-    """A device's readings of one batch, in ``(event_ms, seq)`` order, sorted out (a named
-    tuple: one is made per device and batch)."""
+    """A device's readings of one batch, in ``(event_ms, seq)`` order, sorted out: the rows
+    that :func:`~fleetwatch.streaming.seen.sort_rows`' verdicts pick (a named tuple: one is made
+    per device and batch)."""
 
     kept: Rows | None
     """The new readings within the watermark: scored (``None``: none)."""
@@ -45,29 +44,25 @@ def sort_out(st: DeviceScoringState, given: Rows, watermark_ms: int, out: Output
     evs = given["event_ms"].tolist()
     if len(seqs) == 1 or _one_reading(seqs, evs, given):
         return _sort_out_one(st, given, seqs[0], evs[0], watermark_ms, out)
-    frame = given
-    if not seen.in_order(evs, seqs):
-        frame = given.take(np.lexsort((given["seq"], given["event_ms"])))
-        seqs = frame["seq"].tolist()
-        evs = frame["event_ms"].tolist()
-    sorted_out = seen.sort_rows(
+    verdicts = seen.sort_rows(
         st["seen_seqs"],
         st["last_device_ms"],
         seqs,
-        frame["device_event_ms"].tolist(),
+        given["device_event_ms"].tolist(),
         evs,
-        frame["metric"].tolist(),
+        given["metric"].tolist(),
         watermark_ms,
     )
-    out.duplicates += sorted_out.duplicates
-    st["seen_seqs"] = sorted_out.ranges
+    out.duplicates += verdicts.duplicates
+    st["seen_seqs"] = verdicts.ranges
     st["duplicate_readings"] = int(st["duplicate_readings"]) + out.duplicates
-    out.scored = sorted_out.readings
-    keep_rows, late_rows = sorted_out.keep, sorted_out.late
-    late = frame.take(late_rows) if late_rows else None
+    out.scored = verdicts.readings
+    keep_rows, late_rows = verdicts.keep, verdicts.late
+    late = given.take(late_rows) if late_rows else None
     if not keep_rows:
         return Sorted(None, late, None, None)
-    kept = frame if len(keep_rows) == len(frame) else frame.take(keep_rows)
+    whole = verdicts.came_in_order and len(keep_rows) == len(given)
+    kept = given if whole else given.take(keep_rows)
     last_ms = st["last_seen_ms"]
     if last_ms is None or int(kept["event_ms"][0]) >= last_ms:
         return Sorted(kept, late, kept, None)

@@ -3,12 +3,12 @@ time (the scorer's setting: one length of memory for the fleet) leaves the train
 it leaves the scorer's, and its parameters are withdrawn from ``model.params`` with a tombstone.
 
 Per bucket of devices the trainer keeps, beside the parameters, when it last heard each device
-(:class:`Seen`: the newest event time of its readings, learned or not; with the sequence numbers
-it sent, :mod:`~fleetwatch.streaming.trainer.repeats`) and the event-time timer it registered:
-one per bucket, at the earliest ``last heard + expire_after`` among its devices. When it fires
-(the watermark passed it), :func:`forget_due` drops the devices due — their parameters and
-their entries here — and the next earliest is armed (:func:`arm_timer`). A reading after that
-starts the device afresh, at version 1.
+(the newest event time of its readings, learned or not) and the event-time timer it registered
+(:class:`~fleetwatch.streaming.trainer.seen_state.Seen`): one per bucket, at the earliest
+``last heard + expire_after`` among its devices. When it fires (the watermark passed it),
+:func:`forget_due` drops the devices due — their parameters and all the bucket keeps of them,
+their repeat state with it — and the next earliest is armed (:func:`arm_timer`). A reading
+after that starts the device afresh, at version 1.
 
 Why a tombstone: a device starting afresh restarts its versions, and every reader of
 ``model.params`` keeps the highest version per device, so a remembered version 57 would hide
@@ -21,49 +21,9 @@ removes the key from the topic altogether, so the topic does not keep the fleet'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, MutableMapping
-from typing import Any, TypedDict
 
-
-class Seen(TypedDict):
-    """What the trainer keeps of a bucket besides its parameters (JSON in the state)."""
-
-    devices: dict[str, int]
-    """Device id → the newest event time (ms) of its readings."""
-    seqs: dict[str, list[Any]]
-    """Device id → the sequence numbers it sent within the lateness and its newest device
-    clock (:mod:`~fleetwatch.streaming.trainer.repeats`): how a repeat is told apart."""
-    timer_ms: int | None
-    """The event-time timer registered for the bucket."""
-
-
-def new_seen() -> Seen:
-    return {"devices": {}, "seqs": {}, "timer_ms": None}
-
-
-def encode_seen(seen: Seen) -> str:
-    return json.dumps(
-        {
-            "devices": dict(sorted(seen["devices"].items())),
-            "seqs": dict(sorted(seen["seqs"].items())),
-            "timer_ms": seen["timer_ms"],
-        },
-        separators=(",", ":"),
-    )
-
-
-def decode_seen(value: str | None) -> Seen:
-    """The inverse of :func:`encode_seen` (``None``, no state yet: nothing seen)."""
-    if value is None:
-        return new_seen()
-    held = json.loads(value)
-    timer = held.get("timer_ms")
-    return {
-        "devices": {str(d): int(ms) for d, ms in held["devices"].items()},
-        "seqs": {str(d): list(h) for d, h in held.get("seqs", {}).items()},
-        "timer_ms": None if timer is None else int(timer),
-    }
+from fleetwatch.streaming.trainer.seen_state import Seen
 
 
 def note(seen: Seen, heard: Iterable[tuple[str, int]]) -> None:

@@ -32,14 +32,7 @@ from fleetwatch.streaming.trainer.bucket_state import (
     encode,
     merge_newer,
 )
-from fleetwatch.streaming.trainer.expiry import (
-    Seen,
-    arm_timer,
-    decode_seen,
-    encode_seen,
-    forget_due,
-    note,
-)
+from fleetwatch.streaming.trainer.expiry import arm_timer, forget_due, note
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import (
     PACKED_SCHEMA,
@@ -48,6 +41,7 @@ from fleetwatch.streaming.trainer.packing import (
     per_device_rows,
 )
 from fleetwatch.streaming.trainer.repeats import new_readings
+from fleetwatch.streaming.trainer.seen_state import Seen, decode_seen, encode_seen
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -125,7 +119,7 @@ def _bucket_trainer(
 
     class BucketTrainer(StatefulProcessor):
         """Per bucket of devices: their parameters, and when each was last heard with the
-        sequence numbers it sent (:class:`~fleetwatch.streaming.trainer.expiry.Seen`), in one
+        sequence numbers it sent (:class:`~fleetwatch.streaming.trainer.seen_state.Seen`), in one
         ``ValueState``; each device with new readings learns them; the updates are emitted
         together. The bucket's event-time timer forgets the devices silent for
         ``expire_after_ms``."""
