@@ -88,8 +88,8 @@ from fleetwatch.streaming.scorer.bucket_step import (
 from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.readings import COLUMNS, Rows, by_device
+from fleetwatch.streaming.trainer.device_rows import DeviceRows
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
-from fleetwatch.streaming.trainer.packing import DeviceRows
 from fleetwatch.streaming.trainer.repeats import RepeatState, new_readings
 
 ROOT = Path(__file__).resolve().parents[2]

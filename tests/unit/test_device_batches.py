@@ -4,6 +4,9 @@ rows in the same order as the long form, and so the same learned parameters."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -13,8 +16,9 @@ import pytest
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.errors import BatchError
+from fleetwatch.streaming.trainer.device_rows import per_device_rows
 from fleetwatch.streaming.trainer.learning import learn_device
-from fleetwatch.streaming.trainer.packing import pack, pack_batches, per_device_rows
+from fleetwatch.streaming.trainer.packing import pack, pack_batches
 
 
 def readings(rows: list[tuple[str, int, dict[str, float] | None]]) -> pa.RecordBatch:
@@ -184,3 +188,26 @@ def test_a_batch_factorises_and_groups_times_as_pandas_and_numpy_do() -> None:
         assert (batch.times()[1] == inverse).all()
     with pytest.raises(BatchError):
         Batch.from_arrays(np.zeros(2, np.int64), np.array(["a", None], dtype=object), np.zeros(2))
+
+
+def test_packing_loads_no_pandas() -> None:
+    """The packing step's Python workers are their own pool: packing a batch imports no pandas
+    (``pa.array`` over Python objects would, to check them), so a worker holds only Arrow and
+    the record check."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import pyarrow as pa
+        from fleetwatch.streaming.trainer.packing import pack
+        text = b'{"device_id":"a","seq":1,"event_ms":5,"metrics":{"t":1.0,"h":null}}'
+        offsets = pa.py_buffer((0).to_bytes(4, "little") + len(text).to_bytes(4, "little"))
+        values = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(text)])
+        packed = pack(pa.RecordBatch.from_arrays([values], names=["value"]))
+        assert packed.num_rows == 1, packed
+        print(sorted(m for m in ("pandas", "scipy", "pyspark") if m in sys.modules))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -12,7 +12,7 @@ import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from fleetwatch.models.batch import Batch
-from fleetwatch.streaming.trainer.packing import DeviceRows
+from fleetwatch.streaming.trainer.device_rows import DeviceRows
 from fleetwatch.streaming.trainer.processor import _bucket_trainer, new_batches
 from fleetwatch.streaming.trainer.repeats import RepeatState, new_readings
 from fleetwatch.streaming.trainer.seen_state import decode_seen, encode_seen, new_seen

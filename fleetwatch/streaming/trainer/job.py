@@ -98,16 +98,20 @@ ARROW_BATCH_ROWS = 200_000
 """Rows per Arrow batch in the trainer's session (Spark's default is 10,000): the readings of a
 micro-batch's partition reach the packing step in one or a few batches, so most devices are
 one row for the processor."""
+ROCKSDB_MEMORY_MB = 64
+"""The RocksDB stores' shared budget: RocksDB's own default write buffer (``write_buffer_size``,
+64 MB). A bucket value is read once a batch and then rewritten, so a block cache has no second
+read to serve (the operating system's page cache holds the files either way); the budget is
+for the writes, which a write buffer of RocksDB's default size takes as designed."""
 STATE_STORE_CONF = {
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(ROCKSDB_MEMORY_MB),
 }
 """The RocksDB state stores of the trainer's query (the buckets', one per shuffle partition)
-share one memory budget, Spark's
-``spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB``, for their write buffers, block
-cache and index and filter blocks, in place of a write buffer pair and a cache each with the
-index and filter blocks outside any bound. What they hold is on disk; the bucket values are
-read once and rewritten each batch, so a smaller cache costs reads from the page cache, not
-learning."""
+share one memory budget, :data:`ROCKSDB_MEMORY_MB`, for their write buffers, block cache and
+index and filter blocks, in place of a write buffer pair and a cache each with the index and
+filter blocks outside any bound (Spark's own bound is 500 MB). What they hold is on disk; a
+smaller cache costs reads from the page cache, not learning."""
 
 
 MALLOC_ARENAS = "MALLOC_ARENA_MAX"

@@ -5,30 +5,27 @@ handed as per device: the JVM turns each row into Arrow, and pyspark's worker wa
 one by one (``itertuples``) to group them by key. Exploded to one row per reading and metric,
 a mini-batch of 20 readings of two metrics is 40 rows per device. Packed here, per Arrow batch
 of records (``mapInArrow``, no shuffle, the Kafka partition already holds all of a device's
-readings), each device's readings become one row of aligned arrays in long form, and the
-processor unpacks them into a :class:`~fleetwatch.models.batch.Batch` without pandas.
+readings), each device's readings become one row of aligned arrays in long form, which the
+processor reads as :class:`~fleetwatch.streaming.trainer.device_rows.DeviceRows`.
 
 The records are parsed here with the scorer's check, not by the JVM: Spark's ``from_json``
-opens a reader for each record (decision 0035).
-
-A device whose readings span several Arrow batches of a partition gets one row per batch; the
-processor concatenates them (rows within one event time keep their order of arrival;
-detectors sort by event time).
+opens a reader for each record (decision 0035). The packing step's Python workers are their own
+pool (pyspark's, per kind of step) and hold one Arrow batch of records at a time, so this module
+imports only Arrow and the check: a worker loads nothing the step does not use, the records
+become Python text a slice at a time, and a device's entries are held in typed buffers (eight
+bytes an entry) until the batch's rows are built from them.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator
-from itertools import repeat
-from typing import Any, NamedTuple
+from itertools import accumulate, repeat
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 
 from fleetwatch.contracts.raw_records import read_record
-from fleetwatch.models.batch import Batch
 
 RECORD_COLUMN = "value"
 """What :func:`pack` reads: ``telemetry.raw`` record values as text (null where the bytes were not
@@ -47,10 +44,70 @@ TIMESTAMP_MS_LIMIT = (2**63 - 1) // 1000
 in a signed 64-bit integer) holds: a reading beyond it has no event time the watermark can
 take, and is left out."""
 
-_LISTS = ("event_ms", "metric", "value")
-"""What a :class:`~fleetwatch.models.batch.Batch` is made of."""
-_ALL = ("seq", "device_ms", *_LISTS)
-_TYPES = (pa.int64(), pa.int64(), pa.int64(), pa.string(), pa.float64())
+ENTRY_COLUMNS = ("seq", "device_ms", "event_ms", "metric", "value")
+"""The packed row's list columns, aligned: one entry per reading and metric."""
+
+SLICE_RECORDS = 8_192
+"""Records turned into Python text at a time: a slice's text is a few megabytes, where a whole
+Arrow batch (up to the trainer's ``ARROW_BATCH_ROWS``) would be a hundred or more."""
+
+
+_NULL = float("nan")
+"""A null value's place in a device's value buffer (its position is kept apart)."""
+
+
+class _Names:
+    """The metric names of a batch, each a code (its index) and its UTF-8 bytes."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.encoded: list[bytes] = []
+
+    def code(self, name: str) -> int:
+        found = self.codes.get(name)
+        if found is None:
+            self.encoded.append(name.encode())  # raises before the name is taken
+            found = self.codes[name] = len(self.codes)
+        return found
+
+
+class _Entries:
+    """One device's entries of a batch, in typed buffers (metric names by code); the positions
+    of its null values (held as NaN in the buffer) apart."""
+
+    __slots__ = ("device_id", "device_ms", "event_ms", "metric", "nulls", "seq", "value")
+
+    def __init__(self, device_id: str) -> None:
+        self.device_id = device_id.encode()
+        self.seq: array[int] = array("q")
+        self.device_ms: array[int] = array("q")
+        self.event_ms: array[int] = array("q")
+        self.metric: array[int] = array("i")
+        self.value: array[float] = array("d")
+        self.nulls: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def add(self, reading: dict[str, Any], names: _Names) -> None:
+        """A reading's entries, one per metric; all of them or, if any cannot be held, none."""
+        metrics: dict[str, float | None] = reading["metrics"]
+        n, held, nulls = len(metrics), len(self), len(self.nulls)
+        try:
+            self.seq.extend(repeat(reading["seq"], n))
+            self.device_ms.extend(repeat(reading["device_event_ms"], n))
+            self.event_ms.extend(repeat(reading["event_ms"], n))
+            self.metric.extend(map(names.code, metrics))
+            if None in metrics.values():
+                self.nulls.extend(held + i for i, v in enumerate(metrics.values()) if v is None)
+                self.value.extend(_NULL if v is None else v for v in metrics.values())
+            else:
+                self.value.extend(metrics.values())  # type: ignore[arg-type]
+        except Exception:
+            for column in (self.seq, self.device_ms, self.event_ms, self.metric, self.value):
+                del column[held:]
+            del self.nulls[nulls:]
+            raise
 
 
 def pack(
@@ -64,30 +121,82 @@ def pack(
     (:func:`~fleetwatch.contracts.raw_records.read_record`, a ``device_id`` that is text, an
     event time within :data:`TIMESTAMP_MS_LIMIT`) is left out: the scorer dead-letters it with
     the reason."""
-    lists: dict[str, tuple[list[Any], ...]] = {}
-    for text in records.column(RECORD_COLUMN).to_pylist():
-        found = _reading_of_a_device(text, from_ms, to_ms)
-        if found is None:
-            continue
-        device_id, reading = found
-        held = lists.get(device_id)
-        if held is None:
-            held = lists[device_id] = ([], [], [], [], [])
-        metrics: dict[str, float | None] = reading["metrics"]
-        n = len(metrics)
-        held[0].extend(repeat(reading["seq"], n))
-        held[1].extend(repeat(reading["device_event_ms"], n))
-        held[2].extend(repeat(reading["event_ms"], n))
-        held[3].extend(metrics)
-        held[4].extend(metrics.values())
+    devices: dict[str, _Entries] = {}
+    names = _Names()
+    column = records.column(RECORD_COLUMN)
+    for start in range(0, len(column), SLICE_RECORDS):
+        for text in column.slice(start, SLICE_RECORDS).to_pylist():
+            found = _reading_of_a_device(text, from_ms, to_ms)
+            if found is None:
+                continue
+            device_id, reading = found
+            try:
+                entries = devices.get(device_id)
+                if entries is None:
+                    entries = devices[device_id] = _Entries(device_id)
+                entries.add(reading, names)
+            except Exception:  # noqa: BLE001 - a record is data: it alone is left out
+                continue
+    return _rows([e for e in devices.values() if len(e)], names)
+
+
+def _rows(held: list[_Entries], names: _Names) -> pa.RecordBatch:
+    """The packed rows of the devices' entries, in their order. Every array is made from
+    buffers: ``pa.array`` over Python objects would have pyarrow import pandas to check them."""
+    starts: array[int] = array("i", accumulate((len(e) for e in held), initial=0))
+    offsets = pa.Array.from_buffers(pa.int32(), len(starts), [None, pa.py_buffer(starts)])
+    codes = _flat(held, "metric", "i", pa.int32())
+    metric = pa.DictionaryArray.from_arrays(codes, _strings(names.encoded)).dictionary_decode()
+    lists = [
+        pa.ListArray.from_arrays(offsets, column)
+        for column in (
+            _flat(held, "seq", "q", pa.int64()),
+            _flat(held, "device_ms", "q", pa.int64()),
+            _flat(held, "event_ms", "q", pa.int64()),
+            metric,
+            _values(held, starts),
+        )
+    ]
+    newest: array[int] = array("q", (max(e.event_ms) for e in held))
     return pa.RecordBatch.from_arrays(
-        [pa.array(list(lists), pa.string())]
-        + [
-            pa.array([held[i] for held in lists.values()], pa.list_(kind))
-            for i, kind in enumerate(_TYPES)
-        ]
-        + [pa.array([max(held[2]) for held in lists.values()], pa.int64())],
-        names=["device_id", *_ALL, "newest_ms"],
+        [
+            _strings([e.device_id for e in held]),
+            *lists,
+            pa.Array.from_buffers(pa.int64(), len(newest), [None, pa.py_buffer(newest)]),
+        ],
+        names=["device_id", *ENTRY_COLUMNS, "newest_ms"],
+    )
+
+
+def _flat(held: list[_Entries], name: str, code: str, kind: pa.DataType) -> pa.Array:
+    """The buffer ``name`` of every device's entries, end to end, as Arrow."""
+    flat: array[Any] = array(code)
+    for entries in held:
+        flat.extend(getattr(entries, name))
+    return pa.Array.from_buffers(kind, len(flat), [None, pa.py_buffer(flat)])
+
+
+def _values(held: list[_Entries], starts: array[int]) -> pa.Array:
+    """Every device's values, end to end, as Arrow: null where the reading's was."""
+    flat: array[float] = array("d")
+    for entries in held:
+        flat.extend(entries.value)
+    nulls = [start + i for start, e in zip(starts, held, strict=False) for i in e.nulls]
+    if not nulls:
+        return pa.Array.from_buffers(pa.float64(), len(flat), [None, pa.py_buffer(flat)])
+    valid = bytearray(b"\xff" * ((len(flat) + 7) // 8))
+    for i in nulls:
+        valid[i // 8] &= 0xFF ^ (1 << (i % 8))
+    return pa.Array.from_buffers(
+        pa.float64(), len(flat), [pa.py_buffer(valid), pa.py_buffer(flat)], null_count=len(nulls)
+    )
+
+
+def _strings(encoded: list[bytes]) -> pa.Array:
+    """UTF-8 texts as an Arrow string array."""
+    offsets: array[int] = array("i", accumulate(map(len, encoded), initial=0))
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     )
 
 
@@ -121,43 +230,3 @@ def pack_batches(
     for batch in batches:
         if batch.num_rows:
             yield pack(batch, from_ms, to_ms)
-
-
-class DeviceRows(NamedTuple):
-    """A device's packed entries, aligned: one per reading and metric."""
-
-    seq: npt.NDArray[np.int64]
-    device_ms: npt.NDArray[np.int64]
-    event_ms: npt.NDArray[np.int64]
-    metric: npt.NDArray[Any]
-    value: npt.NDArray[np.float64]
-
-    def batch(self, rows: npt.NDArray[np.intp] | None = None) -> Batch:
-        """The entries (those at ``rows``, in their order: all when ``None``) as a batch."""
-        if rows is None:
-            return Batch.from_arrays(self.event_ms, self.metric, self.value)
-        return Batch.from_arrays(self.event_ms[rows], self.metric[rows], self.value[rows])
-
-
-def per_device_rows(chunks: Iterable[pd.DataFrame]) -> Iterator[tuple[str, DeviceRows]]:
-    """Packed rows of several devices (pandas chunks of :data:`PACKED_SCHEMA` rows) → each
-    device's entries, devices in order of first appearance."""
-    rows: dict[str, list[tuple[Any, ...]]] = {}
-    for chunk in chunks:
-        columns = (chunk["device_id"], *(chunk[name] for name in _ALL))
-        for device_id, *arrays in zip(*columns, strict=True):
-            rows.setdefault(str(device_id), []).append(tuple(arrays))
-    dtypes = (np.int64, np.int64, np.int64, object, np.float64)
-    for device_id, parts in rows.items():
-        yield (
-            device_id,
-            DeviceRows(*(_concat([p[i] for p in parts], dtype) for i, dtype in enumerate(dtypes))),
-        )
-
-
-def _concat(parts: list[Any], dtype: type) -> npt.NDArray[Any]:
-    if len(parts) == 1:
-        return np.asarray(parts[0], dtype=dtype)
-    if not parts:
-        return np.zeros(0, dtype)
-    return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])

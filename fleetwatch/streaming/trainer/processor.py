@@ -32,14 +32,10 @@ from fleetwatch.streaming.trainer.bucket_state import (
     encode,
     merge_newer,
 )
+from fleetwatch.streaming.trainer.device_rows import per_device_rows
 from fleetwatch.streaming.trainer.expiry import arm_timer, forget_due, note
 from fleetwatch.streaming.trainer.learning import detector_of, learn_update
-from fleetwatch.streaming.trainer.packing import (
-    PACKED_SCHEMA,
-    RECORD_COLUMN,
-    pack_batches,
-    per_device_rows,
-)
+from fleetwatch.streaming.trainer.packing import PACKED_SCHEMA, RECORD_COLUMN, pack_batches
 from fleetwatch.streaming.trainer.repeats import new_readings
 from fleetwatch.streaming.trainer.seen_state import Seen, decode_seen, encode_seen
 

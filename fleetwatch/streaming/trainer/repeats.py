@@ -19,7 +19,7 @@ import numpy as np
 
 from fleetwatch.models.batch import Batch
 from fleetwatch.streaming import seen
-from fleetwatch.streaming.trainer.packing import DeviceRows
+from fleetwatch.streaming.trainer.device_rows import DeviceRows
 
 
 class RepeatState(NamedTuple):
