@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from fleetwatch.contracts.raw_records import read_record
+from fleetwatch.streaming.worker_memory import release_freed
 
 RECORD_COLUMN = "value"
 """What :func:`pack` reads: ``telemetry.raw`` record values as text (null where the bytes were not
@@ -226,7 +227,10 @@ def _reading_of_a_device(
 def pack_batches(
     batches: Iterable[pa.RecordBatch], from_ms: int | None = None, to_ms: int | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`pack` over a partition (the trainer's ``mapInArrow`` function)."""
+    """:func:`pack` over a partition (the trainer's ``mapInArrow`` function); the memory it
+    freed goes back to the system at the partition's end
+    (:func:`~fleetwatch.streaming.worker_memory.release_freed`)."""
     for batch in batches:
         if batch.num_rows:
             yield pack(batch, from_ms, to_ms)
+    release_freed()

@@ -38,6 +38,7 @@ from fleetwatch.streaming.trainer.learning import detector_of, learn_update
 from fleetwatch.streaming.trainer.packing import PACKED_SCHEMA, RECORD_COLUMN, pack_batches
 from fleetwatch.streaming.trainer.repeats import new_readings
 from fleetwatch.streaming.trainer.seen_state import Seen, decode_seen, encode_seen
+from fleetwatch.streaming.worker_memory import release_freed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -189,7 +190,9 @@ def _bucket_trainer(
             self._save(encode(bucket), seen)
 
         def close(self) -> None:
-            return None
+            """The task's end: the memory it freed goes back to the system (the warm buckets
+            stay)."""
+            release_freed()
 
     return BucketTrainer()
 
