@@ -12,10 +12,13 @@ The parameters text of a device is read into a detector once per Python worker, 
 batch: :class:`WarmBuckets` keeps, per bucket, the detectors a worker last wrote the bucket's
 state from, and hands them back when the state read is that same value (by digest). The state
 store stays the truth; a value that another worker, a restart or a retried batch wrote is not
-the one remembered, and is read from its text. A worker keeps only the buckets of the shuffle
-partition its latest task ran (a bucket is always in the same partition, so a task of another
-partition could never use the others): a detector costs several times its parameters text in
-memory, and a worker that kept every bucket it ever wrote would hold the whole fleet's.
+the one remembered, and is read from its text. The texts are not kept: the state value read
+holds them, and reading them back is a JSON object of strings (under a millisecond for a
+bucket), where building detectors from them is most of a cold bucket's extra cost. A worker
+keeps only the buckets of the shuffle partition its latest task ran (a bucket is always in the
+same partition, so a task of another partition could never use the others): a detector costs
+several times its parameters text in memory, and a worker that kept every bucket it ever wrote
+would hold the whole fleet's.
 
 ``BUCKETS`` is part of the trainer's plan (the state is keyed by it): changing it needs a new
 ``PLAN_VERSION`` (a fresh checkpoint, seeded from ``model.params``).
@@ -102,15 +105,15 @@ class Bucket:
 
 
 class WarmBuckets:
-    """Per bucket key, the :class:`Bucket` whose :func:`encode` was last written as its state,
-    for the buckets of one partition.
+    """Per bucket key, the detectors of the :class:`Bucket` whose :func:`encode` was last
+    written as its state, for the buckets of one partition.
 
     :meth:`take` removes what it returns, so a bucket whose step failed half-way is never
     handed out again; :meth:`keep` puts it back once its new value is written.
     :meth:`enter` starts a task of a partition: the buckets kept for another are dropped."""
 
     def __init__(self) -> None:
-        self._held: dict[object, tuple[bytes, Bucket]] = {}
+        self._held: dict[object, tuple[bytes, dict[str, Detector]]] = {}
         self._partition: int | None = None
         self._lock = threading.Lock()
 
@@ -127,16 +130,17 @@ class WarmBuckets:
             return len(self._held)
 
     def take(self, key: object, value: str | None) -> Bucket:
-        """The bucket of state ``value`` (``None``: no state yet), warm when it is the one kept."""
+        """The bucket of state ``value`` (``None``: no state yet), with the detectors kept for
+        that value when they are."""
         with self._lock:
             held = self._held.pop(key, None)
         if value is None:
             return Bucket()
         if held is not None and held[0] == digest(value):
-            return held[1]
+            return Bucket(decode(value), held[1])
         return Bucket(decode(value))
 
     def keep(self, key: object, value: str, bucket: Bucket) -> None:
-        """Remember ``bucket`` as the one whose state value is now ``value``."""
+        """Remember ``bucket``'s detectors as those of the state value ``value``."""
         with self._lock:
-            self._held[key] = (digest(value), bucket)
+            self._held[key] = (digest(value), bucket.detectors)
