@@ -8,9 +8,9 @@ ranking instead of saturating.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -20,9 +20,18 @@ from fleetwatch.models.errors import HyperParameterError
 
 PARAMS_SCHEMA = 1
 SMALL = 16
-"""Up to this many pairs are scored in plain floats (:meth:`FixedBaseline._score_few`)."""
+"""Up to this many pairs are scored in plain floats (:meth:`FixedBaseline.score_each`)."""
 _NAN = float("nan")
 _UNKNOWN = (_NAN, _NAN)
+
+
+class BandScore(NamedTuple):
+    """One (metric, value) pair's figures: :class:`BandScores`' of one row."""
+
+    expected: float
+    band: float
+    score: float
+    anomalous: bool
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class FixedBaseline:
         names = np.asarray(metrics, dtype=object)
         vals = np.asarray(values, dtype=np.float64)
         if vals.ndim == 1 and len(vals) <= SMALL:
-            return self._score_few(names.tolist(), vals.tolist())
+            return _arrays(self.score_each(names.tolist(), vals.tolist()))
         expected = np.full(vals.shape, np.nan)
         band = np.full(vals.shape, np.nan)
         for metric, (center, width) in self.bands.items():
@@ -64,24 +73,17 @@ class FixedBaseline:
             score = np.where(anomalous, 1.0 - band / deviation, 0.0)
         return BandScores(expected, band, score, anomalous)
 
-    def _score_few(self, names: list[Any], vals: list[float]) -> BandScores:
-        """:meth:`score` in plain floats, the same figures: a live micro-batch hands it a
-        reading or two of a device, where numpy's cost per call is most of the work."""
-        expected, band, score, anomalous = [], [], [], []
+    def score_each(self, names: Iterable[Any], vals: Iterable[float]) -> list[BandScore]:
+        """:meth:`score` pair by pair in plain floats, the same figures: a live micro-batch
+        hands it a reading or two of a device, where numpy's cost per call is most of the
+        work."""
+        scored = []
         for name, value in zip(names, vals, strict=True):
             center, width = self.bands.get(name, _UNKNOWN)
             deviation = abs(value - center)
             out = deviation > width  # False when either is NaN
-            expected.append(center)
-            band.append(width)
-            anomalous.append(out)
-            score.append(1.0 - width / deviation if out else 0.0)
-        return BandScores(
-            np.array(expected, dtype=np.float64),
-            np.array(band, dtype=np.float64),
-            np.array(score, dtype=np.float64),
-            np.array(anomalous, dtype=np.bool_),
-        )
+            scored.append(BandScore(center, width, 1.0 - width / deviation if out else 0.0, out))
+        return scored
 
     def to_params(self) -> dict[str, Any]:
         return {
@@ -97,3 +99,13 @@ class FixedBaseline:
             raise ConfigurationError(f"not fixed-baseline v{PARAMS_SCHEMA} parameters: {params!r}")
         bands = {m: (float(c), float(w)) for m, (c, w) in params["bands"].items()}
         return cls(bands=bands, version=int(params["version"]))
+
+
+def _arrays(scored: list[BandScore]) -> BandScores:
+    """Pairs' figures (:meth:`FixedBaseline.score_each`) as columns."""
+    return BandScores(
+        np.array([s.expected for s in scored], dtype=np.float64),
+        np.array([s.band for s in scored], dtype=np.float64),
+        np.array([s.score for s in scored], dtype=np.float64),
+        np.array([s.anomalous for s in scored], dtype=np.bool_),
+    )

@@ -42,3 +42,16 @@ def test_a_few_pairs_score_as_many_do() -> None:
     for field in ("expected", "band", "score", "anomalous"):
         np.testing.assert_array_equal(getattr(few, field), getattr(many, field)[: len(names)])
     assert few.anomalous.tolist() == [False, True, False, False, False, True]
+
+
+def test_pairs_scored_one_by_one_give_the_columns_figures() -> None:
+    """:meth:`FixedBaseline.score_each` (the scorer's per-device path) and the numpy path of
+    :meth:`FixedBaseline.score` agree exactly, unknown metrics and NaN values included."""
+    baseline = FixedBaseline(bands={"temperature": (21.0, 8.0), "humidity": (40.0, 5.0)})
+    names = ["temperature", "humidity", "pressure", "temperature", "humidity", "temperature"]
+    values = [21.5, 52.0, 1000.0, float("nan"), 35.0, -3.25]
+    each = baseline.score_each(names, values)
+    many = baseline.score(names * 4, values * 4)  # beyond SMALL: numpy
+    for i, field in enumerate(("expected", "band", "score", "anomalous")):
+        got = np.array([s[i] for s in each])
+        np.testing.assert_array_equal(got, getattr(many, field)[: len(names)])

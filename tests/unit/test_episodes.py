@@ -3,6 +3,8 @@ joint member's break is one episode whatever metric it blames."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import KINDS
 from fleetwatch.streaming.scorer.episodes import JOINT, Lifecycle, Observation
@@ -89,3 +91,16 @@ def test_an_episode_from_an_older_state_still_resolves() -> None:
     after.follow(joint_reading("temp", CALM, 2))
     after.follow(joint_reading("temp", CALM, 3))
     assert statuses(after) == [("resolve", "flow", 3)]
+
+
+def test_the_state_holds_each_episodes_fields_as_asdict_gives_them() -> None:
+    lifecycle = Lifecycle("d", 1, 0)
+    lifecycle.follow([obs("temp", "level", ALERTING, 1), obs("flow", "dropout", ALERTING, 1)])
+    episode = lifecycle.episodes["temp\x1flevel"]
+    episode.filled.append(500)
+    rows = lifecycle.dump()
+    assert rows == [asdict(e) for e in lifecycle.episodes.values()]
+    assert [list(row) for row in rows] == [list(asdict(e)) for e in lifecycle.episodes.values()]
+    assert rows[0]["filled"] == [500]
+    assert rows[0]["filled"] is not episode.filled
+    assert Lifecycle.load(rows) == lifecycle.episodes

@@ -30,7 +30,7 @@ gives the same ids and revisions.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any
 
@@ -102,6 +102,17 @@ class Episode:
         return f"{self.metric}\x1f{self.kind}"
 
 
+_FIELDS = tuple(f.name for f in fields(Episode))
+
+
+def _row(episode: Episode) -> dict[str, Any]:
+    """An episode as the state keeps it: ``dataclasses.asdict`` of its flat fields, without
+    that function's recursive walk over every value."""
+    row = {name: getattr(episode, name) for name in _FIELDS}
+    row["filled"] = list(episode.filled)
+    return row
+
+
 class Lifecycle:
     """The episodes of one device. ``episodes`` round-trips through :meth:`dump` / :meth:`load`
     (the scorer keeps it in its state store between micro-batches)."""
@@ -126,7 +137,7 @@ class Lifecycle:
     # -- state -------------------------------------------------------------------------------
 
     def dump(self) -> list[dict[str, Any]]:
-        return [asdict(e) for e in self.episodes.values()]
+        return [_row(e) for e in self.episodes.values()]
 
     @staticmethod
     def load(rows: list[dict[str, Any]] | None) -> dict[str, Episode]:

@@ -321,34 +321,37 @@ def _baseline_observations(
     received: Any,
     active: set[str],
 ) -> list[Observation]:
-    """The fixed baseline's observations of the rows it ``judge`` s (``None``: all)."""
-    metric, value = rows["metric"], rows["value"]
-    result = baseline.score(metric, value)
-    wanted = result.anomalous if judge is None else result.anomalous & judge
-    if not active and not wanted.any():
+    """The fixed baseline's observations of the rows it ``judge`` s (``None``: all), the rows
+    scored one by one in plain floats (:meth:`~fleetwatch.models.baseline.FixedBaseline.
+    score_each`): a device's batch is a reading or a few."""
+    metrics = rows["metric"].tolist()
+    values = rows["value"].tolist()
+    scored = baseline.score_each(metrics, values)
+    judges = [True] * len(scored) if judge is None else judge.tolist()
+    wanted = [s.anomalous and j for s, j in zip(scored, judges, strict=True)]
+    if not active and not any(wanted):
         return []  # nothing out of band and no episode of the baseline's open
-    if active or wanted.any():
-        keys = [f"{m}\x1f{baseline.kind}" for m in metric]
-        wanted = _with_keys(wanted, keys, active)
-        if judge is not None:
-            wanted &= judge
+    # every row of a key with an episode under way or a row out of band: calm rows after an
+    # anomaly in the same batch are what closes its episode
+    keys = [f"{m}\x1f{baseline.kind}" for m in metrics]
+    hot = active | {k for k, w in zip(keys, wanted, strict=True) if w}
     out = []
-    for i in np.flatnonzero(wanted & ~np.isnan(result.expected)):
-        anomalous = bool(result.anomalous[i])
-        score = 0.5 + 0.5 * float(result.score[i]) if anomalous else 0.0
-        exp, band, v = float(result.expected[i]), float(result.band[i]), float(value[i])
+    for i, (key, s) in enumerate(zip(keys, scored, strict=True)):
+        if key not in hot or not judges[i] or s.expected != s.expected:
+            continue  # not wanted, or a metric the baseline has no band for
+        exp, band, v = float(s.expected), float(s.band), float(values[i])
         out.append(
             Observation(
-                metric=str(metric[i]),
+                metric=str(metrics[i]),
                 kind=baseline.kind,
-                score=score,
+                score=0.5 + 0.5 * s.score if s.anomalous else 0.0,
                 seq=int(seq[i]),
                 event_ms=int(event_ms[i]),
                 received_ms=int(received[i]),
                 value=v,
                 expected=exp,
                 band=band,
-                reason=f"{metric[i]}={v:.6g} outside {exp:.6g}±{band:.6g}" if anomalous else "",
+                reason=f"{metrics[i]}={v:.6g} outside {exp:.6g}±{band:.6g}" if s.anomalous else "",
             )
         )
     return out
