@@ -1,4 +1,4 @@
-"""What the trainer adds to its Spark session: the malloc arenas of a local JVM."""
+"""What the trainer adds to its Spark session: glibc's allocator settings for a local JVM."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import os
 import pytest
 
 from fleetwatch.contracts.settings import Settings, SparkSettings
-from fleetwatch.streaming.trainer.job import MALLOC_ARENAS, local_task_slots, native_arenas
+from fleetwatch.streaming.trainer.job import (
+    MALLOC_ARENAS,
+    MMAP_THRESHOLD,
+    local_task_slots,
+    native_allocator,
+)
 
 
 @pytest.mark.parametrize(
@@ -27,7 +32,9 @@ def test_a_local_master_has_a_task_slot_per_thread_it_runs(master: str, slots: i
     assert local_task_slots(master) == slots
 
 
-def test_a_local_jvm_gets_an_arena_per_task_slot_and_a_cluster_none() -> None:
+def test_a_local_jvm_gets_an_arena_per_task_slot_a_fixed_mmap_threshold_and_a_cluster_none() -> (
+    None
+):
     local = Settings(spark=SparkSettings(master="local[2]"))
-    assert native_arenas(local) == {MALLOC_ARENAS: "2"}
-    assert native_arenas(Settings(spark=SparkSettings(master="spark://host:7077"))) == {}
+    assert native_allocator(local) == {MALLOC_ARENAS: "2", MMAP_THRESHOLD: "131072"}
+    assert native_allocator(Settings(spark=SparkSettings(master="spark://host:7077"))) == {}

@@ -135,10 +135,22 @@ def local_task_slots(master: str) -> int | None:
     return int(match.group(1))
 
 
-def native_arenas(settings: Settings) -> dict[str, str]:
-    """The environment the trainer's local JVM is launched with for :data:`MALLOC_ARENAS`."""
+MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
+MMAP_THRESHOLD_BYTES = 128 * 1024
+"""glibc's size from which an allocation is a mapping of its own, returned to the system when
+freed: its default, 128 KB, held there. Left to itself glibc raises the threshold (up to 32 MB)
+each time such a block is freed; from then on the blocks of a micro-batch (a bucket's state
+value of 1-2 MB, Arrow buffers, a batch's arrays) come from the heap and leave it at their
+high-water mark. The local JVM gets it, and its Python workers inherit it."""
+
+
+def native_allocator(settings: Settings) -> dict[str, str]:
+    """The environment the trainer's local JVM is launched with for glibc's allocator:
+    :data:`MALLOC_ARENAS` and :data:`MMAP_THRESHOLD` (none off a local master)."""
     slots = local_task_slots(settings.spark.master)
-    return {} if slots is None else {MALLOC_ARENAS: str(slots)}
+    if slots is None:
+        return {}
+    return {MALLOC_ARENAS: str(slots), MMAP_THRESHOLD: str(MMAP_THRESHOLD_BYTES)}
 
 
 @dataclass(frozen=True)
@@ -323,7 +335,7 @@ def run(
         on_failed = metrics.failed.inc
     ready = QueryReadiness()
     with serve_metrics(registry, port, "FLEETWATCH_TRAIN__METRICS_PORT", ready):
-        for name, value in native_arenas(settings).items():
+        for name, value in native_allocator(settings).items():
             os.environ.setdefault(name, value)  # the JVM launched next inherits it
         spark = build_session(settings, f"fleetwatch-{JOB}")
         ready.follow_named(spark.streams, f"fleetwatch-{JOB}")
