@@ -158,11 +158,6 @@ BENCHES: tuple[Bench, ...] = (
         ),
     ),
     Bench(
-        "micro-accept",
-        "python bench/micro/accept.py",
-        (Figure("gateway's accept step, single readings", key("single_rps"), "readings/s", 0),),
-    ),
-    Bench(
         "micro-gateway",
         "python bench/micro/gateway.py",
         (
@@ -217,7 +212,8 @@ BENCHES: tuple[Bench, ...] = (
         "python bench/pipeline/train.py --rate 24000 --no-baseline",
         (
             Figure("trainer throughput, 10,000 devices", key("throughput_rps"), "readings/s", 0),
-            Figure("parameter freshness p50", key("freshness_p50_s"), "s", 1),
+            Figure("parameter freshness p95", key("freshness_p95_s"), "s", 1),
+            Figure("trainer peak RSS, all its processes", key("peak_rss_mb"), "MB", 0),
         ),
     ),
     Bench(
