@@ -4,6 +4,7 @@ health (``/healthz``) and readiness (``/readyz``)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -32,18 +33,23 @@ durations, never a device id or a reading."""
 
 
 def on_stop_signal(stop: Callable[[], object]) -> None:
-    """Call ``stop`` on SIGTERM or SIGINT (install from the main thread). Once a SIGTERM has
-    come, further ones are ignored: the process is already stopping, and a repeat landing in
-    the interpreter's own shutdown (where Python's handlers are gone) would kill it with -15
-    instead of letting it exit 0."""
+    """Call ``stop`` on SIGTERM or SIGINT (install from the main thread). A SIGTERM that comes
+    once the interpreter has begun its own shutdown, after the exit handlers, is ignored: there
+    Python's handlers are gone, and it would kill with -15 a process about to exit 0. Until
+    then a repeat only calls ``stop`` again, and a child process started meanwhile inherits no
+    ignored SIGTERM."""
 
     def _handler(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGTERM:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stop()
 
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
+    atexit.register(_ignore_sigterm)
+
+
+def _ignore_sigterm() -> None:
+    """The last exit handler to run (the first registered): SIGTERM ignored from here on."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def stop_event() -> threading.Event:

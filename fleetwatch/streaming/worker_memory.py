@@ -2,29 +2,25 @@
 
 A task frees its objects (parsed records, a bucket's detectors as they learn, Arrow buffers), but
 the allocators keep the pages: glibc's ``malloc`` keeps each heap at its high-water mark, and
-pyarrow's pool keeps its segments for the next allocation. A trainer's micro-batch runs its two
-pools of Python workers in turn (the packing step's, then the buckets'), so pages kept by one
-pool while the other works add up in the trainer's peak. Given back at the end of each task,
-each pool's peak is its own task's.
+pyarrow's pool (mimalloc) keeps its segments for the next allocation. A trainer's micro-batch
+runs its two pools of Python workers in turn (the packing step's, then the buckets'), so pages
+kept by one pool while the other works add up in the trainer's peak. Given back at the end of
+each task, each pool's peak is its own task's.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 from collections.abc import Callable
 
 import pyarrow as pa
-
-logger = logging.getLogger(__name__)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim`` (``None`` where the C library has none, e.g. musl or macOS)."""
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
+        trim = ctypes.CDLL(None).malloc_trim  # the process's symbols, its C library's included
+    except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int

@@ -13,8 +13,8 @@ batch: :class:`WarmBuckets` keeps, per bucket, the detectors a worker last wrote
 state from, and hands them back when the state read is that same value (by digest). The state
 store stays the truth; a value that another worker, a restart or a retried batch wrote is not
 the one remembered, and is read from its text. The texts are not kept: the state value read
-holds them, and reading them back is a JSON object of strings (under a millisecond for a
-bucket), where building detectors from them is most of a cold bucket's extra cost. A worker
+holds them, and reading them back is parsing a JSON object of strings, where building
+detectors from them is most of a cold bucket's extra cost. A worker
 keeps only the buckets of the shuffle partition its latest task ran (a bucket is always in the
 same partition, so a task of another partition could never use the others): a detector costs
 several times its parameters text in memory, and a worker that kept every bucket it ever wrote
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 BUCKETS = 64
 """The trainer's buckets: about 150 devices of a 10,000-device fleet per bucket (a state value of
-about 1 MB)."""
+about 2 MB)."""
 
 
 _ENCODE = msgspec.json.Encoder(order="sorted").encode

@@ -99,10 +99,11 @@ ARROW_BATCH_ROWS = 200_000
 micro-batch's partition reach the packing step in one or a few batches, so most devices are
 one row for the processor."""
 ROCKSDB_MEMORY_MB = 64
-"""The RocksDB stores' shared budget: RocksDB's own default write buffer (``write_buffer_size``,
-64 MB). A bucket value is read once a batch and then rewritten, so a block cache has no second
-read to serve (the operating system's page cache holds the files either way); the budget is
-for the writes, which a write buffer of RocksDB's default size takes as designed."""
+"""The RocksDB stores' shared budget: the size of one of RocksDB's default write buffers
+(``write_buffer_size``, 64 MB), for everything. A bucket value is read once a batch and then
+rewritten, so a block cache has no second read to serve (the operating system's page cache
+holds the files either way); what the budget holds is the memtables (Spark gives them
+``writeBufferCacheRatio`` of it) and the files' index and filter blocks."""
 STATE_STORE_CONF = {
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(ROCKSDB_MEMORY_MB),
@@ -139,9 +140,10 @@ MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 MMAP_THRESHOLD_BYTES = 128 * 1024
 """glibc's size from which an allocation is a mapping of its own, returned to the system when
 freed: its default, 128 KB, held there. Left to itself glibc raises the threshold (up to 32 MB)
-each time such a block is freed; from then on the blocks of a micro-batch (a bucket's state
-value of 1-2 MB, Arrow buffers, a batch's arrays) come from the heap and leave it at their
-high-water mark. The local JVM gets it, and its Python workers inherit it."""
+each time such a block is freed; from then on the large blocks of a micro-batch (a bucket's
+state value of 1-2 MB and a batch's arrays in the Python workers, the JVM's native buffers)
+come from the heap and leave it at their high-water mark. The local JVM gets it, and its
+Python workers inherit it (their Arrow buffers are pyarrow's own pool's)."""
 
 
 def native_allocator(settings: Settings) -> dict[str, str]:

@@ -11,9 +11,9 @@ processor reads as :class:`~fleetwatch.streaming.trainer.device_rows.DeviceRows`
 The records are parsed here with the scorer's check, not by the JVM: Spark's ``from_json``
 opens a reader for each record (decision 0035). The packing step's Python workers are their own
 pool (pyspark's, per kind of step) and hold one Arrow batch of records at a time, so this module
-imports only Arrow and the check: a worker loads nothing the step does not use, the records
-become Python text a slice at a time, and a device's entries are held in typed buffers (eight
-bytes an entry) until the batch's rows are built from them.
+imports only Arrow and the record check (no pandas, scipy or detectors), the records become
+Python text a slice at a time, and a device's entries are held in typed buffers (8 bytes a number,
+4 a metric name's code) until the batch's rows are built from them.
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def pack(
                 if entries is None:
                     entries = devices[device_id] = _Entries(device_id)
                 entries.add(reading, names)
-            except Exception:  # noqa: BLE001 - a record is data: it alone is left out
-                continue
+            except (LookupError, OverflowError, TypeError, ValueError, UnicodeError):
+                continue  # a reading no buffer holds: the record alone is left out
     return _rows([e for e in devices.values() if len(e)], names)
 
 
@@ -233,4 +233,5 @@ def pack_batches(
     for batch in batches:
         if batch.num_rows:
             yield pack(batch, from_ms, to_ms)
+        del batch  # the records, not held through the release below
     release_freed()

@@ -190,8 +190,8 @@ def _bucket_trainer(
             self._save(encode(bucket), seen)
 
         def close(self) -> None:
-            """The task's end: the memory it freed goes back to the system (the warm buckets
-            stay)."""
+            """A task's end (and once where the plan is made): the memory the worker freed goes
+            back to the system (the warm buckets stay)."""
             release_freed()
 
     return BucketTrainer()
