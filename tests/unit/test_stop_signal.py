@@ -53,7 +53,9 @@ def test_a_child_started_after_a_sigterm_still_stops_on_one() -> None:
         stop = stop_event()
         signal.raise_signal(signal.SIGTERM)
         assert stop.is_set()
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        child = subprocess.Popen(  # blocks on its input until signalled
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+        )
         child.send_signal(signal.SIGTERM)
         print(child.wait(10))
         """

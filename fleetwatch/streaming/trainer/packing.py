@@ -179,17 +179,18 @@ def _flat(held: list[_Entries], name: str, code: str, kind: pa.DataType) -> pa.A
 
 def _values(held: list[_Entries], starts: array[int]) -> pa.Array:
     """Every device's values, end to end, as Arrow: null where the reading's was."""
-    flat: array[float] = array("d")
-    for entries in held:
-        flat.extend(entries.value)
+    values = _flat(held, "value", "d", pa.float64())
     nulls = [start + i for start, e in zip(starts, held, strict=False) for i in e.nulls]
     if not nulls:
-        return pa.Array.from_buffers(pa.float64(), len(flat), [None, pa.py_buffer(flat)])
-    valid = bytearray(b"\xff" * ((len(flat) + 7) // 8))
+        return values
+    valid = bytearray(b"\xff" * ((len(values) + 7) // 8))
     for i in nulls:
         valid[i // 8] &= 0xFF ^ (1 << (i % 8))
     return pa.Array.from_buffers(
-        pa.float64(), len(flat), [pa.py_buffer(valid), pa.py_buffer(flat)], null_count=len(nulls)
+        pa.float64(),
+        len(values),
+        [pa.py_buffer(valid), values.buffers()[1]],
+        null_count=len(nulls),
     )
 
 
