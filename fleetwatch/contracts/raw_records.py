@@ -3,9 +3,9 @@ the scorer and the trainer apply to the records they consume (the gateway writes
 records, but anything can be on a topic).
 
 A record's value is a JSON object with integer ``seq`` and ``event_ms``, a ``metrics`` object of
-numbers of magnitude at most :data:`~fleetwatch.contracts.telemetry.VALUE_LIMIT` (or null), every
+numbers of magnitude at most :data:`~fleetwatch.contracts.limits.VALUE_LIMIT` (or null), every
 integer within a signed 64-bit one, and labels within
-:data:`~fleetwatch.contracts.telemetry.LABEL_LENGTH`. Fields an older record lacks are completed
+:data:`~fleetwatch.contracts.limits.LABEL_LENGTH`. Fields an older record lacks are completed
 as the gateway would have: ``device_event_ms`` from ``event_ms``, ``device_sent_ms`` from
 ``device_event_ms``, ``received_ms`` from ``event_ms``, ``clock_offset_ms`` 0.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetwatch.contracts import wire
-from fleetwatch.contracts.telemetry import INT64_MAX, LABEL_LENGTH, VALUE_LIMIT
+from fleetwatch.contracts.limits import INT64_MAX, LABEL_LENGTH, VALUE_LIMIT
 
 INT64_MIN = -INT64_MAX - 1
 _NUMBERS = (int, float)  # by exact type: JSON's true and false are no numbers here

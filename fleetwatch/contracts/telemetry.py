@@ -8,8 +8,8 @@ A device publishes to ``{root}/{device_id}/telemetry`` (MQTT, QoS 0 or 1) a JSON
 ``v`` schema version, ``seq`` per-device sequence number (0 to 2^63 - 1: a signed 64-bit
 integer, as every stage stores it), ``ts`` event time and ``sent`` send time in epoch
 milliseconds of the device clock, ``metrics`` one or more (at most 64) named finite numbers of
-magnitude at most :data:`VALUE_LIMIT`; ``firmware`` and ``status`` (at most 64 characters, no
-NUL) and ``device_id`` (must match the topic) optional.
+magnitude at most :data:`~fleetwatch.contracts.limits.VALUE_LIMIT`; ``firmware`` and
+``status`` (at most 64 characters, no NUL) and ``device_id`` (must match the topic) optional.
 Unknown fields are refused in v1. A payload may also be a JSON array of such readings (a batch).
 
 The gateway appends to ``telemetry.raw`` (key = device id, record timestamp = ``event_ms``)
@@ -38,15 +38,9 @@ from fleetwatch.contracts.identifiers import (
     DeviceId,
     MetricName,
 )
+from fleetwatch.contracts.limits import INT64_MAX, LABEL_LENGTH, VALUE_LIMIT
 
 SCHEMA_VERSION = 1
-
-INT64_MAX = 2**63 - 1
-"""The largest ``seq`` (and any integer field of a record): every stage holds them as signed
-64-bit integers (numpy, Spark's BIGINT, the API's database)."""
-VALUE_LIMIT = 1e15
-"""The largest magnitude of a metric value. Far beyond any sensor's range (a lifetime energy
-counter in Wh included), and small enough that sums of squares over any window stay finite."""
 
 DEVICE_METRICS = 64
 """Metric names a device may have, by default (``score.max_metrics``): the scorer refuses a
@@ -58,8 +52,6 @@ READING_METRICS = 64
 EpochMs = Annotated[int, Field(ge=0, lt=10**14)]
 Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MetricValue = Annotated[float, Field(ge=-VALUE_LIMIT, le=VALUE_LIMIT)]
-LABEL_LENGTH = 64
-"""The longest ``firmware`` or ``status`` a reading carries."""
 LABEL_PATTERN = r"^[^\x00]*$"
 Label = Annotated[str, StringConstraints(max_length=LABEL_LENGTH, pattern=LABEL_PATTERN)]
 

@@ -192,8 +192,8 @@ def test_a_batch_factorises_and_groups_times_as_pandas_and_numpy_do() -> None:
 
 def test_packing_loads_no_pandas() -> None:
     """The packing step's Python workers are their own pool: packing a batch imports no pandas
-    (``pa.array`` over Python objects would, to check them), so a worker holds only Arrow and
-    the record check."""
+    (``pa.array`` over Python objects would, to check them) and no pydantic (the record check
+    reads its bounds from plain constants), so a worker holds only Arrow and the record check."""
     script = textwrap.dedent(
         """
         import sys
@@ -204,7 +204,7 @@ def test_packing_loads_no_pandas() -> None:
         values = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(text)])
         packed = pack(pa.RecordBatch.from_arrays([values], names=["value"]))
         assert packed.num_rows == 1, packed
-        print(sorted(m for m in ("pandas", "scipy", "pyspark") if m in sys.modules))
+        print(sorted(m for m in ("pandas", "pydantic", "scipy", "pyspark") if m in sys.modules))
         """
     )
     out = subprocess.run(

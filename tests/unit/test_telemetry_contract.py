@@ -4,7 +4,8 @@ import math
 import pytest
 
 from fleetwatch.contracts.errors import PayloadError
-from fleetwatch.contracts.telemetry import INT64_MAX, VALUE_LIMIT, parse_reading, reading_payload
+from fleetwatch.contracts.limits import INT64_MAX, VALUE_LIMIT
+from fleetwatch.contracts.telemetry import parse_reading, reading_payload
 
 
 def test_a_valid_reading_parses() -> None:
