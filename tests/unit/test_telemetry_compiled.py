@@ -12,9 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from fleetwatch.contracts.limits import INT64_MAX, VALUE_LIMIT
 from fleetwatch.contracts.telemetry import (
-    INT64_MAX,
-    VALUE_LIMIT,
     CompiledReading,
     Reading,
     TelemetryRecord,
