@@ -184,49 +184,6 @@ def _moments(counts: FloatArray, k: int, prior: float) -> tuple[float, float, fl
     return shape, max(a0 * (1.0 - shape), MIN_BETA), max(a0, MIN_BETA)
 
 
-def fit_censored(counts: FloatArray, k: int, beyond: float, at: float) -> tuple[float, float]:
-    """``(shape, scale)`` of the excess over ``EDGES[k]`` of the binned values in bins ``k`` and
-    up (each at its bin's centre, weighed by its count) and of ``beyond`` more weight known
-    only to lie past the excess ``at`` (censored there), the shape kept within
-    ``[0, MAX_SHAPE]``: by Zhang and Stephens' (2009) empirical Bayes estimator, extended to the
-    censored values. The posterior mean of ``b = -shape / scale`` over their grid (as in
-    ``loo``'s ``gpdfit``, for Vehtari et al.'s Pareto-smoothed importance sampling: ``80 +
-    sqrt(n)`` points from their prior's ``3``), each point weighed by its profile likelihood,
-    and the likeliest shape at that ``b``: given ``b``, the weighted sum of ``ln(1 - b y)`` over
-    the values, the censored ones' at ``at``, over the uncensored weight (the censored
-    likelihood ``(1 - b at)^(-1 / shape)`` added to the estimator's own).
-
-    Why not moments: probability-weighted moments have no censored form, and a fit that does
-    not know of the values past ``at`` is a lighter tail than theirs (see
-    ``StreamTail._without_outlier``)."""
-    w = counts[k:]
-    taken = (w > 0.0).nonzero()[0]
-    y, w = _EXCESS[k][taken], w[taken]
-    n = float(w.sum())
-    if n <= 0:
-        return 0.0, MIN_BETA
-    total = n + beyond
-    highest = max(float(y[-1]), at)
-    quartile = float(y[min(int(np.searchsorted(w.cumsum(), 0.25 * total)), y.size - 1)])
-    m = 80 + int(math.sqrt(total))
-    b = 1.0 / highest + (1.0 - np.sqrt(m / (np.arange(1, m + 1) - 0.5))) / (3.0 * quartile)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        seen = np.log1p(-np.outer(b, y)) @ w
-        shapes = (seen + beyond * np.log1p(-b * at)) / n
-        profile = n * (np.log(-b / shapes) - 1.0) - seen
-    ok = np.isfinite(profile)
-    mean = (float(np.dot(w, y)) + beyond * at) / total
-    if not ok.any():
-        return 0.0, max(mean, MIN_BETA)
-    odds = np.exp(profile[ok] - profile[ok].max())
-    b_hat = float(np.dot(odds, b[ok]) / odds.sum())
-    fitted = (float(np.dot(w, np.log1p(-b_hat * y))) + beyond * math.log1p(-b_hat * at)) / n
-    shape = min(max(fitted, 0.0), MAX_SHAPE)
-    if shape != fitted or abs(b_hat) < 1e-12:  # of that shape, with the values' mean excess
-        return shape, max(mean * (1.0 - shape), MIN_BETA)
-    return shape, max(-fitted / b_hat, MIN_BETA)
-
-
 def fit_tail(counts: FloatArray, prior: float = 0.0) -> Tail:
     """``u``, the ``1 - P_BODY`` quantile of the history, and the tail of the excess over it."""
     above = counts[::-1].cumsum()[::-1]  # weight at or above each bin
@@ -442,9 +399,7 @@ class StreamTail:
         """The fit above bin ``top`` (``n`` peaks, fitted ``shape`` and ``scale``) without its
         highest few peaks (under ``FEW`` of them) where the fit of the others gives odds under
         ``OUTLIER_ODDS`` that the highest of ``n`` peaks reaches the lowest of those left out
-        (the most left out that are): with them, as it was. Without a prior, the others' fit
-        that judges them knows that those left out lie past the highest kept peak, not where
-        (:func:`fit_censored`).
+        (the most left out that are): with them, as it was.
 
         Why: a shape fitted from a few dozen peaks is extrapolated some 10^4 times further than
         they reach, and one peak far beyond the rest sets it. A stream whose peaks lie within a
@@ -453,16 +408,7 @@ class StreamTail:
         should find; two or three such peaks are as often two faults as a heavy tail. They are
         left out at any age, and without their weight; the rate of peaks past the fit's start
         still counts them (see ``_threshold``). A heavy tail's own far peaks are kept: the
-        others' fit reaches them, and more than a few of them are the tail.
-
-        Why censored: the highest few values of any sample, cut off and the rest fitted as if
-        that were all, leave a lighter tail than the sample's. Judged by the others' moments, the
-        highest peaks of a heavy tail (a generalised Pareto shape of 0.5, a Student-t of 2
-        degrees of freedom's) were left out of a quarter of the fits of 20 to 40 peaks (a sixth
-        at 1/3): the fit lost its own tail. Judged by the others' fit that knows of them, 3.5 to
-        5 % (2.5 % at 1/3), and an exponential tail's 0.3 to 2 % (1 to 4 % before). The
-        seasonal member's prior shape (``prior``) already draws the others' fit toward a heavy
-        tail."""
+        others' fit reaches them, and more than a few of them are the tail."""
         occupied = (self.peaks > 0.0).nonzero()[0]  # a faded peak counts by its faded weight
         occupied = occupied[occupied > top]
         best = (shape, scale)
@@ -475,13 +421,8 @@ class StreamTail:
                 break
             rest[lowest] = 0.0
             r_shape, r_scale = fit_excess(rest, top, self.prior)
-            if self.prior <= 0:  # the others' fit, told of those left out past the highest kept
-                past = EDGES[occupied[-m - 1] + 1] - EDGES[top]
-                t_shape, t_scale = fit_censored(rest, top, left_out, past)
-            else:
-                t_shape, t_scale = r_shape, r_scale
-            y = (_CENTRES[lowest] - EDGES[top]) / t_scale
-            reached = -math.expm1(n * math.log1p(-math.exp(-excess_nats(t_shape, y))))
+            y = (_CENTRES[lowest] - EDGES[top]) / r_scale
+            reached = -math.expm1(n * math.log1p(-math.exp(-excess_nats(r_shape, y))))
             if reached < OUTLIER_ODDS:  # the others' fit hardly reaches the lowest left out
                 best = (r_shape, r_scale)
         return best
