@@ -7,8 +7,19 @@ units of that average's own learned spread: ``z = e / sqrt(ve)``, where ``ve`` i
 mean of ``e²`` over normal readings (half-life ``tail_halflife`` readings). ``ve`` is learned
 from the stream, not derived from a noise model, so autocorrelated, quantised or drifting
 signals are judged by how far their average normally wanders. Averaging makes a sustained shift
-of a fraction of the noise stand out, while one heavy-tailed reading counts for ``lam`` of
-itself (the EWMA control chart: Roberts 1959; Lucas and Saccucci 1990).
+of a fraction of the noise stand out (the EWMA control chart: Roberts 1959; Lucas and Saccucci
+1990).
+
+Cleaning: a reading enters the average cleaned of what one reading alone cannot say about the
+level (:func:`cleaned_average`): one further than ``ALERT_Z`` single-reading spreads beyond both
+the expected level and the average counts as that far, unless the reading before it was out
+as far on the same side: a level that moved, not a lone shock. The single readings' spread is
+the one the average's learned spread implies (``scale · sqrt((2 - lam) / lam)``). A Gaussian
+stream's readings are out with probability ``ALERT_P``, so its average is the plain EWMA; a
+lone heavy-tailed reading moves the average ``ALERT_Z · sqrt(lam (2 - lam))`` (2.1) of its
+spreads at most, under any threshold (``min_z`` 4.5): a shock is the seasonal member's to
+judge, and the average, its spread and its tail stay those of the level. A shift counts whole
+from its second reading, and a return to the expected level at once.
 
 Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history:
 the threshold is the level that the metric's excursions of ``|z|`` pass ``false_alerts_per_day``
@@ -87,11 +98,12 @@ from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise,
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 TINY = 1e-12
-CARRY = 4
-"""``[e, alerting, peak, low]`` per metric after the last reading: the average, whether it
-alerted, the peak ``|z|`` of the alert under way (0: none) and for how many readings it has been
-low enough to end (see Release). A carry of two, written before these, takes an alert under way
-to have peaked at its threshold."""
+CARRY = 5
+"""``[e, alerting, peak, low, side]`` per metric after the last reading: the average, whether it
+alerted, the peak ``|z|`` of the alert under way (0: none), for how many readings it has been
+low enough to end (see Release) and the side the last reading lay out of the cleaning's bounds
+(+1 above, -1 below, 0 within: see Cleaning). A carry of two, written before these, takes an
+alert under way to have peaked at its threshold; one of four, its last reading within."""
 NEW_NORMAL_AFTER_S = 600.0
 """A metric's shift that lasts this long is its new normal (``adopt_s``)."""
 UNBACKED = EARLY_Z / ALERT_Z
@@ -121,6 +133,8 @@ class Judged(NamedTuple):
     """For how many readings the alert under way has been low enough to end."""
     threshold: float
     """``inf`` while the metric has too little history to be scored."""
+    side: int
+    """The side its last reading lay out of the cleaning's bounds (:func:`cleaned_average`)."""
 
 
 def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
@@ -166,7 +180,7 @@ class LevelShiftDetector(ProfileDetector):
     """Per metric: the level adopted on top of the profile (see Adaptation)."""
     spread: FloatArray = learned.per_metric(2)
     """Per metric ``[W, Σw·e²]`` over normal readings, decayed per reading."""
-    carry: FloatArray = learned.per_metric(CARRY, narrower=(2,))
+    carry: FloatArray = learned.per_metric(CARRY, narrower=(2, 4))
     """Per metric, what its average carries past the last reading (:data:`CARRY`)."""
 
     def __post_init__(self) -> None:
@@ -209,15 +223,16 @@ class LevelShiftDetector(ProfileDetector):
 
     # -- the statistic -----------------------------------------------------------------------
 
-    def _start(self, m: int, held: bool) -> tuple[float, bool, float, int]:
-        """``e``, alerting, the alert's peak and how long it has been low before the batch."""
+    def _start(self, m: int, held: bool) -> tuple[float, bool, float, int, int]:
+        """``e``, alerting, the alert's peak, how long it has been low and the side of the last
+        reading, before the batch."""
         name = self.profile.metrics[m]
         carried = self._held.get(name) if held else None
-        if carried is None or len(carried) not in (2, CARRY):
+        if carried is None or len(carried) not in (2, 4, CARRY):
             carried = self.carry[m].tolist()
-        if len(carried) == CARRY:
-            return float(carried[0]), bool(carried[1]), float(carried[2]), int(carried[3])
-        return float(carried[0]), bool(carried[1]), 0.0, 0
+        carried = [*carried, 0.0, 0.0, 0.0][:CARRY]  # a shorter carry: nothing under way
+        e, on, peak, fallen, side = carried
+        return float(e), bool(on), float(peak), int(fallen), int(side)
 
     def _judged(self, batch: Batch) -> dict[int, Judged]:
         """:meth:`_judge` from the scorer's memory, once per batch."""
@@ -241,15 +256,18 @@ class LevelShiftDetector(ProfileDetector):
             rows = rows[ok[rows]]
             if rows.size == 0:
                 continue
-            e0, on0, peak0, fallen0 = self._start(m, held)
+            e0, on0, peak0, fallen0, side0 = self._start(m, held)
             expected = mean[rows] + self.offset[m]
             known = self._known(m, batch.value[rows], expected, std[rows])
-            e = _skipping(batch.value[rows] - expected, known, self.lam, e0)
             scale = self._scale(m)
+            cap = ALERT_Z * self._reading_spread(m, scale, std[rows])
+            e, side = _skipping(batch.value[rows] - expected, known, self.lam, (e0, side0), cap)
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
                 quiet = np.zeros(rows.size)
                 none = np.zeros(rows.size, np.int64)
-                out[m] = Judged(rows, expected, e, quiet, quiet.astype(bool), quiet, none, math.inf)
+                out[m] = Judged(
+                    rows, expected, e, quiet, quiet.astype(bool), quiet, none, math.inf, side
+                )
                 continue
             z = np.abs(e) / max(scale, TINY)
             threshold = self._threshold(m, k)
@@ -258,7 +276,7 @@ class LevelShiftDetector(ProfileDetector):
             low = self.stay * threshold
             on = (on0, peak0, fallen0)
             alerting, peak, fallen = alerts_of(z, threshold, low, on, self.release, self._hold())
-            out[m] = Judged(rows, expected, e, z, alerting, peak, fallen, threshold)
+            out[m] = Judged(rows, expected, e, z, alerting, peak, fallen, threshold, side)
         return out
 
     def _in_known_state(self, batch: Batch) -> BoolArray:
@@ -274,6 +292,16 @@ class LevelShiftDetector(ProfileDetector):
             expected = mean[rows] + self.offset[m]
             out[rows] = self._known(m, batch.value[rows], expected, std[rows])
         return out
+
+    def _reading_spread(self, m: int, scale: float, std: FloatArray) -> FloatArray:
+        """The spread of metric ``m``'s single readings about their level, as its average's
+        learned ``scale`` implies it (``scale · sqrt((2 - lam) / lam)``: independent readings
+        of that spread average to it); before the average has one, the profile's ``std`` (not
+        below what its grid allows)."""
+        if scale > 0:
+            return np.full(std.size, scale * math.sqrt(self._span()))
+        steps = self.grid.steps()
+        return floor_std(std, float(steps[m]) if m < steps.size else 0.0)
 
     def _known(self, m: int, value: FloatArray, expected: FloatArray, std: FloatArray) -> BoolArray:
         """Per reading of metric ``m`` (``value``, its ``expected`` level and profile's
@@ -510,17 +538,60 @@ class LevelShiftDetector(ProfileDetector):
             raise ValueError(f"level state lists do not match its {k} metrics")
 
 
-def _skipping(r: FloatArray, skip: BoolArray, lam: float, start: float) -> FloatArray:
-    """:func:`moving_average` of the residuals ``r`` but those of ``skip``, at which the
-    average stays as it was."""
+def _skipping(
+    r: FloatArray, skip: BoolArray, lam: float, start: tuple[float, int], cap: FloatArray
+) -> tuple[FloatArray, int]:
+    """:func:`cleaned_average` of the residuals ``r`` (their ``cap``) but those of ``skip``,
+    at which the average stays as it was; and the side of the last reading taken."""
     if not skip.any():
-        return moving_average(r, lam, start)
-    taken = np.concatenate([[start], moving_average(r[~skip], lam, start)])
-    out: FloatArray = taken[np.cumsum(~skip)]  # as of the latest reading taken, at or before
-    return out
+        return cleaned_average(r, lam, start, cap)
+    kept = ~skip
+    e, side = cleaned_average(r[kept], lam, start, cap[kept])
+    taken = np.concatenate([[start[0]], e])
+    out: FloatArray = taken[np.cumsum(kept)]  # as of the latest reading taken, at or before
+    return out, side
+
+
+def cleaned_average(
+    r: FloatArray, lam: float, start: tuple[float, int], cap: FloatArray
+) -> tuple[FloatArray, int]:
+    """:func:`moving_average` of ``r`` from ``start`` (the average and the side of the reading
+    before), each reading cleaned first; and the side of the last one.
+
+    A reading further than ``cap`` beyond both the expected level (0) and the average before it
+    lies out of bounds (its side: +1 above, -1 below). A lone one counts as one ``cap`` beyond
+    the nearer of them: ``e_t = e_(t-1) + lam · (clip(r_t, lo_t, hi_t) - e_(t-1))`` with
+    ``lo_t = min(e_(t-1), 0) - cap_t`` and ``hi_t = max(e_(t-1), 0) + cap_t`` (Huber's ψ on the
+    one-step error: the robust exponential smoothing of Gelper, Fried and Croux 2010). One out
+    on the same side as the reading before it is no lone shock but a level that moved, and
+    counts whole. So one reading, however far, moves the average ``lam · cap`` at most; a
+    shift is followed whole from its second reading, and a return to the expected level at
+    once. Without a reading out of bounds, the average is :func:`moving_average`'s."""
+    e0, side0 = start
+    e = moving_average(r, lam, e0)
+    if r.size == 0:
+        return e, side0
+    before = np.concatenate([[e0], e[:-1]])
+    out_of = (r > np.maximum(before, 0.0) + cap) | (r < np.minimum(before, 0.0) - cap)
+    if not out_of.any():
+        return e, 0
+    first = int(out_of.argmax())
+    prev = float(before[first])
+    side = side0 if first == 0 else 0
+    values, caps = r[first:].tolist(), cap[first:].tolist()
+    out = e[:first].tolist()
+    for x, c in zip(values, caps, strict=True):
+        low, high = min(prev, 0.0) - c, max(prev, 0.0) + c
+        now = 1 if x > high else -1 if x < low else 0
+        taken = x if now == 0 or now == side else (high if now > 0 else low)
+        prev += lam * (taken - prev)
+        side = now
+        out.append(prev)
+    return np.asarray(out, np.float64), side
 
 
 def _carry(j: Judged) -> list[float]:
-    """What a metric carries past a batch: ``[e, alerting, peak, fallen]`` after its last
+    """What a metric carries past a batch: ``[e, alerting, peak, fallen, side]`` after its last
     reading."""
-    return [float(j.average[-1]), float(j.alerting[-1]), float(j.peak[-1]), float(j.fallen[-1])]
+    last = (j.average[-1], j.alerting[-1], j.peak[-1], j.fallen[-1], j.side)
+    return [float(v) for v in last]

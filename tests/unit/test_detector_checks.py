@@ -97,9 +97,10 @@ def test_scores_stay_in_the_unit_interval(kind: str, scenario: str | None) -> No
     assert ((scores.score >= 0) & (scores.score <= 1)).all()
 
 
-LASTING = {"pca": 1}
+LASTING = {"pca": 1, "level": 1}
 """Readings after an anomaly's first by which a kind that alerts only on what lasts has seen it
-(:mod:`~fleetwatch.models.lasting`)."""
+(:mod:`~fleetwatch.models.lasting`; the level member takes a lone far reading as a shock, a
+second as a shift: see ``cleaned_average`` in :mod:`~fleetwatch.models.level`)."""
 
 
 def graded(scenario: str, size: float, later: int = 0) -> tuple[pd.DataFrame, int]:

@@ -150,8 +150,10 @@ def test_a_scope_of_one_metric_lends_its_states_one_with_a_joint_model_tells_the
 def test_the_level_average_holds_over_readings_in_another_state() -> None:
     r = np.array([1.0, 2.0, 50.0, 50.0, 3.0])
     skip = np.array([False, False, True, True, False])
-    e = _skipping(r, skip, 0.1, 0.5)
+    uncut = np.full(5, np.inf)
+    e, _ = _skipping(r, skip, 0.1, (0.5, 0), uncut)
     taken = moving_average(r[~skip], 0.1, 0.5)
     assert np.allclose(e, [taken[0], taken[1], taken[1], taken[1], taken[2]])
-    assert np.allclose(_skipping(r, np.ones(5, bool), 0.1, 0.5), 0.5)
-    assert np.allclose(_skipping(r, np.zeros(5, bool), 0.1, 0.5), moving_average(r, 0.1, 0.5))
+    assert np.allclose(_skipping(r, np.ones(5, bool), 0.1, (0.5, 0), uncut)[0], 0.5)
+    plain = moving_average(r, 0.1, 0.5)
+    assert np.allclose(_skipping(r, np.zeros(5, bool), 0.1, (0.5, 0), uncut)[0], plain)

@@ -13,7 +13,7 @@ import pytest
 from fleetwatch.models import params
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.errors import HyperParameterError
-from fleetwatch.models.level import LevelShiftDetector, moving_average
+from fleetwatch.models.level import LevelShiftDetector, cleaned_average, moving_average
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.tail import StreamTail
 
@@ -96,21 +96,22 @@ def test_a_slowly_read_metric_adopts_a_step_once_its_average_has_reached_it() ->
     detector = LevelShiftDetector()
     alerts = fed(detector, values, chunk=10, step_ms=300_000)  # every 5 minutes
     # not adopted 600 s (2 readings) after the step but 30 readings after it (the batch of 10
-    # after that is the first scored with it)
-    assert alerts[1500:1535].all(), "one alert from the step..."
+    # after that is the first scored with it); the step's first reading, 8 sd, moves the
+    # average ALERT_Z sd of a reading (lam of them), under the threshold
+    assert alerts[1501:1535].all(), "one alert from the step..."
     assert not alerts[1560:].any(), "...and none after"
     expected = detector.score(stream(np.full(5, 9.0), 4000, 300_000)).expected
     np.testing.assert_allclose(expected, 9.0, atol=0.15)
 
 
 def after_a_fault(seed: int = 7) -> np.ndarray:
-    """Readings of sd 1: a fault of 12 from 2000 to 2300, then a lasting step of 1.7: with the
+    """Readings of sd 1: a fault of 12 from 2000 to 2300, then a lasting step of 1.9: with the
     threshold at ``min_z`` 10 (a floor, so that the test is about the release), the step's
     ``|z|`` of about 7.4 lies between the hysteresis' 5 and the threshold."""
     rng = np.random.default_rng(seed)
     values = rng.normal(10.0, 1.0, 2500)
     values[2000:2300] += 12.0
-    values[2300:] += 1.7
+    values[2300:] += 1.9
     return values
 
 
@@ -207,3 +208,61 @@ def test_the_moving_average_is_the_recursion(lam: float) -> None:
         e = (1.0 - lam) * e + lam * value
         expected.append(e)
     np.testing.assert_allclose(moving_average(r, lam, -7.0), expected, rtol=1e-12, atol=1e-9)
+
+
+def test_the_cleaned_average_is_the_recursion_with_lone_far_readings_cut() -> None:
+    rng = np.random.default_rng(7)
+    r = rng.standard_t(2, size=3000) + np.repeat(rng.normal(0, 4, 30), 100)
+    cap = rng.uniform(1.0, 4.0, r.size)
+    expected, e, side = [], 0.5, 1
+    for value, c in zip(r, cap, strict=True):  # one reading at a time
+        low, high = min(e, 0.0) - c, max(e, 0.0) + c
+        now = 1 if value > high else -1 if value < low else 0
+        e += 0.1 * ((value if now in (0, side) else float(np.clip(value, low, high))) - e)
+        side = now
+        expected.append(e)
+    got, last = cleaned_average(r, 0.1, (0.5, 1), cap)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert last == side
+    for cut in (1, 17, 1500):  # in batches, carried over
+        head, mid = cleaned_average(r[:cut], 0.1, (0.5, 1), cap[:cut])
+        tail, _ = cleaned_average(r[cut:], 0.1, (float(head[-1]), mid), cap[cut:])
+        np.testing.assert_allclose(np.concatenate([head, tail]), expected, rtol=1e-12)
+    calm = rng.normal(size=500)
+    plain, none = cleaned_average(calm, 0.1, (0.0, 0), np.full(500, 10.0))
+    np.testing.assert_array_equal(plain, moving_average(calm, 0.1, 0.0))
+    assert none == 0
+
+
+def test_a_lone_far_reading_moves_the_average_a_cap_and_a_shift_counts_from_its_second() -> None:
+    cap = np.full(200, 5.0)
+    shock = np.zeros(200)
+    shock[10] = 1e6
+    assert cleaned_average(shock, 0.1, (0.0, 0), cap)[0].max() == pytest.approx(0.5)
+    shift = np.full(200, 1000.0)
+    followed, _ = cleaned_average(shift, 0.1, (0.0, 0), cap)
+    assert followed[0] == pytest.approx(0.5)
+    assert followed[1] == pytest.approx(0.9 * 0.5 + 100.0), "whole from its second reading"
+
+
+def test_a_return_to_the_expected_level_is_followed_at_once() -> None:
+    """Back from an average of 40 to 0: the way back is not cut, as a plain average's."""
+    back = np.zeros(30)
+    cleaned, _ = cleaned_average(back, 0.1, (40.0, 1), np.full(30, 5.0))
+    np.testing.assert_allclose(cleaned, moving_average(back, 0.1, 40.0))
+
+
+def test_heavy_tailed_shocks_do_not_lift_the_level_and_a_shift_stands_out() -> None:
+    """Student-t 2 noise: lone shocks tens of times its scale are the readings' own, not a
+    shift of the level; a lasting shift of four scales is found. Over ten streams: a plain
+    average alerts on the shocks and, its threshold lifted by them, finds none of the shifts."""
+    found, false_rows = 0, 0
+    for seed in range(11, 21):
+        rng = np.random.default_rng(seed)
+        values = 10.0 + rng.standard_t(2, size=6000)
+        values[5000:5400] += 4.0
+        alerts = fed(LevelShiftDetector(), values)
+        false_rows += int(alerts[400:5000].sum())
+        found += bool(alerts[5000:5400].mean() > 0.8)
+    assert found >= 8
+    assert false_rows <= 0.001 * 10 * 4600
