@@ -65,6 +65,7 @@ PLUMBING: Mapping[str, str] = {
     f"{_M}lasting:CARRIED": "layout",
     f"{_M}level:TINY": "guard",
     f"{_M}level:CARRY": "layout",
+    f"{_M}level:FEW_READINGS": "speed",
     f"{_M}profile:HOUR_MS": "unit",
     f"{_M}tail:BIN_WIDTH": "bins",
     f"{_M}tail:LINEAR_TOP": "bins",

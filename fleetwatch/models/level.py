@@ -98,6 +98,9 @@ from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise,
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 TINY = 1e-12
+FEW_READINGS = 16
+"""Up to this many readings, :func:`cleaned_average` runs its recursion in plain floats: the
+numpy calls of the vectorised average cost more than the loop over so few."""
 CARRY = 5
 """``[e, alerting, peak, low, side]`` per metric after the last reading: the average, whether it
 alerted, the peak ``|z|`` of the alert under way (0: none), for how many readings it has been
@@ -568,18 +571,25 @@ def cleaned_average(
     shift is followed whole from its second reading, and a return to the expected level at
     once. Without a reading out of bounds, the average is :func:`moving_average`'s."""
     e0, side0 = start
+    if r.size <= FEW_READINGS:  # a scorer's batch: the recursion costs less than the arrays
+        return _cleaned_from([], r.tolist(), cap.tolist(), lam, e0, side0)
     e = moving_average(r, lam, e0)
-    if r.size == 0:
-        return e, side0
     before = np.concatenate([[e0], e[:-1]])
     out_of = (r > np.maximum(before, 0.0) + cap) | (r < np.minimum(before, 0.0) - cap)
     if not out_of.any():
         return e, 0
     first = int(out_of.argmax())
-    prev = float(before[first])
+    head = e[:first].tolist()
     side = side0 if first == 0 else 0
-    values, caps = r[first:].tolist(), cap[first:].tolist()
-    out = e[:first].tolist()
+    return _cleaned_from(head, r[first:].tolist(), cap[first:].tolist(), lam, before[first], side)
+
+
+def _cleaned_from(
+    out: list[float], values: list[float], caps: list[float], lam: float, e: float, side: int
+) -> tuple[FloatArray, int]:
+    """:func:`cleaned_average`'s recursion over ``values`` from the average ``e`` and the
+    ``side`` of the reading before, appended to ``out``."""
+    prev = float(e)
     for x, c in zip(values, caps, strict=True):
         low, high = min(prev, 0.0) - c, max(prev, 0.0) + c
         now = 1 if x > high else -1 if x < low else 0
