@@ -76,8 +76,8 @@ class ScoringMemory:
     """Metric → the carried sums of its local line after those readings
     (:mod:`~fleetwatch.models.trend`)."""
     levels: dict[str, list[float]] = field(default_factory=dict)
-    """Metric → the level detector's average after those readings and whether it was alerting
-    (:mod:`~fleetwatch.models.level`)."""
+    """Metric → what the level detector's average carries past those readings: the average,
+    its alert under way and its last reading's side (:data:`~fleetwatch.models.level.CARRY`)."""
     joint: list[float] = field(default_factory=list)
     """What the joint member's evidence of a lasting break carries on from those readings (the
     surprise at the last with every metric and the capped residual energies before it,

@@ -16,10 +16,11 @@ the expected level and the average counts as that far, unless the reading before
 as far on the same side: a level that moved, not a lone shock. The single readings' spread is
 the one the average's learned spread implies (``scale · sqrt((2 - lam) / lam)``). A Gaussian
 stream's readings are out with probability ``ALERT_P``, so its average is the plain EWMA; a
-lone heavy-tailed reading moves the average ``ALERT_Z · sqrt(lam (2 - lam))`` (2.1) of its
-spreads at most, under any threshold (``min_z`` 4.5): a shock is the seasonal member's to
-judge, and the average, its spread and its tail stay those of the level. A shift counts whole
-from its second reading, and a return to the expected level at once.
+lone heavy-tailed reading takes the average at most ``ALERT_Z · sqrt(lam (2 - lam))`` (2.1) of
+its spreads past the expected level or the average before it, whichever is further out: from a
+calm average, under any threshold (``min_z`` 4.5). A shock is the seasonal member's to judge,
+and the average, its spread and its tail stay those of the level. A shift counts whole from its
+second reading, and a return to the expected level at once.
 
 Calibration (:mod:`~fleetwatch.models.tail`): ``|z|`` is compared with the stream's own history:
 the threshold is the level that the metric's excursions of ``|z|`` pass ``false_alerts_per_day``
@@ -63,8 +64,9 @@ and the return from it alerts again; longer, a lasting consequence of a fault (a
 cooler after it) alerts for as long as it lasts, and with ``None`` for ever. The default outlasts
 a fault of a few minutes (SKAB's last about 400 s each).
 
-Memory: the average, the alerting flag, the alert's peak and how long it has been low enough to
-release, of each metric, are carried past every batch — in the parameters, and in the scorer's
+Memory: the average, the alerting flag, the alert's peak, how long it has been low enough to
+release and the side its last reading lay out of the cleaning's bounds, of each metric, are
+carried past every batch — in the parameters, and in the scorer's
 :class:`~fleetwatch.models.base.ScoringMemory` (``levels``) — so
 a stream scores the same in one batch or many. Learning in mini-batches: the profile's sums are
 the same as in one batch; the average's spread, the tail and the carried average are computed
@@ -138,6 +140,12 @@ class Judged(NamedTuple):
     """``inf`` while the metric has too little history to be scored."""
     side: int
     """The side its last reading lay out of the cleaning's bounds (:func:`cleaned_average`)."""
+    residual: FloatArray
+    """Each reading less its expected value: what the average takes in."""
+    known: BoolArray
+    """Readings in a state the fleet knows, which the average skips."""
+    cap: FloatArray
+    """The cleaning's bound of each reading (:func:`cleaned_average`)."""
 
 
 def moving_average(r: FloatArray, lam: float, start: float) -> FloatArray:
@@ -263,14 +271,16 @@ class LevelShiftDetector(ProfileDetector):
             expected = mean[rows] + self.offset[m]
             known = self._known(m, batch.value[rows], expected, std[rows])
             scale = self._scale(m)
-            cap = ALERT_Z * self._reading_spread(m, scale, std[rows])
-            e, side = _skipping(batch.value[rows] - expected, known, self.lam, (e0, side0), cap)
+            cap = ALERT_Z * self._reading_spread(m, std[rows])
+            r = batch.value[rows] - expected
+            e, side = _skipping(r, known, self.lam, (e0, side0), cap)
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
                 quiet = np.zeros(rows.size)
                 none = np.zeros(rows.size, np.int64)
                 out[m] = Judged(
-                    rows, expected, e, quiet, quiet.astype(bool), quiet, none, math.inf, side
-                )
+                    rows, expected, e, quiet, quiet.astype(bool), quiet, none, math.inf, side,
+                    r, known, cap,
+                )  # fmt: skip
                 continue
             z = np.abs(e) / max(scale, TINY)
             threshold = self._threshold(m, k)
@@ -279,7 +289,9 @@ class LevelShiftDetector(ProfileDetector):
             low = self.stay * threshold
             on = (on0, peak0, fallen0)
             alerting, peak, fallen = alerts_of(z, threshold, low, on, self.release, self._hold())
-            out[m] = Judged(rows, expected, e, z, alerting, peak, fallen, threshold, side)
+            out[m] = Judged(
+                rows, expected, e, z, alerting, peak, fallen, threshold, side, r, known, cap
+            )
         return out
 
     def _in_known_state(self, batch: Batch) -> BoolArray:
@@ -296,13 +308,13 @@ class LevelShiftDetector(ProfileDetector):
             out[rows] = self._known(m, batch.value[rows], expected, std[rows])
         return out
 
-    def _reading_spread(self, m: int, scale: float, std: FloatArray) -> FloatArray:
+    def _reading_spread(self, m: int, std: FloatArray) -> FloatArray:
         """The spread of metric ``m``'s single readings about their level, as its average's
-        learned ``scale`` implies it (``scale · sqrt((2 - lam) / lam)``: independent readings
-        of that spread average to it); before the average has one, the profile's ``std`` (not
-        below what its grid allows)."""
-        if scale > 0:
-            return np.full(std.size, scale * math.sqrt(self._span()))
+        learned spread implies it (``scale · sqrt((2 - lam) / lam)``: independent readings of
+        that spread average to it) once that spread has the ``2 / lam`` readings its tail
+        waits for; before, the profile's ``std`` (not below what its grid allows)."""
+        if self.spread[m, 0] >= 2.0 / self.lam:
+            return np.full(std.size, self._scale(m) * math.sqrt(self._span()))
         steps = self.grid.steps()
         return floor_std(std, float(steps[m]) if m < steps.size else 0.0)
 
@@ -416,7 +428,9 @@ class LevelShiftDetector(ProfileDetector):
         keep = keep.copy()
         for m, j in judged.items():
             self.tails[m].excursions(j.z, j.threshold)
-            self._adopt(m, j.rows, batch.event_ms, keep, j.average)
+            adopted = self._adopt(m, j.rows, batch.event_ms, keep, j.average)
+            if adopted is not None:
+                judged[m] = self._reframed(j, adopted)
         shifted = batch.value - self._offsets(batch)
         # a reading in a state the fleet knows is not one of the profile's level, warm or not
         own = keep & ~self._in_known_state(batch)
@@ -491,10 +505,10 @@ class LevelShiftDetector(ProfileDetector):
         event_ms: npt.NDArray[np.int64],
         keep: BoolArray,
         e: FloatArray,
-    ) -> None:
+    ) -> int | None:
         """Once metric ``m`` has been excluded for ``adopt_s`` without a break, its average
-        becomes its offset and its later rows of the batch are learned (``keep``, ``e`` are
-        updated in place)."""
+        becomes its offset and its later rows of the batch are learned (``keep`` is updated in
+        place); the index among ``rows`` where it did (``None``: not in this batch)."""
         since = self.excluded_since[m]
         for i, row in enumerate(rows.tolist()):
             if keep[row]:
@@ -505,11 +519,24 @@ class LevelShiftDetector(ProfileDetector):
                 since = t
             if self.adopt_s is not None and t - since >= self._adopt_ms(m):
                 self.offset[m] += float(e[i])
-                e[i:] -= e[i]
                 keep[rows[i:]] = True
-                since = None
-                break
+                self.excluded_since[m] = None
+                return i
         self.excluded_since[m] = since
+        return None
+
+    def _reframed(self, j: Judged, i: int) -> Judged:
+        """``j`` after its average was adopted at its ``i``-th reading: the average there is 0
+        on the new level, and the readings after it are averaged and cleaned on that level,
+        as they would have been in a batch that began after the adoption."""
+        e = j.average.copy()
+        shift = float(e[i])
+        after, side = _skipping(
+            j.residual[i + 1 :] - shift, j.known[i + 1 :], self.lam, (0.0, 0), j.cap[i + 1 :]
+        )
+        e[i] = 0.0
+        e[i + 1 :] = after
+        return j._replace(average=e, side=side)
 
     def _adopt_ms(self, m: int) -> float:
         """How long metric ``m`` must have been excluded before its average is adopted:
@@ -567,9 +594,10 @@ def cleaned_average(
     ``lo_t = min(e_(t-1), 0) - cap_t`` and ``hi_t = max(e_(t-1), 0) + cap_t`` (Huber's ψ on the
     one-step error: the robust exponential smoothing of Gelper, Fried and Croux 2010). One out
     on the same side as the reading before it is no lone shock but a level that moved, and
-    counts whole. So one reading, however far, moves the average ``lam · cap`` at most; a
-    shift is followed whole from its second reading, and a return to the expected level at
-    once. Without a reading out of bounds, the average is :func:`moving_average`'s."""
+    counts whole. So one reading, however far, takes the average ``lam · cap`` at most past the
+    expected level or the average before it, whichever is further out; a shift is followed
+    whole from its second reading, and a return to the expected level at once. Without a
+    reading out of bounds, the average is :func:`moving_average`'s."""
     e0, side0 = start
     if r.size <= FEW_READINGS:  # a scorer's batch: the recursion costs less than the arrays
         return _cleaned_from([], r.tolist(), cap.tolist(), lam, e0, side0)

@@ -6,6 +6,8 @@ survives a round trip."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from fleetwatch.models import params
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.errors import HyperParameterError
-from fleetwatch.models.level import LevelShiftDetector, cleaned_average, moving_average
+from fleetwatch.models.level import LevelShiftDetector, _skipping, cleaned_average, moving_average
 from fleetwatch.models.registry import load_params
 from fleetwatch.models.tail import StreamTail
 
@@ -266,3 +268,64 @@ def test_heavy_tailed_shocks_do_not_lift_the_level_and_a_shift_stands_out() -> N
         found += bool(alerts[5000:5400].mean() > 0.8)
     assert found >= 8
     assert false_rows <= 0.001 * 10 * 4600
+
+
+def test_an_adoption_mid_batch_carries_what_a_batch_after_it_would() -> None:
+    """A step adopted as the new normal within a batch: the rest of the batch is averaged on
+    the new level, so a last reading back at the old level is one lone reading there, in one
+    batch as in a batch split just after the adoption."""
+    rng = np.random.default_rng(4)
+    values = rng.normal(10.0, 1.0, 2650)
+    values[2000:] += 20.0
+    values[-1] = 10.0  # back at the old level, once
+    before = LevelShiftDetector()
+    fed(before, values[:2600])
+    assert before.offset[0] == 0.0, "not adopted before the batch"
+    whole = copy.deepcopy(before)
+    fed_from(whole, values, 2600, 2650)
+    assert whole.offset[0] != 0.0, "adopted within the batch"
+    for cut in range(2601, 2650):
+        split = copy.deepcopy(before)
+        fed_from(split, values, 2600, cut)
+        if split.offset[0] != 0.0:
+            break
+    fed_from(split, values, cut, 2650)
+    assert split.offset[0] == whole.offset[0]
+    np.testing.assert_allclose(whole.carry[0][[0, 4]], split.carry[0][[0, 4]], atol=0.01)
+    assert whole.carry[0][4] == -1, "the last reading was out below"
+
+
+def fed_from(detector: LevelShiftDetector, values: np.ndarray, lo: int, hi: int) -> None:
+    """Readings ``lo`` to ``hi`` scored and learned as one batch."""
+    part = stream(values[lo:hi], lo)
+    detector.learn(part, exclude=detector.score(part).alert)
+
+
+def test_older_carries_load_with_their_last_reading_within() -> None:
+    rng = np.random.default_rng(9)
+    detector = LevelShiftDetector()
+    fed(detector, rng.normal(0, 1, 1500))
+    probe = stream(rng.normal(0, 1, 40), 1500)
+    new = detector.to_params()
+    new["state"]["carry"] = [[*row[:4], 0.0] for row in new["state"]["carry"]]
+    four = copy.deepcopy(new)
+    four["state"]["carry"] = [row[:4] for row in four["state"]["carry"]]
+    scored = [load_params(p).score(probe).score for p in (new, four)]
+    np.testing.assert_array_equal(scored[0], scored[1])
+    memory = ScoringMemory(levels={"pressure": [0.3, 0.0, 0.0, 0.0]})
+    again = load_params(new)
+    again.resume(memory)
+    wide = again.score(probe).score
+    again.resume(ScoringMemory(levels={"pressure": [0.3, 0.0, 0.0, 0.0, 0.0]}))
+    np.testing.assert_array_equal(wide, again.score(probe).score)
+
+
+def test_readings_skipped_leave_the_side_of_the_last_one_taken() -> None:
+    r = np.array([0.0, 50.0, 50.0, 0.0, 50.0])
+    cap = np.full(5, 5.0)
+    skip = np.array([False, False, True, True, False])
+    e, side = _skipping(r, skip, 0.1, (0.0, 0), cap)
+    taken, last = cleaned_average(r[~skip], 0.1, (0.0, 0), cap[~skip])
+    np.testing.assert_allclose(e, [taken[0], taken[1], taken[1], taken[1], taken[2]])
+    assert side == last == 1
+    assert taken[2] == pytest.approx(0.9 * taken[1] + 5.0), "out again after skipped ones: whole"

@@ -69,8 +69,8 @@ class DeviceScoringState(TypedDict):
     local_trends: dict[str, list[float]]
     """Metric → the change detector's local line after them (:mod:`fleetwatch.models.trend`)."""
     level_averages: dict[str, list[float]]
-    """Metric → the level detector's average after them and whether it was alerting
-    (:mod:`fleetwatch.models.level`)."""
+    """Metric → what the level detector's average carries past them: the average, its alert
+    under way and its last reading's side (:data:`fleetwatch.models.level.CARRY`)."""
     joint_surprise: list[float]
     """What the PCA member's evidence of a lasting break carries on from the newest readings
     with every metric, ``[]``: none (:mod:`fleetwatch.models.lasting`: a tie broken for one
