@@ -271,7 +271,7 @@ class LevelShiftDetector(ProfileDetector):
             expected = mean[rows] + self.offset[m]
             known = self._known(m, batch.value[rows], expected, std[rows])
             scale = self._scale(m)
-            cap = ALERT_Z * self._reading_spread(m, std[rows])
+            cap = ALERT_Z * self._reading_spread(m, scale, std[rows])
             r = batch.value[rows] - expected
             e, side = _skipping(r, known, self.lam, (e0, side0), cap)
             if self.tails[m].summary.weight < MIN_HISTORY or scale <= 0:
@@ -308,13 +308,14 @@ class LevelShiftDetector(ProfileDetector):
             out[rows] = self._known(m, batch.value[rows], expected, std[rows])
         return out
 
-    def _reading_spread(self, m: int, std: FloatArray) -> FloatArray:
+    def _reading_spread(self, m: int, scale: float, std: FloatArray) -> FloatArray:
         """The spread of metric ``m``'s single readings about their level, as its average's
-        learned spread implies it (``scale · sqrt((2 - lam) / lam)``: independent readings of
-        that spread average to it) once that spread has the ``2 / lam`` readings its tail
-        waits for; before, the profile's ``std`` (not below what its grid allows)."""
+        learned spread ``scale`` (:meth:`_scale`) implies it (``scale · sqrt((2 - lam) /
+        lam)``: independent readings of that spread average to it) once that spread has the
+        ``2 / lam`` readings its tail waits for; before, the profile's ``std`` (not below what
+        its grid allows)."""
         if self.spread[m, 0] >= 2.0 / self.lam:
-            return np.full(std.size, self._scale(m) * math.sqrt(self._span()))
+            return np.full(std.size, scale * math.sqrt(self._span()))
         steps = self.grid.steps()
         return floor_std(std, float(steps[m]) if m < steps.size else 0.0)
 
