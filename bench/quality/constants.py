@@ -86,7 +86,6 @@ PLUMBING: Mapping[str, str] = {
     f"{_S}readings:_NAN": "sentinel",
     f"{_S}readings:_INT64_MIN": "wire",
     f"{_S}readings:UNKNOWN": "sentinel",
-    "fleetwatch.fleet.tails:MAX_ROUNDS": "bound",
     "fleetwatch.fleet.tracking:_MAX_PARAMS_PER_REQUEST": "wire",
     "fleetwatch.fleet.tracking:_MAX_PARAM_CHARS": "wire",
     f"{_F}columns:EPOCH_SECONDS_BELOW": "parsing",

@@ -10,10 +10,10 @@ seasonal member's ``|z|`` is the same case.
 
 Pooling, per member kind and metric of a scope: every device whose tail has ``POOLED_FROM``
 values adds its body's histogram, the readings its excursions were taken from, and its
-excursion peaks, those *past its own threshold in force* censored there: such a peak was an
-alert, a fault as often as not, so its value is not taken (one device's fault must not teach
-the fleet that faults are normal), only that the peak passed the threshold; where past it the
-pool's own fitted tail puts it (:func:`_completed`). The sum is one :class:`StreamTail` — the
+excursion peaks, those *past its own threshold* censored there: such a peak was an alert, a
+fault as often as not, so its value is not taken (one device's fault must not teach the fleet
+that faults are normal), only that it passed the threshold; where past it lies is what the
+tail of the other peaks says (:func:`_completed`). The sum is one :class:`StreamTail` — the
 excursions of one stream that read as long as all of them — with the devices' median interval
 between readings.
 
@@ -55,7 +55,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,7 +64,7 @@ from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.states import PooledTail
-from fleetwatch.models.tail import BINS, EDGES, StreamTail, Tail, bin_of
+from fleetwatch.models.tail import BINS, EDGES, StreamTail, bin_of
 
 POOLED_FROM = 30.0
 """Values of history a device's tail needs to be pooled: well under ``MIN_HISTORY`` (200, some
@@ -72,9 +72,6 @@ four minutes at 1 Hz), so that a fleet started together has a pool in its first 
 its heavy-tailed streams' shocks pass ``EARLY_Z`` of their young spread: a hundred devices' 30
 values each are thousands. A young tail adds its body only: its excursions are not counted
 before ``MIN_HISTORY``."""
-
-MAX_ROUNDS = 50
-"""A bound on :func:`_completed`'s refits, which settle within about ten."""
 
 POOLED: tuple[type[Detector], ...] = (LevelShiftDetector, SeasonalBaseline)
 """The member kinds whose tails the fleet pools."""
@@ -162,8 +159,18 @@ def _states(seasonal: list[SeasonalBaseline]) -> dict[str, list[list[float]]]:
     return out
 
 
+class _Member(NamedTuple):
+    """One device's stream as the pool takes it."""
+
+    tail: StreamTail
+    below: np.ndarray
+    """Its excursion peaks below the bin of its own threshold."""
+    past: tuple[int, float]
+    """The bin of its own threshold and the weight of its peaks from that bin up (0: none)."""
+
+
 def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
-    members: dict[str, list[tuple[StreamTail, np.ndarray, tuple[float, float]]]] = defaultdict(list)
+    members: dict[str, list[_Member]] = defaultdict(list)
     for params in device_params:
         member = member_params(params, cls.kind)
         if member is None:
@@ -172,28 +179,27 @@ def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[s
             if tail.summary.weight < POOLED_FROM or tail.interval_ms <= 0:
                 continue
             below = tail.peaks.copy()
-            past = 0.0
+            past = (0, 0.0)
             if math.isfinite(own):
-                past = float(below[int(bin_of(own)) :].sum())
-                below[int(bin_of(own)) :] = 0.0
-            members[name].append((tail, below, (own, past)))
+                k = int(bin_of(own))
+                past = (k, float(below[k:].sum()))
+                below[k:] = 0.0
+            members[name].append(_Member(tail, below, past))
     return {name: _pooled(members[name]) for name in sorted(members)}
 
 
-def _pooled(members: list[tuple[StreamTail, np.ndarray, tuple[float, float]]]) -> dict[str, Any]:
-    """One metric's pooled tail state from its devices' ``(tail, peaks below its threshold,
-    (threshold, weight of its peaks past it))``: all but the :func:`~fleetwatch.fleet.pca.left_out`
-    widest tails (by their body's mean above its ``1 - P_BODY`` quantile), each histogram weighing
-    at most the median device's.
+def _pooled(members: list[_Member]) -> dict[str, Any]:
+    """One metric's pooled tail state from its devices' streams: all but the
+    :func:`~fleetwatch.fleet.pca.left_out` widest tails (by their body's mean above its
+    ``1 - P_BODY`` quantile), each histogram weighing at most the median device's.
 
-    A peak past its device's threshold was an alert, a fault as often as not: its value says
-    nothing of the noise, but that the noise's peak passed that threshold does. It is a
-    right-censored peak, not a missing one: dropped, the peaks of a heavy tail lose the few
-    highest that show its shape, and the pool fits a lighter tail than any of its devices (a
-    Student-t(2) stream's ``|z|``: shape 0.39 pooled, against 0.49 from the same peaks whole).
-    So each keeps its weight, spread above its threshold as the pool's own fitted tail says a
-    peak past it lies (:func:`_completed`)."""
-    tails = [tail for tail, _, _ in members]
+    A peak past its device's own threshold was an alert, a fault as often as not: its value
+    says nothing of the noise, but that the noise's peak passed the threshold's bin does. It is
+    a right-censored peak, not a missing one: dropped, the peaks of a heavy tail lose the few
+    highest that show its shape, and the pool fits a lighter tail than its devices have. So each
+    keeps its weight, spread above its bin's lower edge as the tail fitted to the peaks below
+    the thresholds says a peak past that edge lies (:func:`_completed`)."""
+    tails = [m.tail for m in members]
     widths = [tail.summary.tail().u + tail.summary.tail().scale_exp for tail in tails]
     order = np.argsort(-np.asarray(widths), kind="stable")
     kept = sorted(order[left_out(len(members)) :].tolist())
@@ -201,16 +207,15 @@ def _pooled(members: list[tuple[StreamTail, np.ndarray, tuple[float, float]]]) -
     counted = [tail.readings for tail in tails if tail.readings > 0]
     readings = float(np.median(counted)) if counted else 0.0
     counts, peaks, total = np.zeros(BINS), np.zeros(BINS), 0.0
-    censored: list[tuple[float, float]] = []
+    censored = np.zeros(BINS)
     for i in kept:
-        tail, below, (own, past) = members[i]
+        tail, below, (k, past) = members[i]
         counts += tail.summary.counts * min(1.0, body / tail.summary.weight)
         if tail.readings > 0:  # its peaks and readings scaled alike: its rate of peaks kept
             scale = min(1.0, readings / tail.readings)
             peaks += below * scale
             total += tail.readings * scale
-            if past > 0:
-                censored.append((own, past * scale))
+            censored[k] += past * scale
     out = {
         "counts": counts.tolist(),
         "peaks": peaks.tolist(),
@@ -221,49 +226,39 @@ def _pooled(members: list[tuple[StreamTail, np.ndarray, tuple[float, float]]]) -
         "halflife": tails[-1].summary.halflife,
         "prior": tails[-1].prior,
     }
-    if censored:
-        out["peaks"] = _completed(out, peaks, censored).tolist()
+    if censored.any():
+        out["peaks"] = _completed(out, censored).tolist()
     return out
 
 
-def _completed(
-    state: dict[str, Any], peaks: np.ndarray, censored: list[tuple[float, float]]
-) -> np.ndarray:
-    """``peaks`` with each censored ``(level, weight)`` spread over the bins above ``level`` as
-    the tail fitted to the result says a peak past ``level`` lies: the self-consistent
-    (expectation-maximisation) completion of a censored sample, refitted until the fit no
-    longer moves. A censored peak below the fit's start stays at its level."""
+def _completed(state: dict[str, Any], censored: np.ndarray) -> np.ndarray:
+    """The pooled ``state``'s peaks with the ``censored`` weight (per bin: peaks known only to
+    lie at or past its lower edge) spread over the bins from there up as the tail fitted to the
+    uncensored peaks says a peak past that edge lies; piled at its bin where those peaks are too
+    few to fit, or the bin lies below the fit's start. Spread once by that fit, the censored
+    peaks add their count to the tail, never a shape of their own making."""
     pooled = StreamTail.load(float(state["halflife"]), state, float(state["prior"]))
-    fit: tuple[float, float, float] | None = None
-    out = peaks.copy()
-    for _ in range(MAX_ROUNDS):
-        out = peaks.copy()
-        for level, weight in censored:
-            out += weight * _past(level, fit)
-        pooled.peaks = out
-        if not pooled.knows_excursions():
-            return out
-        now = pooled.peaks_tail()
-        if fit is not None and np.allclose(now, fit, rtol=1e-6, atol=0.0):
-            break
-        fit = now
+    out = pooled.peaks.copy()
+    fit = pooled.peaks_tail() if pooled.knows_excursions() else None
+    for k in np.flatnonzero(censored).tolist():
+        out += censored[k] * _past(k, fit)
     return out
 
 
-def _past(level: float, fit: tuple[float, float, float] | None) -> np.ndarray:
-    """The share of each bin in where a peak past ``level`` lies under ``fit`` (the generalised
-    Pareto tail ``(start, shape, scale)`` of the peaks; ``None``, or a level below its start:
-    all at the level's bin)."""
+def _past(k: int, fit: tuple[float, float, float] | None) -> np.ndarray:
+    """Per bin, the probability that a peak at or past ``EDGES[k]`` lies there under ``fit``
+    (the generalised Pareto tail ``(start, shape, scale)`` of the peaks); all in bin ``k``
+    without a fit or below its start."""
     out = np.zeros(BINS)
-    k = int(bin_of(level))
-    if fit is None or level < fit[0]:
+    if fit is None or EDGES[k] < fit[0]:
         out[k] = 1.0
         return out
     start, shape, scale = fit
-    edges = np.maximum(EDGES[k : BINS + 1], level)
-    survival = np.exp(-Tail(start, shape, scale, np.empty(0)).nats_above(edges))
+    y = (EDGES[k : BINS + 1] - start) / scale
+    nats = np.log1p(shape * y) / shape if shape > 0 else y
+    survival = np.exp(nats[0] - nats)  # relative to the edge: no underflow however far out
     survival[-1] = 0.0  # the last bin holds all beyond
-    out[k:] = (survival[:-1] - survival[1:]) / survival[0]
+    out[k:] = survival[:-1] - survival[1:]
     return out
 
 
