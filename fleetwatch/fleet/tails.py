@@ -10,12 +10,10 @@ seasonal member's ``|z|`` is the same case.
 
 Pooling, per member kind and metric of a scope: every device whose tail has ``POOLED_FROM``
 values adds its body's histogram, the readings its excursions were taken from, and its
-excursion peaks, those *past its own threshold* censored there: such a peak was an alert, a
-fault as often as not, so its value is not taken (one device's fault must not teach the fleet
-that faults are normal), only that it passed the threshold; where past it lies is what the
-tail of the other peaks says (:func:`_completed`). The sum is one :class:`StreamTail` — the
-excursions of one stream that read as long as all of them — with the devices' median interval
-between readings.
+excursion peaks *below its own threshold in force* (a peak past it was an alert, a fault as
+often as not: one device's fault must not teach the fleet that faults are normal). The sum is one
+:class:`StreamTail` — the excursions of one stream that read as long as all of them — with the
+devices' median interval between readings.
 
 No one device can skew the sum, as none can the pooled moments (:mod:`~fleetwatch.fleet.pca`):
 each device's body, and its peaks with the readings they came from, weigh at most the median
@@ -55,7 +53,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +62,7 @@ from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.states import PooledTail
-from fleetwatch.models.tail import BINS, EDGES, StreamTail, bin_of
+from fleetwatch.models.tail import BINS, StreamTail, bin_of
 
 POOLED_FROM = 30.0
 """Values of history a device's tail needs to be pooled: well under ``MIN_HISTORY`` (200, some
@@ -159,18 +157,8 @@ def _states(seasonal: list[SeasonalBaseline]) -> dict[str, list[list[float]]]:
     return out
 
 
-class _Member(NamedTuple):
-    """One device's stream as the pool takes it."""
-
-    tail: StreamTail
-    below: np.ndarray
-    """Its excursion peaks below the bin of its own threshold."""
-    past: tuple[int, float]
-    """The bin of its own threshold and the weight of its peaks from that bin up (0: none)."""
-
-
 def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
-    members: dict[str, list[_Member]] = defaultdict(list)
+    members: dict[str, list[tuple[StreamTail, np.ndarray]]] = defaultdict(list)
     for params in device_params:
         member = member_params(params, cls.kind)
         if member is None:
@@ -179,27 +167,17 @@ def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[s
             if tail.summary.weight < POOLED_FROM or tail.interval_ms <= 0:
                 continue
             below = tail.peaks.copy()
-            past = (0, 0.0)
             if math.isfinite(own):
-                k = int(bin_of(own))
-                past = (k, float(below[k:].sum()))
-                below[k:] = 0.0
-            members[name].append(_Member(tail, below, past))
+                below[int(bin_of(own)) :] = 0.0
+            members[name].append((tail, below))
     return {name: _pooled(members[name]) for name in sorted(members)}
 
 
-def _pooled(members: list[_Member]) -> dict[str, Any]:
-    """One metric's pooled tail state from its devices' streams: all but the
-    :func:`~fleetwatch.fleet.pca.left_out` widest tails (by their body's mean above its
-    ``1 - P_BODY`` quantile), each histogram weighing at most the median device's.
-
-    A peak past its device's own threshold was an alert, a fault as often as not: its value
-    says nothing of the noise, but that the noise's peak passed the threshold's bin does. It is
-    a right-censored peak, not a missing one: dropped, the peaks of a heavy tail lose the few
-    highest that show its shape, and the pool fits a lighter tail than its devices have. So each
-    keeps its weight, spread above its bin's lower edge as the tail fitted to the peaks below
-    the thresholds says a peak past that edge lies (:func:`_completed`)."""
-    tails = [m.tail for m in members]
+def _pooled(members: list[tuple[StreamTail, np.ndarray]]) -> dict[str, Any]:
+    """One metric's pooled tail state from its devices' ``(tail, peaks below its threshold)``:
+    all but the :func:`~fleetwatch.fleet.pca.left_out` widest tails (by their body's mean above
+    its ``1 - P_BODY`` quantile), each histogram weighing at most the median device's."""
+    tails = [tail for tail, _ in members]
     widths = [tail.summary.tail().u + tail.summary.tail().scale_exp for tail in tails]
     order = np.argsort(-np.asarray(widths), kind="stable")
     kept = sorted(order[left_out(len(members)) :].tolist())
@@ -207,16 +185,14 @@ def _pooled(members: list[_Member]) -> dict[str, Any]:
     counted = [tail.readings for tail in tails if tail.readings > 0]
     readings = float(np.median(counted)) if counted else 0.0
     counts, peaks, total = np.zeros(BINS), np.zeros(BINS), 0.0
-    censored = np.zeros(BINS)
     for i in kept:
-        tail, below, (k, past) = members[i]
+        tail, below = members[i]
         counts += tail.summary.counts * min(1.0, body / tail.summary.weight)
         if tail.readings > 0:  # its peaks and readings scaled alike: its rate of peaks kept
             scale = min(1.0, readings / tail.readings)
             peaks += below * scale
             total += tail.readings * scale
-            censored[k] += past * scale
-    out = {
+    return {
         "counts": counts.tolist(),
         "peaks": peaks.tolist(),
         "readings": total,
@@ -226,40 +202,6 @@ def _pooled(members: list[_Member]) -> dict[str, Any]:
         "halflife": tails[-1].summary.halflife,
         "prior": tails[-1].prior,
     }
-    if censored.any():
-        out["peaks"] = _completed(out, censored).tolist()
-    return out
-
-
-def _completed(state: dict[str, Any], censored: np.ndarray) -> np.ndarray:
-    """The pooled ``state``'s peaks with the ``censored`` weight (per bin: peaks known only to
-    lie at or past its lower edge) spread over the bins from there up as the tail fitted to the
-    uncensored peaks says a peak past that edge lies; piled at its bin where those peaks are too
-    few to fit, or the bin lies below the fit's start. Spread once by that fit, the censored
-    peaks add their count to the tail, never a shape of their own making."""
-    pooled = StreamTail.load(float(state["halflife"]), state, float(state["prior"]))
-    out = pooled.peaks.copy()
-    fit = pooled.peaks_tail() if pooled.knows_excursions() else None
-    for k in np.flatnonzero(censored).tolist():
-        out += censored[k] * _past(k, fit)
-    return out
-
-
-def _past(k: int, fit: tuple[float, float, float] | None) -> np.ndarray:
-    """Per bin, the probability that a peak at or past ``EDGES[k]`` lies there under ``fit``
-    (the generalised Pareto tail ``(start, shape, scale)`` of the peaks); all in bin ``k``
-    without a fit or below its start."""
-    out = np.zeros(BINS)
-    if fit is None or EDGES[k] < fit[0]:
-        out[k] = 1.0
-        return out
-    start, shape, scale = fit
-    y = (EDGES[k : BINS + 1] - start) / scale
-    nats = np.log1p(shape * y) / shape if shape > 0 else y
-    survival = np.exp(nats[0] - nats)  # relative to the edge: no underflow however far out
-    survival[-1] = 0.0  # the last bin holds all beyond
-    out[k:] = survival[:-1] - survival[1:]
-    return out
 
 
 def tails_of(params: Mapping[str, Any]) -> dict[str, dict[str, StreamTail]]:

@@ -376,13 +376,13 @@ class StreamTail:
         ``cap``, a generalised Pareto excess of shape ``ξ`` and scale ``s`` over ``v`` is one of
         the same shape and scale ``s + ξ (cap - v)``)."""
         if self.knows_excursions():
-            level, shape, scale = self.peaks_tail()
+            level, shape, scale = self._peaks_tail()
         else:
             tail = self.summary.tail()
             level, shape, scale = tail.u, tail.shape, tail.scale
         return cap + excess(shape, scale + shape * max(cap - level, 0.0), PASSING_ODDS)
 
-    def peaks_tail(self) -> tuple[float, float, float]:
+    def _peaks_tail(self) -> tuple[float, float, float]:
         """Where the fit of the excursion peaks starts (the upper ``P_PEAKS`` of the peaks above
         ``u``, at least ``MIN_PEAKS``: the tail's shape shows far out), and its shape and scale."""
         k = _bin(self.summary.tail().u)
@@ -469,7 +469,7 @@ class StreamTail:
         allowed = budget / (self._per_day() * max(streams, 1))
         if allowed >= rate:
             return max(floor, u)
-        level, shape, scale = self.peaks_tail()
+        level, shape, scale = self._peaks_tail()
         rate *= float(self.peaks[_bin(level) :].sum()) / seen
         if allowed >= rate:
             return max(floor, level)

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from fleetwatch.fleet.publish import pooled_by_scope
-from fleetwatch.fleet.tails import POOLED_FROM, _past, field_of, pool_tails, tails_of
+from fleetwatch.fleet.tails import POOLED_FROM, field_of, pool_tails, tails_of
 from fleetwatch.models.base import Detector
 from fleetwatch.models.level import UNBACKED, LevelShiftDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector
 from fleetwatch.models.seasonal import EARLY_Z, SeasonalBaseline
-from fleetwatch.models.tail import BINS, EDGES, MIN_HISTORY, StreamTail, bin_of
+from fleetwatch.models.tail import MIN_HISTORY, StreamTail, bin_of
 from fleetwatch.streaming.scorer.detectors import borrow_tails, fleet_model
 
 STEP_MS = 1000
@@ -60,10 +60,9 @@ def heavy(n: int, seed: int) -> np.ndarray:
     return 10.0 + np.random.default_rng(seed).standard_t(2, n)
 
 
-def test_the_streams_are_summed_their_alerts_censored_and_the_newest_ones_skipped() -> None:
+def test_the_streams_are_summed_their_alerts_left_out_and_the_newest_ones_skipped() -> None:
     """Two streams pooled (of three or more, the widest is left out: ``test_fleet_robust``),
-    each histogram weighing at most the median stream's; a peak past its stream's threshold
-    is censored there (its weight kept, spread above it by the pool's fit)."""
+    each histogram weighing at most the median stream's."""
     grown = fed(heavy(3000, 1))
     alerted = grown.own_threshold(grown.tails[0], 1)
     grown.tails[0].peaks[int(bin_of(3.0 * alerted))] += 1.0  # an alert's excursion
@@ -87,12 +86,9 @@ def test_the_streams_are_summed_their_alerts_censored_and_the_newest_ones_skippe
     assert tail.interval_ms == pytest.approx(1000.0, rel=0.01)
     own = grown.own_threshold(grown.tails[0], 1)
     assert int(bin_of(3.0 * alerted)) >= int(bin_of(own)), "the alert's peak passes the threshold"
-    k = int(bin_of(own))
-    below = grown.tails[0].peaks[:k]
-    assert np.allclose(tail.peaks[:k], below), "every peak below it is in the pool as it was"
-    past = grown.tails[0].peaks[k:].sum()
-    assert tail.peaks[k:].sum() == pytest.approx(past), "a peak past it is kept, censored"
-    assert tail.peaks[int(bin_of(3.0 * alerted))] < 1.0, "not at the alert's own value"
+    assert tail.peaks[int(bin_of(own)) :].sum() == 0.0, "no alert is in the pool"
+    below = grown.tails[0].peaks[: int(bin_of(own))].sum()
+    assert tail.peaks.sum() == pytest.approx(below), "every peak below it is"
 
 
 def test_a_stream_is_held_to_the_fleet_tail_at_any_age() -> None:
@@ -269,32 +265,3 @@ def test_a_second_regime_is_held_to_the_fleets_tail_too() -> None:
     machine.borrow_tails(pooled)
     assert machine._bar(pooled["p"], 1) > machine._bar(machine.alt_tails[0], 1)
     assert machine.score(far).alert.all()
-
-
-@pytest.mark.parametrize(
-    ("k", "fit"),
-    [
-        (int(bin_of(6.0)), (2.0, 0.5, 1.0)),  # a heavy tail
-        (int(bin_of(300.0)), (2.125, 0.0, 0.125)),  # an exponential one, thousands of scales on
-        (BINS - 1, (2.0, 0.3, 1.0)),  # the last bin
-    ],
-)
-def test_a_censored_peak_is_spread_past_its_bin_as_the_fit_says(
-    k: int, fit: tuple[float, float, float]
-) -> None:
-    """Where a peak known only to lie past a bin's lower edge goes: shares of one, none below
-    the bin, falling with distance, finite however far past the fit's start the edge lies."""
-    shares = _past(k, fit)
-    assert np.isfinite(shares).all()
-    assert shares.sum() == pytest.approx(1.0)
-    assert shares[:k].sum() == 0.0
-    density = shares[k:-1] / np.diff(EDGES)[k:-1]  # the last bin holds all beyond it
-    assert np.all(np.diff(density) <= 1e-12)
-
-
-def test_without_a_fit_or_below_its_start_a_censored_peak_stays_at_its_bin() -> None:
-    k = int(bin_of(3.0))
-    for fit in (None, (5.0, 0.2, 1.0)):
-        shares = _past(k, fit)
-        assert shares[k] == 1.0
-        assert shares.sum() == 1.0
