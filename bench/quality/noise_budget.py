@@ -26,7 +26,11 @@ An alert is an episode: a run of consecutive alerting rows of one device (file m
 ``alert`` is "an alert of the device is open here", so a run is one alert from open to
 resolve). Printed per shape: alerts per device-day over the whole run and after the first day
 (once the detector has learned), and the share of alerting rows, for each budget of
-``--budgets`` (``score.false_alerts_per_device_day``; default 1).
+``--budgets`` (``score.false_alerts_per_device_day``; default 1). Each rate comes with its exact
+95 % Poisson interval over the ``--devices`` times ``--days`` device-days, and the budget is
+*broken* where the whole interval lies above it, *held* where it lies at or below it, else
+*undecided* (:mod:`~fleetwatch.evaluation.rates`): a budget of 1 a day needs some 20
+device-days, one of 0.01 some 400, before a shape on budget can be told from one over it.
 
     python bench/quality/noise_budget.py [--days 7] [--devices 5] [--seed 0] [--chunk-rows 50]
         [--budgets 1,0.1,0.01] [--device-calibration] [--detectors KIND[,KIND...]]
@@ -35,10 +39,11 @@ resolve). Printed per shape: alerts per device-day over the whole run and after 
 
 Last line: {"shapes": {shape: alerts_per_device_day}, "budget": the first budget, "worst":
 shape, "over_budget": [shapes], "after_day1": {shape: alerts_per_device_day},
-"alert_row_share": {shape: share}, "by_budget": {budget: {"shapes", "after_day1",
-"over_budget", "worst_ratio" (the worst shape's rate over the budget)}}, "detectors", "fleet",
-"metrics", "join_days", "days", "devices", "rows", "rows_per_s", "seconds", "loadavg_1m" (at
-the start), "loadavg_1m_end"}
+"alert_row_share": {shape: share}, "exposure_device_days", "by_budget": {budget: {"shapes",
+"intervals": {shape: [low, high]}, "broken", "undecided" (shapes), "after_day1", "over_budget"
+(rate above the budget), "worst_ratio" (the worst shape's rate over the budget)}}, "detectors",
+"fleet", "metrics", "join_days", "days", "devices", "rows", "rows_per_s", "seconds",
+"loadavg_1m" (at the start), "loadavg_1m_end"}
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # see bench/common
 
 from bench.common import write_results
 from fleetwatch.evaluation.detections import run_starts
+from fleetwatch.evaluation.rates import rate_interval, verdict
 from fleetwatch.filemode.scoring import DEFAULT_CHUNK_ROWS, detect_frame
 from fleetwatch.models.registry import Tuning, detector_factory
 
@@ -147,6 +153,14 @@ def episodes_per_device(
     return float(sum(int(run_starts(device).sum()) for device in per)) / devices
 
 
+def judge(rate: float, exposure: float, budget: float) -> tuple[tuple[float, float], str]:
+    """A shape's rate of alerts a device-day over ``exposure`` device-days: its exact 95 %
+    interval and whether ``budget`` is held, broken or undecided by it
+    (:mod:`~fleetwatch.evaluation.rates`)."""
+    count = round(rate * exposure)
+    return rate_interval(count, exposure), verdict(count, exposure, budget)
+
+
 def run_budget(
     budget: float, args: argparse.Namespace
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float], int, float]:
@@ -192,6 +206,7 @@ def run_budget(
         total_rows += len(frame)
         flags = scored["alert"].to_numpy(dtype=bool)[:counted]
         per_day[name] = episodes_per_device(flags, args.devices, rows) / args.days
+        (low, high), judged = judge(per_day[name], args.devices * args.days, budget)
         later_days = args.days - 1
         if later_days > 0:
             after[name] = episodes_per_device(flags, args.devices, rows, PER_DAY) / later_days
@@ -199,8 +214,8 @@ def run_budget(
         later = f"{after[name]:.2f}" if name in after else "-"
         print(
             f"budget {budget:<5g} {name:<12} {per_day[name]:8.3f} alerts per device-day "
-            f"(after day 1: {later}; alerting rows {share[name]:.3%}) "
-            f"{'OVER' if per_day[name] > budget else 'within'} budget",
+            f"[{low:.2f}, {high:.2f}] (after day 1: {later}; alerting rows {share[name]:.3%}) "
+            f"{'OVER' if per_day[name] > budget else 'within'} budget, {judged}",
             flush=True,
         )
     return per_day, after, share, total_rows, engine_s
@@ -243,8 +258,12 @@ def main() -> None:
         total_rows += rows
         first = first or (per_day, after, share)
         worst = max(per_day, key=lambda s: per_day[s])
+        judged = {s: judge(v, args.devices * args.days, budget) for s, v in per_day.items()}
         by_budget[f"{budget:g}"] = {
             "shapes": {s: round(v, 4) for s, v in per_day.items()},
+            "intervals": {s: [round(lo, 4), round(hi, 4)] for s, ((lo, hi), _) in judged.items()},
+            "broken": [s for s, (_, v) in judged.items() if v == "broken"],
+            "undecided": [s for s, (_, v) in judged.items() if v == "undecided"],
             "after_day1": {s: round(v, 4) for s, v in after.items()},
             "over_budget": [s for s, v in per_day.items() if v > budget],
             "worst_ratio": round(per_day[worst] / budget, 2),
@@ -259,6 +278,7 @@ def main() -> None:
         "over_budget": [s for s, v in per_day.items() if v > budgets[0]],
         "after_day1": {s: round(v, 3) for s, v in after.items()},
         "alert_row_share": {s: round(v, 5) for s, v in share.items()},
+        "exposure_device_days": args.devices * args.days,
         "by_budget": by_budget,
         "detectors": args.detectors or "default",
         "device_calibration": args.device_calibration,
