@@ -28,7 +28,6 @@ import argparse
 import cProfile
 import hashlib
 import json
-import pickle
 import pstats
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from fleetwatch.simulator.recording import record, recorded
 from fleetwatch.simulator.scenario import Scenario
 from fleetwatch.streaming.buckets import BUCKETS
 from fleetwatch.streaming.scorer.bucket_step import MemoryStore, new_bucket
+from fleetwatch.streaming.scorer.bucket_value import dump_bucket, load_bucket
 from fleetwatch.streaming.scorer.policy import policy_of
 from fleetwatch.streaming.scorer.processor import Context, score_rows, topic_names
 
@@ -148,11 +148,11 @@ def run(frames: Frames, digest: hashlib._Hash | None = None) -> Cost:
         for b, frame in by_bucket.items():
             t0 = clock()
             saved = stored.get(b)
-            bucket = new_bucket() if saved is None else pickle.loads(saved)
+            bucket = new_bucket() if saved is None else load_bucket(saved)
             t1 = clock()
             scored = score_rows(frame, bucket, saved, b, watermark, at, context)
             t2 = clock()
-            stored[b] = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
+            stored[b] = dump_bucket(bucket)
             cost.state_s += t1 - t0 + clock() - t2
             cost.out_rows += len(scored)
             if digest is not None:

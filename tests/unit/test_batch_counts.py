@@ -30,7 +30,7 @@ from fleetwatch.streaming.scorer.bucket_step import (
 from fleetwatch.streaming.scorer.device_moves import DEVICE_WIDE_KIND
 from fleetwatch.streaming.scorer.device_step import Role
 from fleetwatch.streaming.scorer.episodes import DROPOUT
-from fleetwatch.streaming.scorer.processor import output_frame
+from fleetwatch.streaming.scorer.processor import OUTPUT_COLUMNS, output_frame
 from fleetwatch.streaming.scorer.readings import Record, Rows
 from tests.unit.test_device_scoring import POLICY, T0, frame
 
@@ -81,13 +81,14 @@ def test_alert_events_are_counted_by_event_kind_and_severity() -> None:
 def test_count_rows_follow_the_records_and_carry_no_topic() -> None:
     topics = {Role.ALERTS: "alerts", Role.STATE: "device.state"}
     records = [("d1", Role.ALERTS, alert("open", "level"))]
-    frame_ = output_frame(records, topics, counts={"scored": 4, "alert:open:level:warning": 1})
+    counts = {"scored": 4, "alert:open:level:warning": 1}
+    frame_ = output_frame(records, topics, counts=counts).set_axis(OUTPUT_COLUMNS, axis=1)
     assert list(frame_["role"]) == ["alerts", COUNT_ROLE, COUNT_ROLE]
     assert list(frame_["key"])[1:] == ["scored", "alert:open:level:warning"]
     assert list(frame_["value"])[1:] == ["4", "1"]
     assert frame_["topic"].iloc[1:].isna().all()
     assert frame_["headers"].isna().all()
-    assert list(output_frame(records, topics)["role"]) == ["alerts"]
+    assert list(output_frame(records, topics).iloc[:, OUTPUT_COLUMNS.index("role")]) == ["alerts"]
 
 
 def test_the_names_are_a_fixed_bounded_list_covering_every_registered_detector() -> None:

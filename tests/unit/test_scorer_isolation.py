@@ -27,7 +27,11 @@ from fleetwatch.streaming.scorer.bucket_step import (
 )
 from fleetwatch.streaming.scorer.device_state import new_state
 from fleetwatch.streaming.scorer.device_step import Role, wants_timer
-from fleetwatch.streaming.scorer.processor import dead_letter_headers, output_frame
+from fleetwatch.streaming.scorer.processor import (
+    OUTPUT_COLUMNS,
+    dead_letter_headers,
+    output_frame,
+)
 from fleetwatch.streaming.scorer.quarantine import Rule, lift_key, lift_value
 from fleetwatch.streaming.scorer.readings import Record, Rows, readings_by_device
 from tests.unit.test_device_scoring import POLICY, T0, frame
@@ -262,7 +266,7 @@ def test_a_dead_letter_is_the_record_itself_with_the_stage_the_reason_and_its_pl
     found = readings_by_device(["d"], ["{oops"], [(2, 41)])
     topics = {role: f"topic.{role.value}" for role in Role}
     out = output_frame([], topics, found.refused, "telemetry.raw")
-    row = out.iloc[0]
+    row = out.set_axis(OUTPUT_COLUMNS, axis=1).iloc[0]
     assert (row["topic"], row["key"], row["value"]) == ("topic.deadletter", "d", "{oops")
     headers = dict(json.loads(row["headers"]))
     assert headers["fw.stage"] == "score"

@@ -15,7 +15,7 @@ from fleetwatch.streaming.scorer.bucket_step import (
     score_bucket,
 )
 from fleetwatch.streaming.scorer.output import Role
-from fleetwatch.streaming.scorer.processor import output_frame, topic_names
+from fleetwatch.streaming.scorer.processor import OUTPUT_COLUMNS, output_frame, topic_names
 from tests.unit.test_device_scoring import T0
 from tests.unit.test_scorer_isolation import STRICT, records
 
@@ -45,6 +45,7 @@ def test_a_forgotten_device_gets_a_tombstone_on_its_state_and_sessions_topics() 
     assert gone.records == []
 
     rows = output_frame(gone.records, topic_names(Settings()), tombstones=gone.tombstones)
+    rows = rows.set_axis(OUTPUT_COLUMNS, axis=1)
     assert rows[["topic", "key"]].values.tolist() == [
         [TOPICS.device_state, "quiet"],
         [TOPICS.device_sessions, "quiet"],

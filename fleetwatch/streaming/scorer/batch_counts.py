@@ -107,11 +107,7 @@ def bucket_counts(out: BucketOutput, unreadable: int = 0) -> dict[str, int]:
 
 def quarantined(bucket_id: int, bucket: BucketState, now_ms: int) -> dict[str, int]:
     """The count of the bucket's devices quarantined at ``now_ms``."""
-    held = sum(
-        1
-        for state in bucket["devices"].values()
-        if state["quarantined_until_ms"] is not None and int(state["quarantined_until_ms"]) > now_ms
-    )
+    held = sum(1 for until in bucket["devices"].quarantined_until().values() if until > now_ms)
     return {f"{QUARANTINED}{bucket_id}": held}
 
 

@@ -27,17 +27,18 @@ When the bucket's timer fires, :func:`expire_bucket` lets the devices that are d
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 import numpy as np
 
 from fleetwatch.contracts import wire
 from fleetwatch.contracts.fleet import fleet_scope
 from fleetwatch.streaming.scorer import quarantine
+from fleetwatch.streaming.scorer.bucket_value import BucketState as BucketState
+from fleetwatch.streaming.scorer.bucket_value import Devices, dump_bucket, load_bucket
 from fleetwatch.streaming.scorer.detectors import (
     CACHE,
     CHAMPIONS,
@@ -56,18 +57,8 @@ from fleetwatch.streaming.scorer.readings import Record, Refused, Rows
 logger = logging.getLogger(__name__)
 
 
-class BucketState(TypedDict):
-    """What the scorer keeps of a bucket of devices (one value, pickled: JSON's types only)."""
-
-    devices: dict[str, DeviceScoringState]
-    timer_ms: int | None
-    """The event-time timer registered for the bucket (the earliest device's when set)."""
-    fleet: dict[str, int]
-    """Scope → the version of its champion held in the store."""
-
-
 def new_bucket() -> BucketState:
-    return {"devices": {}, "timer_ms": None, "fleet": {}}
+    return {"devices": Devices(), "timer_ms": None, "fleet": {}}
 
 
 class ParamsStore(Protocol):
@@ -203,14 +194,15 @@ def score_bucket(
     """A micro-batch of the bucket (see the module's docstring); ``bucket`` is updated.
 
     One device's failure never fails the bucket: a device whose batch raises gets its state
-    back as it was before the batch (from ``saved``, the bucket's state as stored — pickled
-    here when not given), its records go to the dead letters with the reason, and repeated
-    failures quarantine it (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
+    back as it was before the batch (from ``saved``, the bucket's state as stored —
+    :func:`~fleetwatch.streaming.scorer.bucket_value.dump_bucket` here when not given), its
+    records go to the dead letters with the reason, and repeated failures quarantine it
+    (:mod:`~fleetwatch.streaming.scorer.quarantine`)."""
     _new_champions(bucket, batch.champions, store)
     fleet = partial(bucket_champion, bucket["fleet"], store) if bucket["fleet"] else None
     devices = bucket["devices"]
     out = BucketOutput()
-    before = _Before(saved if saved is not None else pickle.dumps(bucket, pickle.HIGHEST_PROTOCOL))
+    before = _Before(saved if saved is not None else dump_bucket(bucket))
     wanted = batch.params.keys() | batch.readings.keys() | batch.lifts.keys()
     for device_id in sorted(wanted):
         state = devices.get(device_id)
@@ -303,17 +295,17 @@ def _seq_of(record: Record) -> object:
 
 
 class _Before:
-    """The bucket's devices as they were before the batch, unpickled on the first failure."""
+    """The bucket's devices as they were before the batch, read on the first failure."""
 
     def __init__(self, saved: bytes) -> None:
         self.saved = saved
-        self.devices: dict[str, DeviceScoringState] | None = None
+        self.devices: Devices | None = None
 
     def state(self, device_id: str) -> DeviceScoringState | None:
         if self.devices is None:
-            bucket: BucketState = pickle.loads(self.saved)
-            self.devices = bucket["devices"]
-        return self.devices.get(device_id)
+            self.devices = load_bucket(self.saved)["devices"]
+        state: DeviceScoringState | None = self.devices.get(device_id)
+        return state
 
 
 def _failed(
@@ -369,9 +361,11 @@ def expire_bucket(
     ``expire_after`` are forgotten (with their parameters), the others' timers re-arm."""
     bucket["timer_ms"] = None
     out = BucketOutput()
-    for device_id, state in sorted(list(bucket["devices"].items())):
-        if state["timer_ms"] is None or int(state["timer_ms"]) > watermark_ms:
+    devices = bucket["devices"]
+    for device_id, timer_ms in sorted(devices.timers().items()):
+        if timer_ms > watermark_ms:
             continue
+        state = devices[device_id]
         try:
             expired, device_out, again = expire(device_id, state, watermark_ms, now_ms, policy)
         except Exception:
@@ -392,8 +386,7 @@ def expire_bucket(
 def arm_timer(bucket: BucketState) -> int | None:
     """The timer to register for the bucket: its earliest device's, when earlier than the one
     registered (``None``: none to register)."""
-    due = [int(st["timer_ms"]) for st in bucket["devices"].values() if st["timer_ms"] is not None]
-    earliest = min(due) if due else None
+    earliest = min(bucket["devices"].timers().values(), default=None)
     if earliest is None or (bucket["timer_ms"] is not None and earliest >= bucket["timer_ms"]):
         return None
     bucket["timer_ms"] = earliest

@@ -54,7 +54,7 @@ from fleetwatch.streaming.rules.job import JOB as RULES_JOB
 from fleetwatch.streaming.rules.job import RulesRunner
 from fleetwatch.streaming.scorer.batch_counts import ScorerMetrics, counted
 from fleetwatch.streaming.scorer.errors import ScoringError
-from fleetwatch.streaming.scorer.processor import device_scorer
+from fleetwatch.streaming.scorer.processor import OUTPUT_COLUMNS, device_scorer
 from fleetwatch.streaming.spark_session import build_session
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ detector's averages, ``level_averages``; plan 12: each reading's partition and o
 the operator's input, dead letters and ``headers`` in its output, the quarantine fields; plan 13:
 what the PCA member carries of its last readings, ``joint_surprise``; plan 14: the metrics held
 since a move the fleet knows, ``familiar_moves``)."""
-OUTPUT_SCHEMA = "topic STRING, key STRING, value STRING, role STRING, headers STRING"
+OUTPUT_SCHEMA = ", ".join(f"{name} STRING" for name in OUTPUT_COLUMNS)
 """``headers``: a dead letter's Kafka headers as JSON ``[[key, value], ...]`` (null on the
 other records), made the Kafka sink's ``headers`` column by :func:`kafka_rows`."""
 JOB = "score"

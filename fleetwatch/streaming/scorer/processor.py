@@ -8,11 +8,13 @@ state call of ``transformWithStateInPandas`` is a round trip between the Python 
 JVM, and per key the framework adds a few more, which at one key per device cost more than the
 scoring itself. Per bucket:
 
-- ``live`` (``ValueState``): one document holding every device's state of the bucket
+- ``live`` (``ValueState``): one value holding every device's state of the bucket
   (:class:`~fleetwatch.streaming.scorer.bucket_step.BucketState`, a
   :class:`~fleetwatch.streaming.scorer.device_state.DeviceScoringState` each) — one read and one
-  write per bucket per micro-batch — pickled: the state holds only JSON's types (dicts with
-  string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
+  write per bucket per micro-batch — pickled, each device's state a pickle of its own inside
+  it, unpickled only for the devices the batch reads
+  (:mod:`~fleetwatch.streaming.scorer.bucket_value`): the state holds only JSON's types (dicts
+  with string keys, lists, strings, numbers, None; tested), which pickle gives back exactly, NaN
   included, faster and smaller than JSON text. It is read back only from the query's own
   checkpoint. The value is ``BINARY``, not text: Spark hands it to Python as a latin-1 string that
   Pyrolite builds a byte at a time and UTF-8 encodes, over twice the JVM's cost of ASCII text
@@ -35,13 +37,13 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fleetwatch.contracts import clock
 from fleetwatch.contracts.deadletter import source_headers
@@ -57,11 +59,17 @@ from fleetwatch.streaming.scorer.bucket_step import (
     new_bucket,
     score_bucket,
 )
+from fleetwatch.streaming.scorer.bucket_value import dump_bucket, load_bucket
 from fleetwatch.streaming.scorer.output import Role
 from fleetwatch.streaming.scorer.policy import Policy, policy_of
 from fleetwatch.streaming.scorer.readings import Refused, readings_by_device
 
 logger = logging.getLogger(__name__)
+
+
+OUTPUT_COLUMNS = ("topic", "key", "value", "role", "headers")
+"""The operator's output columns, strings each (the job's ``OUTPUT_SCHEMA``), in order: the
+frames :func:`output_frame` builds label them by position."""
 
 
 def topic_names(settings: Settings) -> dict[Role, str]:
@@ -88,8 +96,13 @@ def output_frame(
     (:mod:`~fleetwatch.streaming.scorer.batch_counts`). A tombstone is the device id as the key
     and a null value (the Kafka sink writes it as a tombstone). A dead letter's value is the
     record as it was on ``source_topic``; its headers (JSON here, made Kafka headers by the job)
-    say the stage, the reason and where the record was."""
-    rows: dict[str, list[Any]] = {
+    say the stage, the reason and where the record was.
+
+    The frame's columns are Arrow strings labelled 0, 1, … in the order of
+    :data:`OUTPUT_COLUMNS`: pyspark hands such a column to Arrow as it is, where a column of
+    Python objects is checked for nulls and converted row by row, and it reorders a frame by
+    name (a copy of it) only when its labels are strings."""
+    rows: dict[str, list[Any]] = {  # in the order of OUTPUT_COLUMNS
         "topic": [topics[role] for _, role, _ in records],
         "key": [_key(device, role, value) for device, role, value in records],
         "value": [value for _, _, value in records],
@@ -110,16 +123,19 @@ def output_frame(
         rows["headers"].append(dead_letter_headers(refused, source_topic))
     for name, values in count_rows(counts or {}).items():
         rows[name].extend(values)
-    return _object_frame(rows)
+    return _arrow_frame(rows)
 
 
-def _object_frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
-    """Columns of Python objects (strings and ``None``) as one frame of ``object`` columns,
-    built from one 2-D array: a frame from a dict of lists infers each column's type."""
-    table = np.empty((len(rows["topic"]), len(rows)), dtype=object)
-    for i, values in enumerate(rows.values()):
-        table[:, i] = values
-    return pd.DataFrame(table, columns=list(rows), copy=False)
+def _arrow_frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
+    """Columns of strings and ``None`` (:data:`OUTPUT_COLUMNS`) as a frame of Arrow string
+    columns labelled by position."""
+    return pd.DataFrame(
+        {
+            i: pd.arrays.ArrowExtensionArray(pa.array(values, pa.string()))
+            for i, values in enumerate(rows.values())
+        },
+        copy=False,
+    )
 
 
 def dead_letter_headers(refused: Refused, source_topic: str) -> str:
@@ -263,14 +279,13 @@ def device_scorer(settings: Settings) -> Any:
             if stored is None:
                 return new_bucket(), None
             saved = bytes(stored[0])
-            bucket: BucketState = pickle.loads(saved)
-            return bucket, saved
+            return load_bucket(saved), saved
 
         def _save(self, bucket: BucketState) -> None:
             due = arm_timer(bucket)
             if due is not None:
                 self.handle.registerTimer(due)
-            self.live.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
+            self.live.update((dump_bucket(bucket),))
 
         def handleInputRows(
             self, key: tuple[int], rows: Any, timerValues: TimerValues
