@@ -106,11 +106,6 @@ class Devices(MutableMapping[str, DeviceScoringState]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def before(self, device_id: str) -> DeviceScoringState | None:
-        """The device's state as stored before this batch (``None``: it was not)."""
-        packed = self._packed.get(device_id)
-        return None if packed is None else unpack(packed)
-
     def timers(self) -> dict[str, int]:
         """Device → its event-time timer, of the devices with one."""
         return self._current("timer_ms", self._timers)
