@@ -19,8 +19,12 @@ stuck; a continuous one, ``p = 0``, keeps the normal bound).
 
 Rest values. A value the metric sat on for whole windows among the readings learned (not
 excluded: its device was in a normal state) — a stopped machine's 0 rpm — is where the metric
-rests, not where it is stuck; windows at one of its last ``max_rests`` rest values seen at least
-``rest_windows`` times score 0.
+rests, not where it is stuck; so is a value it sat on for whole windows, left and came back to,
+alerting or not: a stuck sensor does not leave its stuck value and return to it, a machine that
+stops and starts again does, and its stops may all alert (held as a move the fleet knows, they
+are excluded from learning) until its own members know them. Windows at one of its last
+``max_rests`` rest values, seen at least ``rest_windows`` times among learned readings or left
+once, score 0.
 
 Dropout. Between consecutive event times of the device, a gap ``g`` against the learned typical
 interval ``τ`` (time-decayed mean of the gaps, leaving out gaps over ``gap_factor·τ``) has
@@ -30,7 +34,8 @@ by the first reading after the gap. (A device that sends nothing at all is found
 scorer's timers, not here: nothing arrives to be scored.)
 
 State: noise sums, the weights of repeats, resolution, rest values, the last ``window - 1``
-values per metric (so windows continue across batches) and the last event time. Learning in k
+values per metric and the value its latest window sat on (so windows and runs continue across
+batches) and the last event time. Learning in k
 mini-batches gives the same state as one batch up to float rounding, except that the dropout
 gate (``gap_factor·τ``) uses ``τ`` as it was before each batch, and a repeat is told at rest
 by the rest values as they were after its batch.
@@ -94,7 +99,10 @@ class FlatlineDetector(DecayedDetector):
         learned.start(self)
         self.tails: list[list[float]] = []
         self.rests: list[list[list[float]]] = []
-        """Per metric, ``[value, windows]`` of its rest values, the newest last."""
+        """Per metric, ``[value, windows, left]`` of its rest values, the newest last: the
+        learned windows that sat on the value, and how often a run of windows on it ended."""
+        self.sitting: list[float | None] = []
+        """Per metric, the value its latest window sat on (``None``: that window moved)."""
         self.gaps = np.zeros(2)
         """[W, Σw·gap] of gaps between event times."""
         self.gap_count = 0
@@ -134,6 +142,7 @@ class FlatlineDetector(DecayedDetector):
         learned.grow(self, len(known))
         self.tails += [[] for _ in range(grow)]
         self.rests += [[] for _ in range(grow)]
+        self.sitting += [None] * grow
         to_ms, factor = advance(self.ref_ms, int(batch.event_ms[-1]), self.halflife_ms)
         self.noise *= factor
         self.repeats *= factor
@@ -175,7 +184,7 @@ class FlatlineDetector(DecayedDetector):
         says nothing of how often it repeats a reading while it runs."""
         if d.size == 0:
             return
-        if any(count >= self.rest_windows for _, count in self.rests[m]):
+        if any(self._is_rest(rest) for rest in self.rests[m]):
             sd = math.sqrt(max(self.noise[m, 1] / self.noise[m, 0] / 2.0, 0.0))
             moving = ~self._at_rest(m, ends, self._repeat_floor(m, sd))
             w, d = w[moving], d[moving]
@@ -193,8 +202,24 @@ class FlatlineDetector(DecayedDetector):
         """The range under which a window repeats one value: the sensor's resolution."""
         return max(float(self.resolution[m]), 1e-6 * sd)
 
+    def _is_rest(self, rest: list[float]) -> bool:
+        """Whether a ``[value, windows, left]`` entry is a rest value."""
+        return rest[1] >= self.rest_windows or rest[2] >= 1
+
+    def _note_rest(self, m: int, value: float, floor: float, windows: float, left: float) -> None:
+        """Add ``windows`` learned windows and ``left`` ended runs to the rest entry of
+        ``value`` (within ``floor``), making it the newest."""
+        rests = self.rests[m]
+        match = next((r for r in rests if abs(r[0] - value) <= floor), None)
+        if match is None:
+            rests.append([value, windows, left])
+        else:
+            rests.remove(match)
+            rests.append([match[0], match[1] + windows, match[2] + left])
+
     def _learn_rests(self, m: int, values: FloatArray, keep: npt.NDArray[np.bool_]) -> None:
-        """Count the learned windows that repeat one value, by that value."""
+        """Count, by value, the learned windows that repeat one value and the runs of such
+        windows (learned or not) that ended; note the value the latest window sits on."""
         k = self.window
         tail = self.tails[m][-(k - 1) :]
         series = np.concatenate([tail, values])
@@ -206,30 +231,34 @@ class FlatlineDetector(DecayedDetector):
             else 0
         )
         floor = self._repeat_floor(m, sd)
+        sitting = self.sitting[m]
         # a flat window needs k - 1 differences within the floor: most batches have none
         if np.count_nonzero(np.abs(series[1:] - series[:-1]) <= floor) < k - 1:
+            if sitting is not None:  # the run the last batch ended on ends at its first window
+                self._note_rest(m, sitting, floor, 0.0, 1.0)
+                self.sitting[m] = None
+                del self.rests[m][: max(0, len(self.rests[m]) - self.max_rests)]
             return
         kept = np.concatenate([np.ones(len(tail), bool), keep])
         windows = sliding_window_view(series, k)
-        flat = (windows.max(axis=1) - windows.min(axis=1) <= floor) & (
-            sliding_window_view(kept, k).all(axis=1)
-        )
-        rests = self.rests[m]
-        for value in windows[flat, -1].tolist():
-            match = next((r for r in rests if abs(r[0] - value) <= floor), None)
-            if match is None:
-                rests.append([value, 1.0])
-            else:
-                rests.remove(match)
-                rests.append([match[0], match[1] + 1.0])
-        del rests[: max(0, len(rests) - self.max_rests)]
+        flat = windows.max(axis=1) - windows.min(axis=1) <= floor
+        for value in windows[flat & sliding_window_view(kept, k).all(axis=1), -1].tolist():
+            self._note_rest(m, value, floor, 1.0, 0.0)
+        before = np.concatenate([[sitting is not None], flat[:-1]])
+        ends = (before & ~flat).nonzero()[0].tolist()
+        for i in ends:  # the run of flat windows up to window ``i - 1`` ended
+            value = float(windows[i - 1, -1]) if i > 0 else sitting
+            if value is not None:
+                self._note_rest(m, value, floor, 0.0, 1.0)
+        self.sitting[m] = float(windows[-1, -1]) if flat[-1] else None
+        del self.rests[m][: max(0, len(self.rests[m]) - self.max_rests)]
 
     def _at_rest(self, m: int, values: FloatArray, floor: float) -> npt.NDArray[np.bool_]:
         """Per window (its last value), whether it sits on one of the metric's rest values."""
         out = np.zeros(values.size, bool)
-        for value, count in self.rests[m] if m < len(self.rests) else ():
-            if count >= self.rest_windows:
-                out |= np.abs(values - value) <= floor
+        for rest in self.rests[m] if m < len(self.rests) else ():
+            if self._is_rest(rest):
+                out |= np.abs(values - rest[0]) <= floor
         return out
 
     def _flat(self, batch: Batch) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -283,7 +312,7 @@ class FlatlineDetector(DecayedDetector):
         values = [*self.tails[m], *batch_values]
         first = len(values) - len(batch_values)
         held = self.rests[m] if m < len(self.rests) else []
-        rests = [v for v, c in held if c >= self.rest_windows]
+        rests = [rest[0] for rest in held if self._is_rest(rest)]
         tail = -0.5 * math.log(k)
         most = self._most_surprise(m)
         surprise, spread, sigma = out
@@ -341,6 +370,7 @@ class FlatlineDetector(DecayedDetector):
             **learned.state(self),
             "tails": [floats(t) for t in self.tails],
             "rests": [[floats(r) for r in rests] for rests in self.rests],
+            "sitting": list(self.sitting),
             "gaps": floats(self.gaps),
             "gap_count": self.gap_count,
             "last_ms": self.last_ms,
@@ -353,7 +383,10 @@ class FlatlineDetector(DecayedDetector):
         learned.load(self, state, k)
         self.tails = [[float(v) for v in t] for t in state["tails"]]
         rests = state.get("rests") or [[] for _ in range(k)]  # none before rest values existed
-        self.rests = [[[float(v), float(c)] for v, c in r] for r in rests]
+        # an entry without ``left`` (written before runs were counted) has seen none end
+        self.rests = [[[float(x) for x in (*e, 0.0)[:3]] for e in r] for r in rests]
+        sitting = state.get("sitting") or [None] * k
+        self.sitting = [None if v is None else float(v) for v in sitting]
         self.gaps = array(state, "gaps", (2,))
         self.gap_count = int(state["gap_count"])
         self.last_ms = None if state["last_ms"] is None else int(state["last_ms"])

@@ -583,3 +583,48 @@ def test_flatline_learns_where_a_metric_rests() -> None:
     assert not detector.score(series(np.zeros(60))).alert.any()
     frozen = np.full(30, on[-1])
     assert detector.score(series(frozen)).alert[-5:].all()
+
+
+def _speed_with_stops(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A machine's speed: running, stopped at 0 for 60 readings, running, stopped again; and
+    which readings are the first stop's."""
+    on = [np.round(rng.normal(1480.0, 4.0, n), 1) for n in (300, 100, 50)]
+    values = np.concatenate([on[0], np.zeros(60), on[1], np.zeros(60), on[2]])
+    return values, np.arange(values.size) // 60 == 5
+
+
+def test_flatline_takes_a_value_left_and_come_back_to_as_a_rest_though_never_learned() -> None:
+    """A machine whose stops are all kept out of learning (they alert, or are held as a move):
+    its first stop at 0 rpm is stuck; once the speed has left 0 and come back, 0 is a rest.
+    A value sat on and never left (a stuck sensor) stays stuck."""
+    values, _ = _speed_with_stops(np.random.default_rng(8))
+    stops = values == 0
+    detector = FlatlineDetector()
+    frame = series(values)
+    flags = []
+    for lo in range(0, values.size, 20):  # scored, then learned, twenty readings at a time
+        chunk = frame.iloc[lo : lo + 20]
+        flags.append(detector.score(chunk).alert)
+        detector.learn(chunk, exclude=stops[lo : lo + 20])
+    alert = np.concatenate(flags)
+    first, second = np.flatnonzero(stops)[:60], np.flatnonzero(stops)[60:]
+    assert alert[first[9:]].all()
+    assert not alert[second].any()
+    stuck = series(np.full(30, 1481.3)).assign(event_ms=lambda f: f["event_ms"] + 10**9)
+    assert detector.score(stuck).alert[-5:].all()
+
+
+def test_flatline_rest_values_are_the_same_learned_in_one_batch_or_many() -> None:
+    values, _ = _speed_with_stops(np.random.default_rng(9))
+    exclude = values == 0
+    whole = FlatlineDetector().learn(series(values), exclude=exclude)
+    pieces = FlatlineDetector()
+    for lo in range(0, values.size, 7):
+        pieces.learn(series(values).iloc[lo : lo + 7], exclude=exclude[lo : lo + 7])
+    assert whole.rests == pieces.rests
+    assert whole.rests[0][0][0] == 0.0
+    assert whole.rests[0][0][2] == 2.0
+    assert whole.sitting == pieces.sitting == [None]
+    again = FlatlineDetector.from_params(whole.to_params())
+    assert again.rests == whole.rests
+    assert again.sitting == whole.sitting
