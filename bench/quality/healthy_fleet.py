@@ -148,8 +148,9 @@ def main() -> None:
     later_exposure = args.devices * max(args.days - HOUR_MS / DAY_MS, 1e-9)
     engine_s, total_rows = 0.0, 0
     by_budget: dict[str, dict[str, Any]] = {f"{b:g}": {} for b in budgets}
-    for index, kind in enumerate(kinds):
-        frame, benign = recording(kind, args.devices, args.days, args.rate, args.seed * 100 + index)
+    for kind in kinds:
+        seed = args.seed * 100 + list(KINDS).index(kind)  # a kind's recording, whatever --kinds
+        frame, benign = recording(kind, args.devices, args.days, args.rate, seed)
         metrics = list(KINDS[kind].metrics)
         for budget in budgets:
             make = detector_factory(None, Tuning(false_alerts_per_day=budget))
