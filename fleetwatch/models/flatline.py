@@ -35,10 +35,10 @@ scorer's timers, not here: nothing arrives to be scored.)
 
 State: noise sums, the weights of repeats, resolution, rest values, the last ``window - 1``
 values per metric and the value its latest window sat on (so windows and runs continue across
-batches) and the last event time. Learning in k
-mini-batches gives the same state as one batch up to float rounding, except that the dropout
-gate (``gap_factor·τ``) uses ``τ`` as it was before each batch, and a repeat is told at rest
-by the rest values as they were after its batch.
+batches) and the last event time. Learning in k mini-batches gives the same state as one batch
+up to float rounding, except that the dropout gate (``gap_factor·τ``) uses ``τ`` as it was
+before each batch, and a repeat is told at rest by the rest values as they were after its
+batch.
 
 Hyperparameters: ``window``, ``gap_factor``, ``halflife_hours``, ``warmup`` (differences and
 gaps learned before scoring), ``max_rests``, ``rest_windows``.
