@@ -135,6 +135,28 @@ def test_a_young_devices_move_that_nothing_knows_yet_is_no_alert() -> None:
     assert [(o.kind, o.score) for o in under_way] == [(DEVICE_WIDE_KIND, 0.99)]
 
 
+def test_a_young_devices_move_holds_a_metric_resting_where_it_moved() -> None:
+    """A machine's first stop with no fleet model: its speed then sits on 0 rpm, which its
+    flat-line member, not knowing that rest yet, finds stuck; it rests where the move took it,
+    so it is held. A reading off that rest is judged as it is."""
+    moves = Moves({}, 600_000)
+    young = [
+        replace(obs("rms", "seasonal", 0.99, 1000, 0.15), provisional=True),
+        replace(obs("rpm", "seasonal", 1.0, 1000, 0.0), provisional=True),
+    ]
+    stop = {1000: Reading(frozenset({"rms", "rpm"}), 1, 1005, {"rms": 0.15, "rpm": 0.0})}
+    assert fold_moves(young, stop, set(), None, moves) == []
+    assert moved_to(moves) == {"rms": [1000, 0.15], "rpm": [1000, 0.0]}
+    flat = [obs("rpm", "flatline", 0.9, 101_000, 0.0)]
+    at_rest = {101_000: Reading(frozenset({"rms", "rpm"}), 9, 101_005, {"rms": 0.17, "rpm": 0.0})}
+    assert [(o.metric, o.score) for o in fold_moves(flat, at_rest, set(), None, moves)] == [
+        ("rpm", CALM)
+    ]
+    spike = [obs("rpm", "seasonal", 0.99, 102_000, 180.0)]
+    off = {102_000: Reading(frozenset({"rms", "rpm"}), 10, 102_005, {"rms": 0.17, "rpm": 180.0})}
+    assert fold_moves(spike, off, set(), None, moves) == spike
+
+
 def moved_to(moves: Moves) -> dict[str, Any]:
     """Each held metric's move: its event time and the value it moved to."""
     return {m: h if isinstance(h, int) else h[:2] for m, h in moves.held.items()}

@@ -27,7 +27,9 @@ spike or a dip, which the fleet would know put back, still alerts. With no fleet
 move whose every alerting metric is judged provisionally (its stream still young,
 :data:`~fleetwatch.models.scores.Reason.EARLY`) is the device learning its states, which nothing
 can tell from a fault: neither the move nor those metrics' own alerts at that reading alert;
-what judges the device otherwise (the fixed baseline, the joint pattern) stands.
+what judges the device otherwise (the fixed baseline, the joint pattern) stands. Its metrics are
+held as after a familiar move, so a metric resting where the move took it is not read as stuck
+while it rests; one that reads anything else is judged as it is.
 
 Pure: a step of :func:`~fleetwatch.streaming.scorer.observations.observations`.
 """
@@ -212,6 +214,10 @@ def fold_moves(
                 # metric's own stream too young to know its tail — a state being learned. What
                 # judges the device otherwise (the fixed baseline, the joint pattern) stands.
                 out.extend(o for o in at if o.score >= ALERT_SCORE and o.kind not in MOVE_OWN)
+                if moves is not None:
+                    # a metric resting where the state took it is that state, as after a
+                    # familiar move: a stopped machine's 0 rpm is no stuck sensor
+                    moves.start(_moved_to(reading, present), event_ms, gone)
                 if under_way and reading is not None:
                     weakest = min(_own_score(at, metric) for metric in present)
                     out.append(_settling(reading, event_ms, weakest))
