@@ -6,11 +6,13 @@ within the sensor's resolution (a quiet signal that still moves is not a stuck s
 at rest reads lower noise than one running). The device's noise ``sigma`` is learned from first
 differences (``E[d²] = 2 sigma²``, which ignores slow trends and the daily cycle). For ``k``
 independent normal readings ``P(range <= r) ≈ √k · (r / (sigma·√(2π)))^(k-1)`` when ``r`` is
-small, so the surprise is ``(k-1)·ln(sigma·√(2π) / r) - ½ ln k`` with ``r`` floored at the
-sensor's resolution (the smallest non-zero step ever learned). Since only windows within that
-resolution are candidates, a stuck window's surprise is that of a range of one resolution step:
-a quantised sensor that legitimately repeats a value is not a stuck one, and a constant series
-scores high but finite. A sensor whose readings repeat exactly — a flow meter that sits on
+small. A sensor rounds to its resolution ``q`` (the smallest non-zero step ever learned), so
+a window read with range ``r`` had a true range under ``r + q``, and its surprise is
+``(k-1)·ln(sigma·√(2π) / (r + q)) - ½ ln k``. Since only windows within one step are
+candidates, a window that repeats one value scores as a true range under one step, and one
+that flickers between two neighbouring values as under two: a quantised sensor that
+legitimately repeats a value is not a stuck one, and a constant series scores high but
+finite. A sensor whose readings repeat exactly — a flow meter that sits on
 32.0 and blips off it — is judged by how often it does: with a share ``p`` of its learned
 first differences 0 (those at a rest value left out), a window of ``k`` repeats has
 probability about ``p^(k-1)``, and its surprise is no more than ``-(k-1)·ln p`` (a sensor
@@ -287,7 +289,7 @@ class FlatlineDetector(DecayedDetector):
             spread[scored], sigma[scored] = r, sd
             if not (r <= floor).any():  # no window repeats one value: no surprise to work out
                 continue
-            s = (k - 1) * np.log(sd * SQRT_2PI / np.maximum(r, floor)) - 0.5 * math.log(k)
+            s = (k - 1) * np.log(sd * SQRT_2PI / (r + floor)) - 0.5 * math.log(k)
             s = np.minimum(s, self._most_surprise(m))
             repeat = (r <= floor) & ~self._at_rest(m, windows[-scored.size :, -1], floor)
             surprise[scored] = np.where(repeat, s, 0.0)
@@ -324,7 +326,7 @@ class FlatlineDetector(DecayedDetector):
             r = max(window) - min(window)
             last = window[-1]
             repeat = r <= floor and not any(abs(last - v) <= floor for v in rests)
-            s = (k - 1) * math.log(sd * SQRT_2PI / max(r, floor)) + tail if repeat else 0.0
+            s = (k - 1) * math.log(sd * SQRT_2PI / (r + floor)) + tail if repeat else 0.0
             s = min(s, most)
             surprise[row], spread[row], sigma[row] = s, r, sd
         return True

@@ -167,6 +167,17 @@ def test_flatline_ignores_a_quantised_sensor_that_repeats_values() -> None:
     assert not detector.score(series(values[2000:])).alert.any()
 
 
+def test_flatline_reads_a_rounded_range_as_a_true_range_under_one_step_more() -> None:
+    """A sensor rounding to 0.1 that flickers between two neighbouring values may have read a
+    true range of almost two steps: as likely for noise of 0.3 as an alert is not. One that
+    repeats one value had a true range under one step: a stuck sensor."""
+    rng = np.random.default_rng(11)
+    detector = FlatlineDetector().learn(series(np.round(rng.normal(20.0, 0.3, 400), 1)))
+    assert detector.resolution[0] == pytest.approx(0.1)
+    assert not detector.score(series(np.tile([19.8, 19.9], 15))).alert.any()
+    assert detector.score(series(np.full(30, 19.8))).alert[-10:].all()
+
+
 def test_a_stuck_sensor_scores_high_but_finite() -> None:
     rng = np.random.default_rng(3)
     values = rng.normal(20.0, 0.3, 600)
