@@ -111,12 +111,16 @@ PYTEST := mkdir -p .run && $(VENV)/bin/pytest --basetemp=.run/pytest
 # The full suite prints its 25 slowest tests: it is held under 25 minutes. The unit tests run on
 # two workers (pytest-xdist; each test has its own temp dir and ports); the Spark and integration
 # tests after them, one at a time: they share the stack's default ports, and Spark takes both
-# cores. Both parts run whatever the first gave; the target fails if either failed.
+# cores. Both parts run whatever the first gave; the target fails if either failed. The Spark
+# JVMs' class archive (tests/jvm.py; a Spark run of about a minute where there is none yet, as
+# on a clean clone) is made beside the unit tests, not in the first Spark test's set-up.
 UNIT_WORKERS ?= 2
 
 test: setup
 	@status=0; \
+	$(PY) -m tests.jvm & archive=$$!; \
 	$(PYTEST) -n $(UNIT_WORKERS) --durations=25 tests/unit || status=$$?; \
+	wait $$archive; \
 	$(PYTEST) --durations=25 --ignore=tests/unit tests || status=$$?; \
 	exit $$status
 

@@ -114,3 +114,9 @@ def _made_archive(settings: Settings, key: str) -> Path | None:
             with contextlib.suppress(FileNotFoundError):
                 made.replace(archive)
     return archive if archive.exists() else None
+
+
+if __name__ == "__main__":
+    # ``python -m tests.jvm``: the archive made ahead of the tests that map it (``make test``
+    # runs this beside the unit tests)
+    class_archive(Settings())

@@ -23,6 +23,7 @@ from fleetwatch.streaming.checkpoints import committed_offsets, versioned
 from fleetwatch.streaming.trainer.job import JOB, PLAN_VERSION
 from fleetwatch.streaming.trainer.learning import learn_device
 from tests.integration.conftest import Isolated, fleetwatch
+from tests.mlflow_template import seed_store
 from tests.polling import wait_until
 
 DEVICES, PER_ROUND = 3, 30
@@ -187,6 +188,7 @@ def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflo
     devices = [f"m{isolated.tag}-{i}" for i in range(3)]
     produce(isolated, [reading(d, s) for d in devices for s in range(60)])
     env = {**isolated.env, "FLEETWATCH_TRAIN__TRACKING": "true"}
+    settings = seed_store(Settings(run_dir=tmp_path))  # the isolated run dir holds the store
     result = fleetwatch(
         "train",
         "--from",
@@ -196,7 +198,6 @@ def test_a_tracked_backfill_leaves_its_run_and_a_challenger_fleet_model_in_mlflo
     )
     assert result.returncode == 0, result.stderr
 
-    settings = Settings(run_dir=tmp_path)  # the isolated run dir holds the MLflow store
     client = client_for(settings)
     runs = client.search_runs([experiment_id(client, settings)])
     assert len(runs) == 1

@@ -9,6 +9,7 @@ import pandas as pd
 
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.models.multivariate import PcaDetector
+from tests.mlflow_template import seed_store
 from tests.unit import signals
 
 
@@ -22,6 +23,12 @@ def local_settings(tmp_path: Path) -> Settings:
     """Settings whose embedded MLflow store lives under ``tmp_path``."""
     quiet_mlflow()
     return Settings(run_dir=tmp_path)
+
+
+def seeded_settings(tmp_path: Path) -> Settings:
+    """:func:`local_settings` whose store starts migrated (:func:`~tests.mlflow_template.
+    seed_store`): for the tests of what goes into a store, not of making one."""
+    return seed_store(local_settings(tmp_path))
 
 
 def device_readings(seed: int, offset: float, n: int = signals.TRAIN) -> pd.DataFrame:

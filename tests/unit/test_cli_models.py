@@ -16,7 +16,7 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.pca import pool_pca
 from fleetwatch.fleet.registry import CHAMPION, ModelRegistry
 from fleetwatch.fleet.tracking import MlflowTrainingObserver
-from tests.unit.mlflow_store import fleet_params, local_settings
+from tests.unit.mlflow_store import fleet_params, seeded_settings
 
 Invoke = Callable[..., Result]
 
@@ -25,7 +25,7 @@ Invoke = Callable[..., Result]
 def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """A run directory whose store holds ``fleetwatch-hvac`` with two versions (the first
     logged in a training run with an evaluation metric) and an empty ``fleetwatch-empty``."""
-    settings = local_settings(tmp_path_factory.mktemp("run"))
+    settings = seeded_settings(tmp_path_factory.mktemp("run"))
     params: dict[str, Any] = pool_pca(fleet_params())
     registry = ModelRegistry(settings)
     observer = MlflowTrainingObserver(settings, run_name="train-cli")

@@ -11,13 +11,13 @@ import pytest
 
 from fleetwatch.fleet import bootstrap as fleet_bootstrap
 from fleetwatch.fleet.registry import CHAMPION, ModelRegistry
-from tests.unit.mlflow_store import fleet_params, local_settings
+from tests.unit.mlflow_store import fleet_params, local_settings, seeded_settings
 
 
 def test_a_fleet_model_is_registered_promoted_and_published_once_enough_devices_learned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = local_settings(tmp_path)
+    settings = seeded_settings(tmp_path)
     learned = {d: {"params": p} for d, p in fleet_params(3).items()}
     tables: list[dict[str, Any]] = [{"dev-0": learned["dev-0"]}, learned, learned, learned]
     reads = iter(tables)

@@ -29,14 +29,14 @@ from fleetwatch.models.errors import FleetModelError, RegistryError, UnknownMode
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.tail import StreamTail
 from tests.unit import signals
-from tests.unit.mlflow_store import fleet_params, local_settings
+from tests.unit.mlflow_store import fleet_params, local_settings, seeded_settings
 
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """One store for the module (creating its schema is the slow part); tests use their own
     scopes."""
-    return local_settings(tmp_path_factory.mktemp("mlflow"))
+    return seeded_settings(tmp_path_factory.mktemp("mlflow"))
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,14 @@ from fleetwatch.contracts.training import TrainedBatch
 from fleetwatch.fleet.tracking import MlflowTrainingObserver, evaluation_metrics
 from fleetwatch.models.errors import TrackingError
 from fleetwatch.streaming.trainer.observer import NoopObserver, TrainingObserver
-from tests.unit.mlflow_store import local_settings
+from tests.unit.mlflow_store import local_settings, seeded_settings
 
 CONFIG = {"trigger": "5 seconds", "spark": {"master": "local[2]"}, "detectors": ["pca"]}
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return local_settings(tmp_path)
+    return seeded_settings(tmp_path)
 
 
 def _client(settings: Settings) -> MlflowClient:
@@ -28,7 +28,9 @@ def _client(settings: Settings) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def test_the_embedded_store_lives_in_the_run_directory(settings: Settings) -> None:
+def test_the_embedded_store_lives_in_the_run_directory(tmp_path: Path) -> None:
+    settings = local_settings(tmp_path)  # no store yet: the observer makes it
+    assert not (settings.run_path / "mlflow" / "mlflow.db").exists()
     assert settings.mlflow_tracking_uri == f"sqlite:///{settings.run_path}/mlflow/mlflow.db"
     observer = MlflowTrainingObserver(settings)
     observer.on_start({})
