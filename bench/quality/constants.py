@@ -84,7 +84,6 @@ PLUMBING: Mapping[str, str] = {
     f"{_S}job:PLAN_VERSION": "version",
     f"{_S}quarantine:MAX_REASON": "formatting",
     f"{_S}readings:_NAN": "sentinel",
-    f"{_S}readings:_INT64_MIN": "wire",
     f"{_S}readings:UNKNOWN": "sentinel",
     "fleetwatch.fleet.tracking:_MAX_PARAMS_PER_REQUEST": "wire",
     "fleetwatch.fleet.tracking:_MAX_PARAM_CHARS": "wire",
