@@ -55,15 +55,17 @@ def default_members(
     budget of false alerts a day (each of the device's metrics has its share of it), so on
     normal data the device opens up to twice as many: each member's whole budget keeps the
     faults near its threshold that a halved share would give up. The PCA member keeps its χ²
-    model for breaks that last (on Gaussian noise a tail of its own only raises its threshold,
-    see :mod:`~fleetwatch.models.multivariate`); a break of one reading alone is its metric's
-    own members' (:mod:`~fleetwatch.models.lasting`). A metric's shift is its new normal after
-    ``new_normal_after_s`` (the level member's ``adopt_s``)."""
+    model for lasting breaks (on Gaussian noise a tail of its own only raises its threshold,
+    see :mod:`~fleetwatch.models.multivariate`); a break of one reading alone is also
+    held to the device's own tail of them (``shock_alerts_per_day``, the device's budget): a
+    meter's Student-t voltage breaks its loose tie with the load "beyond doubt" several times a
+    day. A metric's shift is its new normal after ``new_normal_after_s`` (the level member's
+    ``adopt_s``)."""
     return [
         SeasonalBaseline(false_alerts_per_day=false_alerts_per_day),
         LevelShiftDetector(false_alerts_per_day=false_alerts_per_day, adopt_s=new_normal_after_s),
         FlatlineDetector(),
-        PcaDetector(),
+        PcaDetector(shock_alerts_per_day=false_alerts_per_day),
     ]
 
 

@@ -6,7 +6,7 @@ that model is blind to a metric's own tail: a Student-t voltage breaks a meter's
 load by six standard deviations many times a day, each a "one-in-a-million" reading.
 A shock in one metric on one reading is that metric's own members' to judge, against its own
 tail; what only the joint member sees is a tie that *stays* broken. So a reading's surprise is
-the larger of two kinds of evidence:
+the largest of three kinds of evidence:
 
 - **broken twice**: the smaller of its surprise and that of the reading before it (a break of
   two readings in a row is alerted on at the second);
@@ -15,14 +15,11 @@ the larger of two kinds of evidence:
   χ² with ``WINDOW · h`` degrees of freedom (Wilson-Hilferty). Capping only lowers the sum, so
   the judgement stays conservative. A moderate break on every reading — a humidity that stops
   following its temperature, each reading a few deviations off — alerts within a few readings,
-  where the one-reading model waits for one extreme reading (and "broken twice" for two).
-
-A break of one reading alone is no alert of the joint member, however far out it lies: one
-device's day cannot show how often its metrics' noise breaks a tie that far (a meter's
-Student-t voltage breaks its tie with the load sixteen conditional deviations out about once in
-six days), so no threshold on one reading holds a budget of one false alert in ten or a hundred
-days. The reading itself is its metric's own members' to judge, against the tail their fleet
-has pooled.
+  where the one-reading model waits for one extreme reading (and "broken twice" for two);
+- **broken beyond doubt**: a break of one reading alone, at a third of its surprise (it alerts
+  at 3 · 13.8 = 41.4 nats, ``p ≤ 1e-18`` under the χ² model, where heavy-tailed shocks seldom
+  reach): a spike of a tied metric that its own members, judging it against a tail wide enough
+  for the machine's on and off states, do not see.
 
 What is carried from one batch to the next is the surprise of the last reading and the capped
 energies of the ``WINDOW - 1`` before it (:data:`CARRIED`).
@@ -51,6 +48,9 @@ CAP_P = 1e-3
 """Each reading adds at most the energy a reading passes once in this many (under χ²)."""
 CAP_Z = float(-ndtri(CAP_P))
 """The standard normal's upper ``CAP_P`` quantile."""
+SINGLE = 3.0
+"""A break of one reading alone counts at its surprise over this: it alerts alone at
+``p ≤ ALERT_P ** SINGLE`` (1e-18) under the χ² model."""
 CARRIED = WINDOW
 """Floats carried between batches: the last surprise and ``WINDOW - 1`` capped energies."""
 
@@ -78,17 +78,20 @@ def lasting(
     carried: Sequence[float],
     dof: int,
     window: bool,
+    single: FloatArray | None = None,
 ) -> tuple[FloatArray, list[float]]:
     """The lasting surprise of consecutive complete readings — their one-reading ``surprise``
     and residual ``energy`` in time order — continuing from ``carried`` (what the call before
     returned; empty: nothing before, as if the reading before had been calm), and what to carry
     on. ``window``: also the sum over the last :data:`WINDOW` readings (off where the surprise
-    is not the χ² model's, a device's own tail judges it)."""
+    is not the χ² model's, a device's own tail judges it). ``single``: the evidence of a break of
+    one reading alone, per reading (default: its surprise over :data:`SINGLE`)."""
     if not surprise.size:
         return surprise, list(carried)
     before = carried[0] if carried else 0.0
     previous = np.concatenate(([before], surprise[:-1]))
-    out: FloatArray = np.minimum(surprise, previous)
+    alone = surprise / SINGLE if single is None else single
+    out: FloatArray = np.maximum(np.minimum(surprise, previous), alone)
     capped = np.concatenate(
         (np.asarray(carried[1:], dtype=np.float64), np.minimum(energy, energy_cap(dof)))
     )

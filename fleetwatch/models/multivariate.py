@@ -30,9 +30,17 @@ it wanders. With no tied axis the detector scores nothing; ``None`` judges every
 Calibration: with Gaussian readings ``Q`` is χ² with as many degrees of freedom as judged axes; the
 Wilson-Hilferty normal transform of χ² gives ``p`` and the surprise of a reading alone. A row's
 score is the lasting evidence of a break (:mod:`~fleetwatch.models.lasting`: broken on two
-readings in a row, or for three readings together), so a one-reading shock, however far, is
-left to its metric's own members; the scorer carries what it needs across batches in
-:attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in ``last``.
+readings in a row, for three readings together, or beyond doubt on one), so a heavy-tailed
+metric's one-reading shock is left to that metric's own members; the scorer carries what it
+needs across batches in :attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in
+``last``. With ``shock_alerts_per_day`` set (the default members set it to the device's budget)
+a break of one reading alone must also pass the level the device's own one-reading breaks pass
+that many times a day (its own tail of the residual's deviate, kept in the parameters as
+``tail``; by the χ² model alone until that tail knows its excursions): a meter's Student-t
+voltage breaks its loose tie with the load "beyond doubt" several times a day. The faults the
+device's tail has seen (a level shift, a correlated fault) are peaks far beyond the rest, which
+the tail's fit leaves out (``StreamTail._without_outlier``), so they do not raise the bar for
+the next one.
 
 With ``false_alerts_per_day`` set (off by default) the deviate is judged like the per-metric
 members' statistic, against the device's own history of it
@@ -74,7 +82,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -84,7 +92,7 @@ from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_Z, S_ALERT, normal_upper_surprise
 from fleetwatch.models.errors import HyperParameterError, require_positive
 from fleetwatch.models.grid import GRID_SD, Grid, shrink
-from fleetwatch.models.lasting import WINDOW, chi2_deviate, lasting
+from fleetwatch.models.lasting import SINGLE, WINDOW, chi2_deviate, lasting
 from fleetwatch.models.params import array, floats
 from fleetwatch.models.profile import DecayedDetector, advance, row_weights
 from fleetwatch.models.scores import Reason, Scores
@@ -140,13 +148,16 @@ class PcaDetector(DecayedDetector):
     max_axis_var: float | None = 0.25
     false_alerts_per_day: float | None = None
     tail_halflife: float = 2000.0
+    shock_alerts_per_day: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.components < 1:
             raise HyperParameterError(f"components must be >= 1, got {self.components}")
         require_positive(self, "min_residual_var")
-        require_positive(self, "max_axis_var", "false_alerts_per_day", or_none=True)
+        require_positive(
+            self, "max_axis_var", "false_alerts_per_day", "shock_alerts_per_day", or_none=True
+        )
         require_positive(self, "tail_halflife")
         self.tail = StreamTail(self.tail_halflife)
         """The device's own history of the residual's statistic (:mod:`~fleetwatch.models.tail`)."""
@@ -179,13 +190,6 @@ class PcaDetector(DecayedDetector):
         self._energies: tuple[Batch, PcaModel, FloatArray] | None = None
         """The last batch whose residual energies were worked out, the model they are of and
         the energies: learning the batch the gate just judged reads its statistic from them."""
-
-    @classmethod
-    def from_hyper(cls, hyper: Mapping[str, Any]) -> Self:
-        """As :meth:`Detector.from_hyper`; parameters written while a break of one reading
-        alone was judged carry that judgement's budget, ``shock_alerts_per_day``, which no
-        longer means anything and is dropped."""
-        return super().from_hyper({k: v for k, v in hyper.items() if k != "shock_alerts_per_day"})
 
     def resume(self, memory: ScoringMemory) -> None:
         self._held = memory.joint
@@ -228,7 +232,7 @@ class PcaDetector(DecayedDetector):
         model = self.model()  # before the batch
         if model is not None and complete.any():
             self.last = self._left(batch, model, matrix, complete)
-        if self.false_alerts_per_day is not None and model is not None and complete.any():
+        if self._budget() is not None and model is not None and complete.any():
             # the statistic of every complete reading against the model as it was before it
             statistic = self._statistic(matrix, complete, model, batch)
             self.tail.observe(times[complete].astype(np.int64))
@@ -352,10 +356,17 @@ class PcaDetector(DecayedDetector):
         out: FloatArray = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
         return out
 
+    def _budget(self) -> float | None:
+        """The budget the device's own tail is kept for: the residual's, else its one-reading
+        breaks' (none: no tail)."""
+        if self.false_alerts_per_day is not None:
+            return self.false_alerts_per_day
+        return self.shock_alerts_per_day
+
     def _bar(self) -> float:
         """The deviate at which the residual alerts by the device's own tail (none without a
         budget or a history yet)."""
-        budget = self.false_alerts_per_day
+        budget = self._budget()
         if budget is None or self.tail.summary.weight < MIN_HISTORY:
             return math.inf
         return self.tail.threshold(budget, 1.0, 1, ALERT_Z)
@@ -458,7 +469,24 @@ class PcaDetector(DecayedDetector):
         h = model.residual_var.size
         if not h:
             return surprise, carried
-        return lasting(surprise, energy, carried, h, window=self.false_alerts_per_day is None)
+        single = None
+        if self.false_alerts_per_day is None and self.shock_alerts_per_day is not None:
+            single = self._shock(surprise, energy, h)
+        return lasting(
+            surprise, energy, carried, h, window=self.false_alerts_per_day is None, single=single
+        )
+
+    def _shock(self, surprise: FloatArray, energy: FloatArray, h: int) -> FloatArray | None:
+        """The evidence of a break of one reading alone: beyond doubt by the χ² model, and
+        past what the device's own one-reading breaks pass ``shock_alerts_per_day`` times a day
+        (by the model alone until its tail knows its excursions)."""
+        bar = self._bar()
+        if not self.tail.knows_excursions() or math.isinf(bar):
+            return None
+        wh = np.maximum(chi2_deviate(energy, h), 0.0)
+        own = calibrated_surprise(self.tail, wh, bar, S_ALERT)
+        out: FloatArray = np.minimum(surprise / SINGLE, own)
+        return out
 
     def familiar_times(self, readings: Readings) -> set[int]:
         """The event times of ``readings`` whose reading the fleet knows: every metric within
@@ -496,7 +524,7 @@ class PcaDetector(DecayedDetector):
             "grid": self.grid.state(),
             "last": self.last,
             # the tail is kept only where it is used (a budget): bins of zeros otherwise
-            **({} if self.false_alerts_per_day is None else {"tail": self.tail.state()}),
+            **({} if self._budget() is None else {"tail": self.tail.state()}),
             **({} if self.bounds is None else {"bounds": floats(self.bounds)}),
             **({} if self.states is None else {"states": floats(self.states)}),
         }

@@ -8,7 +8,7 @@ import pandas as pd
 from fleetwatch.models.base import ScoringMemory
 from fleetwatch.models.batch import Batch
 from fleetwatch.models.calibration import ALERT_SCORE, S_ALERT
-from fleetwatch.models.lasting import CARRIED, WINDOW, chi2_deviate, energy_cap, lasting
+from fleetwatch.models.lasting import CARRIED, SINGLE, WINDOW, chi2_deviate, energy_cap, lasting
 from fleetwatch.models.multivariate import PcaDetector
 from tests.unit.test_fleet_checked import probe, tied
 
@@ -16,18 +16,18 @@ from tests.unit.test_fleet_checked import probe, tied
 def test_one_shock_is_held_to_its_neighbours_and_two_in_a_row_alert() -> None:
     surprise = np.array([1.0, 30.0, 1.0, 40.0, 30.0, 1.0])
     out, _ = lasting(surprise, np.ones(6), [], 1, window=False)
-    np.testing.assert_array_equal(out, [0.0, 1.0, 1.0, 1.0, 30.0, 1.0])
+    np.testing.assert_array_equal(out, [1.0 / SINGLE, 10.0, 1.0, 40.0 / SINGLE, 30.0, 1.0])
+    assert (out[[1, 3]] < S_ALERT).all(), "a shock of one reading alone is no alert"
     out, _ = lasting(surprise[1:], np.ones(5), [20.0], 1, window=False)
-    np.testing.assert_array_equal(out, [20.0, 1.0, 1.0, 30.0, 1.0])
+    np.testing.assert_array_equal(out, [20.0, 1.0, 40.0 / SINGLE, 30.0, 1.0])
 
 
-def test_a_break_of_one_reading_alone_is_no_alert_however_far() -> None:
-    surprise = np.array([1.0, 1e6, 1.0, 1.0, 1.0, 1.0])
-    energy = np.array([1.0, 1e12, 1.0, 1.0, 1.0, 1.0])
-    out, _ = lasting(surprise, energy, [1.0], 1, window=True)
-    assert (out < S_ALERT).all()
-    out, _ = lasting(surprise[1:3], energy[1:3], [S_ALERT], 1, window=True)
-    assert out[0] == S_ALERT, "after a broken reading it is the second of two in a row"
+def test_a_break_beyond_doubt_alerts_on_one_reading_and_ranks() -> None:
+    surprise = np.array([1.0, 3.0 * S_ALERT, 1.0, 1.0, 300.0, 1.0])
+    out, _ = lasting(surprise, np.ones(6), [1.0], 1, window=True)
+    assert out[1] == S_ALERT
+    assert out[4] > out[1]
+    assert (out[[0, 2, 3, 5]] < S_ALERT).all()
 
 
 def test_what_is_carried_makes_batches_score_as_one() -> None:
@@ -60,7 +60,7 @@ def test_one_huge_shock_adds_at_most_the_cap_to_the_window() -> None:
     energy = np.ones(2 * WINDOW)
     energy[WINDOW] = 1e9
     one = np.zeros(2 * WINDOW)
-    one[WINDOW] = 1e3  # a break of one reading alone, however far
+    one[WINDOW] = 30.0  # under the bar of a break of one reading alone
     out, _ = lasting(one, energy, [], 2, window=True)
     assert (out < S_ALERT).all()
     _, carried = lasting(one[: WINDOW + 1], energy[: WINDOW + 1], [], 2, window=True)
