@@ -92,7 +92,10 @@ from fleetwatch.contracts.settings import Settings
 from fleetwatch.stack.topics import delete_topics
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
-"""py-spy in the interpreter's environment (``pip install py-spy``), for ``--py-spy``."""
+if not PY_SPY.exists() and (found := shutil.which("py-spy")):
+    PY_SPY = Path(found)
+"""py-spy in the interpreter's environment (``pip install py-spy``) or else on ``PATH``, for
+``--py-spy``."""
 
 
 def profile(pid: int, seconds: int, jfr: Path | None, spy: Path | None, tag: str) -> list[Any]:
