@@ -28,7 +28,7 @@ from typing import Any
 
 from fleetwatch.fleet.tails import POOLED, field_of, tails_of
 from fleetwatch.models.errors import FleetModelError, ModelError
-from fleetwatch.models.multivariate import PcaDetector
+from fleetwatch.models.multivariate import JOINT_TAIL, PcaDetector
 from fleetwatch.models.tail import StreamTail
 
 KIND = "fleet"
@@ -92,4 +92,4 @@ def metrics_of(detector: PcaDetector | None, tails: Tails) -> list[str]:
     """The metrics a fleet model knows: its PCA part's, else those its tails are pooled of."""
     if detector is not None and detector.metrics:
         return list(detector.metrics)
-    return sorted({metric for pooled in tails.values() for metric in pooled})
+    return sorted({metric for pooled in tails.values() for metric in pooled} - {JOINT_TAIL})

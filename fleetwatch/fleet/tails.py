@@ -1,5 +1,5 @@
-"""The fleet's tails of the level and seasonal members' statistics: what a device's stream is
-held to while its own history cannot set its threshold.
+"""The fleet's tails of the level, seasonal and joint members' statistics: what a device's
+stream is held to while its own history cannot set its threshold.
 
 A stream's threshold is where its own excursion peaks pass at the budget's rate
 (:class:`~fleetwatch.models.tail.StreamTail`). Until ``MIN_PEAKS`` of them were seen it is the
@@ -33,7 +33,11 @@ its own tail nor the pool :meth:`knows_excursions
 floor. A seasonal stream takes the higher of the two at any age, the pool's from its body alone
 until it knows its excursions: a battery's charge in whole percent soon knows its light
 one-step peaks, never its rare two-step reading
-(:meth:`Detector.borrow_tails <fleetwatch.models.base.Detector.borrow_tails>`).
+(:meth:`Detector.borrow_tails <fleetwatch.models.base.Detector.borrow_tails>`). The joint
+member's one-reading breaks are judged by the higher of the two once the pool knows its
+excursions (one tail per scope, under :data:`~fleetwatch.models.multivariate.JOINT_TAIL`): a
+meter's Student-t voltage breaks its tie with the load beyond the χ² model's doubt a few times
+a week, too seldom for one device's day to know.
 
 In a scope without a multivariate part (devices of one metric), each metric's pooled tail also
 carries the states its devices hold (:func:`_states`, :mod:`~fleetwatch.models.states`): the
@@ -60,6 +64,7 @@ import numpy as np
 from fleetwatch.fleet.pca import MAX_STATES, left_out
 from fleetwatch.models.base import Detector
 from fleetwatch.models.level import LevelShiftDetector
+from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.states import PooledTail
 from fleetwatch.models.tail import BINS, StreamTail, bin_of
@@ -71,7 +76,7 @@ its heavy-tailed streams' shocks pass ``EARLY_Z`` of their young spread: a hundr
 values each are thousands. A young tail adds its body only: its excursions are not counted
 before ``MIN_HISTORY``."""
 
-POOLED: tuple[type[Detector], ...] = (LevelShiftDetector, SeasonalBaseline)
+POOLED: tuple[type[Detector], ...] = (LevelShiftDetector, SeasonalBaseline, PcaDetector)
 """The member kinds whose tails the fleet pools."""
 
 

@@ -248,6 +248,13 @@ class Detector(ABC):
         path that skips the explanation fields: the self-gate of :meth:`learn` needs only this."""
         return self._score(batch).surprise
 
+    def _surprise_with(
+        self, batch: Batch, suspicion: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """:meth:`_surprise`, told ``suspicion`` as :meth:`_score_with` is (per-metric
+        detectors ignore it)."""
+        return self._surprise(batch)
+
     def _gate(self, batch: Batch) -> npt.NDArray[np.bool_]:
         """The rows a fitted detector learns when the caller says nothing: those it does not
         alert on with its parameters before the batch."""

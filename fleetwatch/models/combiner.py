@@ -238,12 +238,19 @@ class CombinedDetector(Detector):
         return out if self.device_tail is None else self.device_tail.calibrate(out)
 
     def _surprises(self, batch: Batch) -> list[npt.NDArray[np.float64]]:
-        """Each member's surprise on ``batch``: those of the last :meth:`_score` when it was of
-        this batch with these parameters (a batch scored, then learned, is judged once)."""
+        """Each member's surprise on ``batch``, the joint members told the per-metric members'
+        as in :meth:`_score`: those of the last :meth:`_score` when it was of this batch with
+        these parameters (a batch scored, then learned, is judged once)."""
         seen = self._scored
         if seen is not None and seen[0] is batch and seen[1] == self.version:
             return seen[2]
-        return [m._surprise(batch) for m in self.detectors]
+        own = [m._surprise(batch) if m.per_metric else None for m in self.detectors]
+        found = [s for s in own if s is not None]
+        suspicion = np.max(found, axis=0) if found else np.zeros(len(batch))
+        return [
+            s if s is not None else m._surprise_with(batch, suspicion)
+            for m, s in zip(self.detectors, own, strict=True)
+        ]
 
     def _state(self) -> dict[str, Any]:
         members = [member.to_params() for member in self.detectors]

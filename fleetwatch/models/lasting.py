@@ -18,8 +18,11 @@ the largest of three kinds of evidence:
   where the one-reading model waits for one extreme reading (and "broken twice" for two);
 - **broken beyond doubt**: a break of one reading alone, at a third of its surprise (it alerts
   at 3 · 13.8 = 41.4 nats, ``p ≤ 1e-18`` under the χ² model, where heavy-tailed shocks seldom
-  reach): a spike of a tied metric that its own members, judging it against a tail wide enough
-  for the machine's on and off states, do not see.
+  reach): a spike of a tied metric that its own members find unusual but do not alert on
+  (judging it against a tail wide enough for the machine's on and off states, or held to a
+  young metric's early threshold). The joint member passes what the metric's own members found
+  (:meth:`~fleetwatch.models.multivariate.PcaDetector._carry`): where they found the reading
+  no more than calm, a break of it alone is no evidence.
 
 What is carried from one batch to the next is the surprise of the last reading and the capped
 energies of the ``WINDOW - 1`` before it (:data:`CARRIED`).

@@ -34,13 +34,18 @@ readings in a row, for three readings together, or beyond doubt on one), so a he
 metric's one-reading shock is left to that metric's own members; the scorer carries what it
 needs across batches in :attr:`~fleetwatch.models.base.ScoringMemory.joint`, the parameters in
 ``last``. With ``shock_alerts_per_day`` set (the default members set it to the device's budget)
-a break of one reading alone must also pass the level the device's own one-reading breaks pass
+a break of one reading alone must also pass the level the device's one-reading breaks pass
 that many times a day (its own tail of the residual's deviate, kept in the parameters as
-``tail``; by the χ² model alone until that tail knows its excursions): a meter's Student-t
-voltage breaks its loose tie with the load "beyond doubt" several times a day. The faults the
+``tail``, and at any age the fleet's pooled tail of it where that sets the higher bar once it
+knows its excursions; by the χ² model alone until one of them knows them): a meter's Student-t
+voltage breaks its loose tie with the load "beyond doubt" several times a week. The faults the
 device's tail has seen (a level shift, a correlated fault) are peaks far beyond the rest, which
 the tail's fit leaves out (``StreamTail._without_outlier``), so they do not raise the bar for
-the next one.
+the next one. Told what the per-metric members found (``suspicion``, below), a break of one
+reading alone counts only where the blamed metric's own members found the reading at least
+calm-level unusual (``p ≤ 1e-3``): a shock inside the metric's own tail is its members' to
+judge; a young metric's spike, which its members find unusual but hold to their early
+threshold, is the joint member's to find.
 
 With ``false_alerts_per_day`` set (off by default) the deviate is judged like the per-metric
 members' statistic, against the device's own history of it
@@ -99,6 +104,10 @@ from fleetwatch.models.scores import Reason, Scores
 from fleetwatch.models.tail import MIN_HISTORY, StreamTail, calibrated_surprise
 
 FloatArray = npt.NDArray[np.float64]
+
+JOINT_TAIL = "*"
+"""The name the fleet's pool keeps the residual's tail under (:mod:`~fleetwatch.fleet.tails`):
+one per scope, whose devices share their metrics."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +196,8 @@ class PcaDetector(DecayedDetector):
         self._memo: tuple[Batch, PcaModel, list[float], list[float]] | None = None
         """The last batch judged, the model it was judged with, what was carried into it and
         what it leaves."""
+        self._fleet: StreamTail | None = None
+        """The fleet's pooled tail of the residual's statistic (:meth:`borrow_tails`)."""
         self._energies: tuple[Batch, PcaModel, FloatArray] | None = None
         """The last batch whose residual energies were worked out, the model they are of and
         the energies: learning the batch the gate just judged reads its statistic from them."""
@@ -348,12 +359,12 @@ class PcaDetector(DecayedDetector):
         return self._calibrated(chi2_deviate(energy, h)) if h else np.zeros(energy.size)
 
     def _calibrated(self, wh: FloatArray) -> FloatArray:
-        """The surprise of the residual's deviates: by the χ² model, or by the device's own tail
-        of them when held to a budget."""
-        if self.false_alerts_per_day is None or not self.tail.knows_excursions():
+        """The surprise of the residual's deviates: by the χ² model, or by the tail in force
+        (:meth:`_judged_by`) when held to a budget."""
+        tail, bar = self._judged_by()
+        if self.false_alerts_per_day is None or not tail.knows_excursions():
             return normal_upper_surprise(wh)
-        bar = self._bar()
-        out: FloatArray = calibrated_surprise(self.tail, np.maximum(wh, 0.0), bar, S_ALERT)
+        out: FloatArray = calibrated_surprise(tail, np.maximum(wh, 0.0), bar, S_ALERT)
         return out
 
     def _budget(self) -> float | None:
@@ -363,20 +374,47 @@ class PcaDetector(DecayedDetector):
             return self.false_alerts_per_day
         return self.shock_alerts_per_day
 
-    def _bar(self) -> float:
-        """The deviate at which the residual alerts by the device's own tail (none without a
-        budget or a history yet)."""
+    def _own_bar(self, tail: StreamTail) -> float:
+        """The deviate at which ``tail`` says the residual alerts (none without a budget or a
+        history yet)."""
         budget = self._budget()
-        if budget is None or self.tail.summary.weight < MIN_HISTORY:
+        if budget is None or tail.summary.weight < MIN_HISTORY:
             return math.inf
-        return self.tail.threshold(budget, 1.0, 1, ALERT_Z)
+        return tail.threshold(budget, 1.0, 1, ALERT_Z)
+
+    def _bar(self) -> float:
+        """The deviate at which the residual alerts by the tail in force (:meth:`_judged_by`;
+        none without a budget or a history yet)."""
+        return self._judged_by()[1]
+
+    def _judged_by(self) -> tuple[StreamTail, float]:
+        """The tail the residual's statistic is judged by and the bar it sets: the device's own,
+        and at any age the fleet's pooled tail (:meth:`borrow_tails`) where that sets the
+        higher bar once the pool knows its excursions.
+
+        Why: a break of one reading alone that the device's noise makes a few times a week (a
+        meter's Student-t voltage, some 16 conditional deviations off its tie with the load) is
+        an event a day of one device's history has seen once or not at all; its own tail cannot
+        set the level such breaks pass at a budget of a few a year. A fleet of its kind has seen
+        them by the hundred: the pooled tail knows how far they reach, as the level and seasonal
+        members' pooled tails do (:mod:`~fleetwatch.fleet.tails`)."""
+        own = self._own_bar(self.tail)
+        pooled = self._fleet
+        if pooled is None or not pooled.knows_excursions():
+            return self.tail, own
+        bar = self._own_bar(pooled)
+        return (pooled, bar) if bar > own or math.isinf(own) else (self.tail, own)
 
     def _surprise(self, batch: Batch) -> FloatArray:
+        return self._surprise_with(batch, None)
+
+    def _surprise_with(self, batch: Batch, suspicion: FloatArray | None) -> FloatArray:
         model = self.model()
         if model is None or len(batch) == 0:
             return np.zeros(len(batch))
-        inverse, _, complete, _, surprise, energy = self._residual(batch, model)
-        surprise = self._lasting(batch, model, surprise, energy, complete)
+        inverse, _, complete, z, surprise, energy = self._residual(batch, model)
+        own = None if suspicion is None else self._blame(batch, model, z, suspicion)[2]
+        surprise = self._lasting(batch, model, surprise, energy, complete, own)
         out: FloatArray = np.maximum(surprise[inverse], 0.0)
         return out
 
@@ -392,15 +430,9 @@ class PcaDetector(DecayedDetector):
             reason = np.full(n, Reason.WARMUP, np.int8)
             return Scores.build(self.kind, np.zeros(n), names, batch.value, nan, nan, reason)
         inverse, matrix, complete, z, surprise, energy = self._residual(batch, model)
-        surprise = self._lasting(batch, model, surprise, energy, complete)
-        pz = z @ model.precision
+        pz, blame, own = self._blame(batch, model, z, suspicion)
+        surprise = self._lasting(batch, model, surprise, energy, complete, own)
         diag = np.diag(model.precision)
-        # the log-likelihood ratio of "this metric alone moved": half the drop in the squared
-        # Mahalanobis distance when it is corrected, and what its own members found of it
-        evidence = pz**2 / diag / 2
-        if suspicion is not None:
-            evidence = evidence + self._own_surprise(batch, suspicion, evidence.shape)
-        blame = np.argmax(evidence, axis=1)
         at = np.arange(blame.size)
         conditional = z[at, blame] - pz[at, blame] / diag[blame]
         expected = model.mean[blame] + model.std[blame] * conditional
@@ -416,6 +448,22 @@ class PcaDetector(DecayedDetector):
             band[inverse],
             reason[inverse],
         )
+
+    def _blame(
+        self, batch: Batch, model: PcaModel, z: FloatArray, suspicion: FloatArray | None
+    ) -> tuple[FloatArray, npt.NDArray[np.intp], FloatArray | None]:
+        """Per event time (standardised vectors ``z``): ``z`` times the precision matrix, the
+        metric a break is blamed on and, told ``suspicion``, the surprise that metric's own
+        members found of its reading (``None`` without)."""
+        pz = z @ model.precision
+        # the log-likelihood ratio of "this metric alone moved": half the drop in the squared
+        # Mahalanobis distance when it is corrected, and what its own members found of it
+        evidence = pz**2 / np.diag(model.precision) / 2
+        if suspicion is None:
+            return pz, np.argmax(evidence, axis=1), None
+        own = self._own_surprise(batch, suspicion, evidence.shape)
+        blame = np.argmax(evidence + own, axis=1)
+        return pz, blame, own[np.arange(blame.size), blame]
 
     def _own_surprise(
         self, batch: Batch, suspicion: FloatArray, shape: tuple[int, ...]
@@ -436,16 +484,21 @@ class PcaDetector(DecayedDetector):
         surprise: FloatArray,
         energy: FloatArray,
         complete: npt.NDArray[np.bool_],
+        own: FloatArray | None = None,
     ) -> FloatArray:
         """Per event time, the lasting evidence of a break (:mod:`~fleetwatch.models.lasting`)
         continuing from the readings before the batch: the scorer's memory of them, else
-        :attr:`last`. Judged once per batch and model: :meth:`score` and :meth:`remember`."""
+        :attr:`last`. Judged once per batch and model: :meth:`score` and :meth:`remember`.
+        ``own``: per event time, what the blamed metric's own members found of its reading; a
+        break of that reading alone counts only where they found it unusual too (see
+        :meth:`_carry`)."""
         memo = self._memo
         if memo is not None and memo[0] is batch and memo[1] is model:
             carried = memo[2]
         else:
             carried = list(self._held) if self._held else list(self.last)
-        out, after = self._carry(surprise[complete], energy[complete], carried, model)
+        unusual = None if own is None else own[complete] >= S_ALERT / 2
+        out, after = self._carry(surprise[complete], energy[complete], carried, model, unusual)
         self._memo = (batch, model, carried, after)
         lasting_surprise = surprise.copy()
         lasting_surprise[complete] = out
@@ -464,27 +517,41 @@ class PcaDetector(DecayedDetector):
         return self._carry(self._one_reading(energy, model), energy, self.last, model)[1]
 
     def _carry(
-        self, surprise: FloatArray, energy: FloatArray, carried: list[float], model: PcaModel
+        self,
+        surprise: FloatArray,
+        energy: FloatArray,
+        carried: list[float],
+        model: PcaModel,
+        unusual: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, list[float]]:
+        """The lasting evidence of consecutive complete readings and what they leave.
+        ``unusual`` (per reading): whether the blamed metric's own members found it at least
+        calm-level unusual (``p ≤ 1e-3``, half the alert level's surprise); where they did
+        not, a break of that reading alone is no evidence: a shock inside the metric's own
+        tail is the metric's to judge (its members know its tail, the χ² model does not),
+        and what the joint member adds of one reading is only where the others say it sits."""
         h = model.residual_var.size
         if not h:
             return surprise, carried
         single = None
         if self.false_alerts_per_day is None and self.shock_alerts_per_day is not None:
             single = self._shock(surprise, energy, h)
+        if unusual is not None:
+            single = np.where(unusual, surprise / SINGLE if single is None else single, 0.0)
         return lasting(
             surprise, energy, carried, h, window=self.false_alerts_per_day is None, single=single
         )
 
     def _shock(self, surprise: FloatArray, energy: FloatArray, h: int) -> FloatArray | None:
         """The evidence of a break of one reading alone: beyond doubt by the χ² model, and
-        past what the device's own one-reading breaks pass ``shock_alerts_per_day`` times a day
-        (by the model alone until its tail knows its excursions)."""
-        bar = self._bar()
-        if not self.tail.knows_excursions() or math.isinf(bar):
+        past what the device's one-reading breaks pass ``shock_alerts_per_day`` times a day by
+        the tail in force (:meth:`_judged_by`; by the model alone until it knows its
+        excursions)."""
+        tail, bar = self._judged_by()
+        if not tail.knows_excursions() or math.isinf(bar):
             return None
         wh = np.maximum(chi2_deviate(energy, h), 0.0)
-        own = calibrated_surprise(self.tail, wh, bar, S_ALERT)
+        own = calibrated_surprise(tail, wh, bar, S_ALERT)
         out: FloatArray = np.minimum(surprise / SINGLE, own)
         return out
 
@@ -511,6 +578,16 @@ class PcaDetector(DecayedDetector):
 
     def learned_metrics(self) -> list[str]:
         return list(self.metrics)
+
+    def borrow_tails(self, tails: Mapping[str, StreamTail]) -> None:
+        self._fleet = tails.get(JOINT_TAIL)
+
+    def own_tails(self) -> list[tuple[str, StreamTail, float]]:
+        """The device's tail of the residual's statistic, under :data:`JOINT_TAIL`, with the
+        bar it sets itself (none without a budget)."""
+        if self._budget() is None:
+            return []
+        return [(JOINT_TAIL, self.tail, self._own_bar(self.tail))]
 
     def _state(self) -> dict[str, Any]:
         return {

@@ -349,16 +349,22 @@ def _heavy_tailed_tie(n: int, seed: int, df: float | None) -> pd.DataFrame:
     )
 
 
-def _alerts_from(detector: PcaDetector, frame: pd.DataFrame, scored_from: int) -> list[int]:
-    """The readings ``detector`` alerts on from ``scored_from`` on, learning 100 at a time."""
+def _alerts_from(
+    detector: PcaDetector,
+    frame: pd.DataFrame,
+    scored_from: int,
+    suspicion: npt.NDArray[np.float64] | None = None,
+) -> list[int]:
+    """The readings ``detector`` alerts on from ``scored_from`` on, learning 100 at a time;
+    told ``suspicion`` (per row of ``signals.long(frame)``) as the scorer tells it."""
     readings = signals.long(frame)
     found: list[int] = []
     for lo in range(0, len(frame), 100):
-        part = readings[
-            (readings.event_ms >= lo * 10_000) & (readings.event_ms < (lo + 100) * 10_000)
-        ]
+        rows = (readings.event_ms >= lo * 10_000) & (readings.event_ms < (lo + 100) * 10_000)
+        part = readings[rows]
         if lo >= scored_from:
-            alerting = detector.score(part).alert
+            told = None if suspicion is None else suspicion[rows.to_numpy()]
+            alerting = detector.score(part, told).alert
             found += sorted({int(t) // 10_000 for t in part.event_ms[alerting]})
         detector.learn(part)
     return found
@@ -387,6 +393,26 @@ def test_pca_still_alerts_on_a_spike_that_breaks_a_gaussian_tie_alone() -> None:
     frame.loc[spikes, "humidity"] += 3.0  # 30 times the tie's noise, one reading each
     for detector in (PcaDetector(shock_alerts_per_day=1.0), PcaDetector()):
         assert _alerts_from(detector, frame, 3000) == spikes
+
+
+@pytest.mark.parametrize(("own", "alerts"), [(S_ALERT / 2, True), (S_ALERT / 2 - 0.5, False)])
+def test_a_one_reading_break_counts_where_the_metrics_own_members_find_it_unusual(
+    own: float, alerts: bool
+) -> None:
+    """A spike that breaks a tie on one reading alone: told that the blamed metric's own
+    members found it at least calm-level unusual (``p ≤ 1e-3``), the joint member alerts on
+    it; told that they found it less, it is a shock inside that metric's own tail, theirs to
+    judge. Told nothing, the joint member judges it alone."""
+    frame = _heavy_tailed_tie(4000, seed=5, df=None)
+    spikes = [3050, 3420, 3777]
+    frame.loc[spikes, "humidity"] += 3.0  # 30 times the tie's noise, one reading each
+    readings = signals.long(frame)
+    at_spikes = (readings.metric == "humidity") & readings.event_ms.isin(
+        [s * 10_000 for s in spikes]
+    )
+    suspicion = np.where(at_spikes, own, 0.0)
+    assert _alerts_from(PcaDetector(), frame, 3000, suspicion) == (spikes if alerts else [])
+    assert _alerts_from(PcaDetector(), frame, 3000) == spikes
 
 
 def test_pca_judges_the_ties_between_metrics_not_a_metric_on_its_own() -> None:
@@ -434,7 +460,11 @@ def test_combined_takes_the_most_surprised_member_and_its_explanation() -> None:
     detector = CombinedDetector().learn(signals.train())
     part = signals.after_training("flat")
     combined = detector.score(part)
-    members = np.stack([m.score(part).surprise for m in detector.detectors])
+    own = [m.score(part).surprise for m in detector.detectors if m.per_metric]
+    joint = [
+        m.score(part, np.max(own, axis=0)).surprise for m in detector.detectors if not m.per_metric
+    ]
+    members = np.stack(own + joint)
     np.testing.assert_array_equal(combined.surprise, members.max(axis=0))
     first = np.flatnonzero(combined.alert)[0]
     assert combined.detector[first] == "flatline"

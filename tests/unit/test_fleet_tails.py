@@ -1,4 +1,5 @@
-"""The level and seasonal members' tails pooled over a fleet, and a young stream held to them."""
+"""The level, seasonal and joint members' tails pooled over a fleet, and a young stream held to
+them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.fleet.model import metrics_of
 from fleetwatch.fleet.publish import pooled_by_scope
 from fleetwatch.fleet.tails import POOLED_FROM, field_of, pool_tails, tails_of
 from fleetwatch.models.base import Detector
 from fleetwatch.models.level import UNBACKED, LevelShiftDetector
+from fleetwatch.models.multivariate import JOINT_TAIL, PcaDetector
 from fleetwatch.models.params import dumps
 from fleetwatch.models.registry import default_detector
 from fleetwatch.models.seasonal import EARLY_Z, SeasonalBaseline
@@ -174,15 +177,19 @@ def test_the_fleet_model_carries_the_pooled_tails_to_the_scorer() -> None:
     assert devices == 3
     for kind in ("level", "seasonal"):
         assert sorted(params[field_of(kind)]) == ["humidity", "temperature"]
+    assert list(params[field_of(PcaDetector.kind)]) == [JOINT_TAIL]
     champion = fleet_model("fleet-h/1", dumps(params))
     assert champion is not None
     assert sorted(champion.tails["seasonal"]) == ["humidity", "temperature"]
+    assert metrics_of(None, tails_of(params)) == ["humidity", "temperature"], "not a metric"
     members = table["d0"]["params"]["state"]["members"]
     level = LevelShiftDetector.from_params(next(m for m in members if m["kind"] == "level"))
     seasonal = SeasonalBaseline.from_params(next(m for m in members if m["kind"] == "seasonal"))
-    borrow_tails([(level, None), (seasonal, None)], champion)
+    joint = PcaDetector.from_params(next(m for m in members if m["kind"] == PcaDetector.kind))
+    borrow_tails([(level, None), (seasonal, None), (joint, None)], champion)
     assert level._fleet is champion.tails["level"]
     assert seasonal._fleet is champion.tails["seasonal"], "each member its own kind's tails"
+    assert joint._fleet is champion.tails[PcaDetector.kind][JOINT_TAIL]
     borrow_tails([(level, None), (seasonal, None)], None)
     assert level._fleet == {}, "without a champion, no older one's tails are kept"
     assert seasonal._fleet == {}
@@ -265,3 +272,67 @@ def test_a_second_regime_is_held_to_the_fleets_tail_too() -> None:
     machine.borrow_tails(pooled)
     assert machine._bar(pooled["p"], 1) > machine._bar(machine.alt_tails[0], 1)
     assert machine.score(far).alert.all()
+
+
+def joint_fed(n: int, seed: int, df: float | None) -> PcaDetector:
+    """The joint member held to a budget of one-reading breaks, taught a humidity tied to its
+    temperature and off the tie by Student-t noise of ``df`` degrees of freedom (``None``:
+    Gaussian), a reading every 10 s, scored then learned 100 readings at a time."""
+    rng = np.random.default_rng(seed)
+    temp = 21.0 + 0.3 * rng.normal(size=n)
+    noise = rng.normal(size=n) if df is None else rng.standard_t(df, size=n)
+    wide = pd.DataFrame(
+        {
+            "event_ms": np.arange(n, dtype=np.int64) * 10_000,
+            "temperature": temp,
+            "humidity": 55.0 - 2.0 * (temp - 21.0) + 0.1 * noise,
+        }
+    )
+    frame = wide.melt(id_vars="event_ms", var_name="metric").sort_values("event_ms")
+    detector = PcaDetector(shock_alerts_per_day=1.0)
+    for lo in range(0, n, 100):
+        part = frame[frame.event_ms.between(lo * 10_000, (lo + 99) * 10_000)]
+        detector.learn(part, exclude=detector.score(part).alert)
+    return detector
+
+
+def humidity_break(detector: PcaDetector, deviate: float, at: int) -> pd.DataFrame:
+    """A reading at ``at`` on the tie but for its humidity, off it by the residual deviate
+    ``deviate`` (Wilson-Hilferty) under ``detector``'s model."""
+    model = detector.model()
+    assert model is not None
+    h = model.residual_var.size
+    i = detector.metrics.index("humidity")
+    per_unit = float(((model.residual_axes[i] / model.std[i]) ** 2 / model.residual_var).sum())
+    energy = h * (1.0 - 2.0 / (9.0 * h) + deviate * np.sqrt(2.0 / (9.0 * h))) ** 3
+    values = dict(zip(detector.metrics, model.mean, strict=True))
+    values["humidity"] += float(np.sqrt(energy / per_unit))
+    return pd.DataFrame(
+        {"event_ms": [at * 10_000] * 2, "metric": list(values), "value": list(values.values())}
+    )
+
+
+def test_a_joint_members_one_reading_breaks_are_held_to_the_fleets_pooled_tail() -> None:
+    """A young device's tie has seen too few of its breaks to know how far its noise breaks
+    it; the fleet's devices of its kind, pooled, know. A break of one reading alone beyond the
+    χ² model's doubt, short of where the fleet's breaks pass at the budget's rate, is noise
+    the fleet makes; past that level it alerts."""
+    fleet = [joint_fed(6000, s, df=2) for s in range(4)]
+    pooled = tails_of(pool_tails([d.to_params() for d in fleet]))[PcaDetector.kind]
+    assert list(pooled) == [JOINT_TAIL]
+    assert pooled[JOINT_TAIL].knows_excursions()
+    young = joint_fed(400, 9, df=None)
+    assert not young.tail.knows_excursions()
+    assert young._judged_by()[0] is young.tail
+    young.borrow_tails(pooled)
+    tail, bar = young._judged_by()
+    assert tail is pooled[JOINT_TAIL]
+    beyond_doubt = 8.8  # past p = 1e-18 as a normal deviate: the χ² model alone alerts
+    assert bar > beyond_doubt + 0.5
+    inside = humidity_break(young, 0.5 * (beyond_doubt + bar), 400)
+    past = humidity_break(young, bar + 1.0, 400)
+    assert not young.score(inside).alert.any()
+    assert young.score(past).alert.any()
+    young.borrow_tails({})
+    assert young._judged_by()[0] is young.tail, "without a fleet model, its own"
+    assert young.score(inside).alert.any()
