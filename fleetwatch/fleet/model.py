@@ -2,7 +2,8 @@
 
     {"kind": "fleet", "schema": 1, "trained_from_ms": ..., "trained_to_ms": ...,
      "pca": <the pooled PcaDetector's parameters> | null,
-     "level_tails": {metric: tail}, "seasonal_tails": {metric: tail}}
+     "level_tails": {metric: tail}, "seasonal_tails": {metric: tail},
+     "pca_tails": {"*": tail}}
 
 Two parts, pooled apart (:func:`~fleetwatch.fleet.publish.pooled_by_scope`):
 
@@ -11,7 +12,9 @@ Two parts, pooled apart (:func:`~fleetwatch.fleet.publish.pooled_by_scope`):
   (one temperature sensor a device) has none: ``null``. The scorer lets it stand in for a
   device's own multivariate member and tell the states the fleet knows;
 - the level and seasonal members' tails pooled (:mod:`~fleetwatch.fleet.tails`, under
-  ``field_of(kind)``), which every device with a stream has: its young streams' prior.
+  ``field_of(kind)``), which every device with a stream has: its young streams' prior; and the
+  joint member's tail of its one-reading breaks, one per scope (under
+  :data:`~fleetwatch.models.multivariate.JOINT_TAIL`), where the devices have one.
 
 ``trained_from_ms`` and ``trained_to_ms`` are the ``pca`` part's (``null`` without one).
 
