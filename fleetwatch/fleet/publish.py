@@ -10,6 +10,7 @@ the same things are pooled. Run at the end of a backfill, or on a schedule with
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -24,10 +25,10 @@ from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.model import compose
 from fleetwatch.fleet.pca import pool_pca
-from fleetwatch.fleet.tails import member_params, pool_tails, streams_of
+from fleetwatch.fleet.tails import POOLED, member_params, pool_tails, streams_of
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
-from fleetwatch.models.errors import FleetModelError
+from fleetwatch.models.errors import FleetModelError, ModelError
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +114,22 @@ def pooled_by_scope(
     hold (:mod:`~fleetwatch.models.states`). A scope with neither moments nor a tail to pool
     has no model. Nothing is weighed by readings: each device counts as at most the median
     device, and the most outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so
-    one fast, noisy device cannot widen its scope's thresholds."""
+    one fast, noisy device cannot widen its scope's thresholds. A device whose parameters do not
+    load is left out, logged (:func:`_unreadable`), and a scope's moments are pooled from the
+    devices of its most common settings (:func:`_pooled_moments`): one device stops neither its
+    scope nor the fleet."""
     moments: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for device_id, record in table.items():
         if fleet_scope(device_id) is not None:
             continue
         params = record.get("params", {})
+        unreadable = _unreadable(params)
+        if unreadable is not None:
+            logger.warning(
+                "not pooling device %r: its parameters do not load (%s)", device_id, unreadable
+            )
+            continue
         pca = pca_params(params)
         if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
             scope = scope_of(pca)
@@ -132,13 +142,51 @@ def pooled_by_scope(
         whole[scope].append(params)
     pooled = {}
     for scope, devices in whole.items():
-        pca = pool_pca(moments[scope]) if moments[scope] else None
+        pca = _pooled_moments(scope, moments[scope]) if moments[scope] else None
         # the states its devices hold: told by the PCA part where there is one (its
         # ``familiar_times``), else carried by the pooled tails of the scope's one metric
         tails = pool_tails(devices, states=not moments[scope])
         if pca is not None or any(tails.values()):
             pooled[scope] = (compose(pca, tails), len(devices))
     return pooled
+
+
+def _unreadable(params: Mapping[str, Any]) -> str | None:
+    """Why a device's parameters cannot be pooled (a pooled member that does not load), else
+    ``None``: one malformed record leaves out its device, not its scope or the fleet."""
+    try:
+        for cls in POOLED:
+            member = member_params(params, cls.kind)
+            if member is not None:
+                detector = cls.from_params(member)
+                detector.learned_metrics()
+                list(detector.own_tails())
+    except (ModelError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _pooled_moments(scope: str, devices: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The scope's pooled PCA parameters from the devices of its most common hyperparameters
+    (a fleet part-way through a change of settings pools the setting most of it runs; the
+    others are left out, logged); ``None`` (logged) when they cannot be pooled."""
+    by_setting: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for device_id, pca in devices.items():
+        by_setting[json.dumps(pca.get("hyper"), sort_keys=True)][device_id] = pca
+    chosen = max(by_setting.values(), key=len)
+    if len(chosen) < len(devices):
+        others = sorted(set(devices) - set(chosen))
+        logger.warning(
+            "scope %s: %d device(s) with other PCA settings left out of the pool: %s",
+            scope,
+            len(others),
+            ", ".join(others[:10]),
+        )
+    try:
+        return pool_pca(chosen)
+    except FleetModelError as exc:
+        logger.warning("scope %s: no pooled PCA part: %s", scope, exc)
+        return None
 
 
 def register_fleet_models(settings: Settings, run_id: str | None = None) -> dict[str, int]:

@@ -1,9 +1,12 @@
 """Grouping a parameter table into fleet models, without Kafka or MLflow."""
 
+import copy
+import logging
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fleetwatch.fleet.model import load
 from fleetwatch.fleet.publish import pca_params, pooled_by_scope, scope_of
@@ -64,3 +67,57 @@ def test_the_pca_member_of_a_combined_detector_is_found() -> None:
     assert pca["kind"] == "pca"
     assert scope_of(pca) == "a_b"
     assert pca_params({"kind": "seasonal", "state": {}}) is None
+
+
+def _member(params: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A combined detector's member ``kind``, to be broken in place."""
+    (member,) = [m for m in params["state"]["members"] if m["kind"] == kind]
+    return member  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "broken"),
+    [
+        ("pca", "sum", "not numbers"),
+        ("level", "sums", [1, 2]),
+        ("seasonal", "tails", "none"),
+    ],
+)
+def test_one_devices_malformed_parameters_leave_out_that_device_alone(
+    kind: str, field: str, broken: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = {
+        "t1": learned({"temperature": 21.0, "humidity": 40.0}, 1),
+        "t2": learned({"temperature": 22.0, "humidity": 38.0}, 2),
+        "t3": learned({"temperature": 20.0, "humidity": 41.0}, 9),
+        "v1": learned({"rpm": 1500.0, "vibration": 0.3}, 3),
+    }
+    bad = copy.deepcopy(table["t3"])
+    _member(bad["params"], kind)["state"][field] = broken
+    table["t3"] = bad
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.fleet.publish"):
+        pooled = pooled_by_scope(table)
+    assert sorted(pooled) == ["humidity_temperature", "rpm_vibration"]
+    assert pooled["humidity_temperature"][1] == 2, "the malformed device is left out, no more"
+    assert pooled["humidity_temperature"][0]["pca"] is not None
+    assert "'t3'" in caplog.text
+    assert "do not load" in caplog.text
+
+
+def test_devices_on_other_settings_leave_the_scope_pooled_on_the_most_common(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = {f"t{i}": learned({"temperature": 21.0 + i, "humidity": 40.0}, i) for i in (1, 2, 3)}
+    odd = copy.deepcopy(table["t3"])
+    _member(odd["params"], "pca")["hyper"]["halflife_hours"] = 48.0
+    table["t3"] = odd
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.fleet.publish"):
+        pooled = pooled_by_scope(table)
+    params, _ = pooled["humidity_temperature"]
+    assert params["pca"] is not None, "one device on another setting does not stop its scope"
+    alone = pooled_by_scope({k: v for k, v in table.items() if k != "t3"})
+    assert (
+        params["pca"]["state"]["count"] == alone["humidity_temperature"][0]["pca"]["state"]["count"]
+    )
+    assert "t3" in caplog.text
+    assert "other PCA settings" in caplog.text
