@@ -83,12 +83,17 @@ would otherwise set the scope's."""
 
 
 def pool_pca(device_params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """One fleet model's :class:`PcaDetector` parameters from ``{device_id: params}``.
+    """One fleet model's :class:`PcaDetector` parameters from ``{device_id: params}``
+    (:func:`pool_detectors`)."""
+    return pool_detectors({d: PcaDetector.from_params(p) for d, p in device_params.items()})
+
+
+def pool_detectors(detectors: Mapping[str, PcaDetector]) -> dict[str, Any]:
+    """One fleet model's :class:`PcaDetector` parameters from ``{device_id: detector}``.
 
     Raises :class:`FleetModelError` when no device is fitted, or when devices differ in
     hyperparameters or metric set.
     """
-    detectors = {device: PcaDetector.from_params(p) for device, p in device_params.items()}
     fitted = {d: det for d, det in detectors.items() if det.metrics and det.weight > 0}
     if not fitted:
         raise FleetModelError(f"none of {len(detectors)} device(s) has fitted PCA parameters")

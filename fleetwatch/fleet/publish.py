@@ -24,11 +24,12 @@ from fleetwatch.contracts.errors import ParamsRecordError
 from fleetwatch.contracts.fleet import fleet_key, fleet_scope, scope_of_metrics
 from fleetwatch.contracts.settings import Settings
 from fleetwatch.fleet.model import compose
-from fleetwatch.fleet.pca import pool_pca
-from fleetwatch.fleet.tails import POOLED, member_params, pool_tails, streams_of
+from fleetwatch.fleet.pca import pool_detectors
+from fleetwatch.fleet.tails import Members, members_of, pool_members, streams_of
 from fleetwatch.kafka_config import client_config
 from fleetwatch.kafka_topic import read_to_end
 from fleetwatch.models.errors import FleetModelError, ModelError
+from fleetwatch.models.multivariate import PcaDetector
 
 logger = logging.getLogger(__name__)
 
@@ -90,15 +91,6 @@ def _decoded(topic: str, value: bytes, key: bytes | None) -> model_params.Params
         return None
 
 
-def pca_params(params: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """A device's PCA parameters: the detector itself, or the PCA member of a combined one."""
-    return member_params(params, "pca")
-
-
-def scope_of(pca: Mapping[str, Any]) -> str:
-    return scope_of_metrics(pca.get("state", {}).get("metrics", []))
-
-
 def pooled_by_scope(
     table: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, tuple[dict[str, Any], int]]:
@@ -106,73 +98,61 @@ def pooled_by_scope(
     champions' own records in it are left out), in :mod:`~fleetwatch.fleet.model`'s shape.
 
     A device whose multivariate member has learned is in the scope of that member's metrics,
-    and its moments are pooled (:func:`~fleetwatch.fleet.pca.pool_pca`); any other device that
+    and its moments are pooled (:func:`~fleetwatch.fleet.pca.pool_detectors`); any other device that
     has learned a stream (one of a single metric, which has no joint model) is in the scope of
     its streams' metrics (:func:`~fleetwatch.fleet.tails.streams_of`). Every device of a scope
-    adds its level and seasonal tails (:func:`~fleetwatch.fleet.tails.pool_tails`); a scope
+    adds its level and seasonal tails (:func:`~fleetwatch.fleet.tails.pool_members`); a scope
     without a device's moments has no PCA part, and its tails carry the states its devices
     hold (:mod:`~fleetwatch.models.states`). A scope with neither moments nor a tail to pool
     has no model. Nothing is weighed by readings: each device counts as at most the median
     device, and the most outlying are shrunk or left out (:mod:`~fleetwatch.fleet.pca`), so
     one fast, noisy device cannot widen its scope's thresholds. A device whose parameters do not
-    load is left out, logged (:func:`_unreadable`), and a scope's moments are pooled from the
+    load is left out, logged, and a scope's moments are pooled from the
     devices of its most common settings (:func:`_pooled_moments`): one device stops neither its
     scope nor the fleet."""
-    moments: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
-    whole: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    moments: dict[str, dict[str, PcaDetector]] = defaultdict(dict)
+    whole: dict[str, list[Members]] = defaultdict(list)
     for device_id, record in table.items():
         if fleet_scope(device_id) is not None:
             continue
-        params = record.get("params", {})
-        unreadable = _unreadable(params)
-        if unreadable is not None:
+        try:
+            members = members_of(record.get("params", {}))
+        except (ModelError, AttributeError, KeyError, TypeError, ValueError) as exc:
             logger.warning(
-                "not pooling device %r: its parameters do not load (%s)", device_id, unreadable
+                "not pooling device %r: its parameters do not load (%s: %s)",
+                device_id,
+                type(exc).__name__,
+                exc,
             )
             continue
-        pca = pca_params(params)
-        if pca is not None and pca.get("state", {}).get("count", 0) > 0:  # has learned
-            scope = scope_of(pca)
+        pca = members.get(PcaDetector.kind)
+        if isinstance(pca, PcaDetector) and pca.count > 0:  # has learned
+            scope = scope_of_metrics(pca.metrics)
             moments[scope][device_id] = pca
         else:
-            streams = streams_of(params)
+            streams = streams_of(members)
             if not streams:
                 continue
             scope = scope_of_metrics(streams)
-        whole[scope].append(params)
+        whole[scope].append(members)
     pooled = {}
     for scope, devices in whole.items():
-        pca = _pooled_moments(scope, moments[scope]) if moments[scope] else None
+        pca_part = _pooled_moments(scope, moments[scope]) if moments[scope] else None
         # the states its devices hold: told by the PCA part where there is one (its
         # ``familiar_times``), else carried by the pooled tails of the scope's one metric
-        tails = pool_tails(devices, states=not moments[scope])
-        if pca is not None or any(tails.values()):
-            pooled[scope] = (compose(pca, tails), len(devices))
+        tails = pool_members(devices, states=not moments[scope])
+        if pca_part is not None or any(tails.values()):
+            pooled[scope] = (compose(pca_part, tails), len(devices))
     return pooled
 
 
-def _unreadable(params: Mapping[str, Any]) -> str | None:
-    """Why a device's parameters cannot be pooled (a pooled member that does not load), else
-    ``None``: one malformed record leaves out its device, not its scope or the fleet."""
-    try:
-        for cls in POOLED:
-            member = member_params(params, cls.kind)
-            if member is not None:
-                detector = cls.from_params(member)
-                detector.learned_metrics()
-                list(detector.own_tails())
-    except (ModelError, AttributeError, KeyError, TypeError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _pooled_moments(scope: str, devices: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def _pooled_moments(scope: str, devices: Mapping[str, PcaDetector]) -> dict[str, Any] | None:
     """The scope's pooled PCA parameters from the devices of its most common hyperparameters
     (a fleet part-way through a change of settings pools the setting most of it runs; the
     others are left out, logged); ``None`` (logged) when they cannot be pooled."""
-    by_setting: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    by_setting: dict[str, dict[str, PcaDetector]] = defaultdict(dict)
     for device_id, pca in devices.items():
-        by_setting[json.dumps(pca.get("hyper"), sort_keys=True)][device_id] = pca
+        by_setting[json.dumps(pca.hyperparameters(), sort_keys=True)][device_id] = pca
     chosen = max(by_setting.values(), key=len)
     if len(chosen) < len(devices):
         others = sorted(set(devices) - set(chosen))
@@ -183,7 +163,7 @@ def _pooled_moments(scope: str, devices: Mapping[str, Mapping[str, Any]]) -> dic
             ", ".join(others[:10]),
         )
     try:
-        return pool_pca(chosen)
+        return pool_detectors(chosen)
     except FleetModelError as exc:
         logger.warning("scope %s: no pooled PCA part: %s", scope, exc)
         return None

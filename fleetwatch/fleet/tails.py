@@ -97,27 +97,47 @@ def member_params(params: Mapping[str, Any], kind: str) -> Mapping[str, Any] | N
     return None
 
 
-def streams_of(params: Mapping[str, Any]) -> list[str]:
-    """The metrics a device's pooled members (:data:`POOLED`) have learned, in the order first
-    seen (its parameters: a detector's, or a combined one's)."""
-    names: dict[str, None] = {}
+Members = dict[str, Detector]
+"""A device's pooled members (:data:`POOLED`) by kind, parsed from its parameters
+(:func:`members_of`)."""
+
+
+def members_of(params: Mapping[str, Any]) -> Members:
+    """The pooled members (:data:`POOLED`) a device's parameters hold, parsed. Raises
+    :class:`~fleetwatch.models.errors.ModelError`, ``KeyError``, ``TypeError`` or ``ValueError``
+    on a malformed one."""
+    out: Members = {}
     for cls in POOLED:
         member = member_params(params, cls.kind)
         if member is not None:
-            names.update(dict.fromkeys(cls.from_params(member).learned_metrics()))
+            out[cls.kind] = cls.from_params(member)
+    return out
+
+
+def streams_of(members: Members) -> list[str]:
+    """The metrics a device's pooled members (:func:`members_of`) have learned, in the order
+    first seen."""
+    names: dict[str, None] = {}
+    for member in members.values():
+        names.update(dict.fromkeys(member.learned_metrics()))
     return list(names)
 
 
 def pool_tails(
     device_params: Iterable[Mapping[str, Any]], states: bool = True
 ) -> dict[str, dict[str, Any]]:
+    """:func:`pool_members` of devices' parameters (each a detector's, or a combined one's)."""
+    return pool_members([members_of(params) for params in device_params], states)
+
+
+def pool_members(devices: Iterable[Members], states: bool = True) -> dict[str, dict[str, Any]]:
     """``{field_of(kind): {metric: pooled tail state}}`` for every pooled kind, from devices'
-    parameters (each a detector's, or a combined one's); metrics no device has
-    ``POOLED_FROM`` values of are left out. With ``states``, each metric's pooled tail carries
-    the states its devices hold (:func:`_states`; without, none: a scope whose fleet model has
-    a multivariate part tells its states by that part)."""
-    every = list(device_params)
-    seasonal = _seasonal_members(every)
+    parsed members (:func:`members_of`); metrics no device has ``POOLED_FROM`` values of are
+    left out. With ``states``, each metric's pooled tail carries the states its devices hold
+    (:func:`_states`; without, none: a scope whose fleet model has a multivariate part tells
+    its states by that part)."""
+    every = list(devices)
+    seasonal = [m for d in every if isinstance(m := d.get(SeasonalBaseline.kind), SeasonalBaseline)]
     held = _states(seasonal) if states else {}
     spreads = _spreads(seasonal)
     out = {field_of(cls.kind): _pool(cls, every) for cls in POOLED}
@@ -126,12 +146,6 @@ def pool_tails(
             tail["states"] = held.get(name, [])
             tail["spread"] = spreads.get(name)
     return out
-
-
-def _seasonal_members(device_params: list[Mapping[str, Any]]) -> list[SeasonalBaseline]:
-    """Each device's seasonal member, read once for the spreads and the states."""
-    members = (member_params(params, SeasonalBaseline.kind) for params in device_params)
-    return [SeasonalBaseline.from_params(m) for m in members if m is not None]
 
 
 def _spreads(seasonal: list[SeasonalBaseline]) -> dict[str, float]:
@@ -162,13 +176,13 @@ def _states(seasonal: list[SeasonalBaseline]) -> dict[str, list[list[float]]]:
     return out
 
 
-def _pool(cls: type[Detector], device_params: list[Mapping[str, Any]]) -> dict[str, Any]:
+def _pool(cls: type[Detector], devices: list[Members]) -> dict[str, Any]:
     members: dict[str, list[tuple[StreamTail, np.ndarray]]] = defaultdict(list)
-    for params in device_params:
-        member = member_params(params, cls.kind)
+    for parsed in devices:
+        member = parsed.get(cls.kind)
         if member is None:
             continue
-        for name, tail, own in cls.from_params(member).own_tails():
+        for name, tail, own in member.own_tails():
             if tail.summary.weight < POOLED_FROM or tail.interval_ms <= 0:
                 continue
             below = tail.peaks.copy()

@@ -8,9 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fleetwatch.contracts.fleet import scope_of_metrics
 from fleetwatch.fleet.model import load
-from fleetwatch.fleet.publish import pca_params, pooled_by_scope, scope_of
+from fleetwatch.fleet.publish import pooled_by_scope
+from fleetwatch.fleet.tails import members_of
+from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.models.registry import default_detector
+from fleetwatch.models.seasonal import SeasonalBaseline
 
 
 def learned(metrics: dict[str, float], seed: int) -> dict[str, Any]:
@@ -61,12 +65,11 @@ def test_devices_of_one_metric_are_pooled_by_their_streams_tails_alone() -> None
 
 
 def test_the_pca_member_of_a_combined_detector_is_found() -> None:
-    params = learned({"a": 1.0, "b": 2.0}, 4)["params"]
-    pca = pca_params(params)
-    assert pca is not None
-    assert pca["kind"] == "pca"
-    assert scope_of(pca) == "a_b"
-    assert pca_params({"kind": "seasonal", "state": {}}) is None
+    members = members_of(learned({"a": 1.0, "b": 2.0}, 4)["params"])
+    pca = members["pca"]
+    assert isinstance(pca, PcaDetector)
+    assert scope_of_metrics(pca.metrics) == "a_b"
+    assert list(members_of(SeasonalBaseline().to_params())) == ["seasonal"]
 
 
 def _member(params: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 
 from fleetwatch.fleet import publish
 from fleetwatch.fleet.publish import pooled_by_scope
-from fleetwatch.fleet.tails import field_of, pool_tails, tails_of
+from fleetwatch.fleet.tails import Members, field_of, pool_members, pool_tails, tails_of
 from fleetwatch.models.level import _skipping, moving_average
 from fleetwatch.models.seasonal import SeasonalBaseline
 from fleetwatch.models.states import SEPARATION, PooledTail, nearest_state, states_of
@@ -135,11 +135,11 @@ def test_a_scope_of_one_metric_lends_its_states_one_with_a_joint_model_tells_the
 
     asked: list[bool] = []
 
-    def spy(device_params: list[dict[str, Any]], states: bool = True) -> dict[str, Any]:
+    def spy(devices: list[Members], states: bool = True) -> dict[str, Any]:
         asked.append(states)
-        return pool_tails(device_params, states)
+        return pool_members(devices, states)
 
-    monkeypatch.setattr(publish, "pool_tails", spy)
+    monkeypatch.setattr(publish, "pool_members", spy)
     joint = {f"d{s}": learned({"temperature": 21.0, "humidity": 40.0}, s) for s in range(3)}
     ((params, _),) = pooled_by_scope(joint).values()
     assert params["pca"] is not None
