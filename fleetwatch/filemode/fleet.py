@@ -5,8 +5,8 @@ finds its scope's champion.
 The pooling is production's, function for function: the devices' parameters go through
 :func:`~fleetwatch.fleet.publish.pooled_by_scope` (devices grouped by scope, the metrics their
 multivariate member learned, or their streams' for a device of one metric;
-:func:`~fleetwatch.fleet.pca.pool_pca` where the scope's devices have one, and
-:func:`~fleetwatch.fleet.tails.pool_tails`), each scope's model is written as the champion's
+:func:`~fleetwatch.fleet.pca.pool_detectors` where the scope's devices have one, and
+:func:`~fleetwatch.fleet.tails.pool_members`), each scope's model is written as the champion's
 ``model.params`` record (:func:`~fleetwatch.contracts.model_params.encode_champion`), and read
 back as the scorer reads it (:func:`~fleetwatch.streaming.scorer.detectors.fleet_params`, then
 :func:`~fleetwatch.streaming.scorer.detectors.fleet_model`). The scorer's step then uses it as
