@@ -153,7 +153,8 @@ def _pooled_moments(scope: str, devices: Mapping[str, PcaDetector]) -> dict[str,
     by_setting: dict[str, dict[str, PcaDetector]] = defaultdict(dict)
     for device_id, pca in devices.items():
         by_setting[json.dumps(pca.hyperparameters(), sort_keys=True)][device_id] = pca
-    chosen = max(by_setting.values(), key=len)
+    # the most devices; a tie goes to the first setting in sorted order, whatever the table's
+    chosen = max((by_setting[k] for k in sorted(by_setting)), key=len)
     if len(chosen) < len(devices):
         others = sorted(set(devices) - set(chosen))
         logger.warning(
