@@ -236,11 +236,12 @@ class Detector(ABC):
     def _score(self, batch: Batch) -> Scores:
         """Scores in the batch's (sorted) row order."""
 
-    def _score_with(self, batch: Batch, suspicion: npt.NDArray[np.float64]) -> Scores:
+    def _score_with(self, batch: Batch, suspicion: npt.NDArray[np.float64] | None) -> Scores:
         """:meth:`_score`, for a detector of the device's metrics together (not
         :attr:`per_metric`), told per row how surprising its metric's own members find it
-        (sorted row order): which metric a break of the joint pattern is blamed on may follow
-        it. Per-metric detectors have nothing to blame and ignore it."""
+        (sorted row order; ``None``: no per-metric member scored, nothing told): which metric
+        a break of the joint pattern is blamed on may follow it. Per-metric detectors have
+        nothing to blame and ignore it."""
         return self._score(batch)
 
     def _surprise(self, batch: Batch) -> npt.NDArray[np.float64]:
@@ -249,7 +250,7 @@ class Detector(ABC):
         return self._score(batch).surprise
 
     def _surprise_with(
-        self, batch: Batch, suspicion: npt.NDArray[np.float64]
+        self, batch: Batch, suspicion: npt.NDArray[np.float64] | None
     ) -> npt.NDArray[np.float64]:
         """:meth:`_surprise`, told ``suspicion`` as :meth:`_score_with` is (per-metric
         detectors ignore it)."""

@@ -207,7 +207,7 @@ class CombinedDetector(Detector):
     def _score(self, batch: Batch) -> Scores:
         own = [m._score(batch) if m.per_metric else None for m in self.detectors]
         found = [s.surprise for s in own if s is not None]
-        suspicion = np.max(found, axis=0) if found else np.zeros(len(batch))
+        suspicion = np.max(found, axis=0) if found else None  # none scored: not told
         each = [
             s if s is not None else m._score_with(batch, suspicion)
             for m, s in zip(self.detectors, own, strict=True)
@@ -246,7 +246,7 @@ class CombinedDetector(Detector):
             return seen[2]
         own = [m._surprise(batch) if m.per_metric else None for m in self.detectors]
         found = [s for s in own if s is not None]
-        suspicion = np.max(found, axis=0) if found else np.zeros(len(batch))
+        suspicion = np.max(found, axis=0) if found else None  # none scored: not told
         return [
             s if s is not None else m._surprise_with(batch, suspicion)
             for m, s in zip(self.detectors, own, strict=True)

@@ -389,8 +389,9 @@ class PcaDetector(DecayedDetector):
 
     def _judged_by(self) -> tuple[StreamTail, float]:
         """The tail the residual's statistic is judged by and the bar it sets: the device's own,
-        and at any age the fleet's pooled tail (:meth:`borrow_tails`) where that sets the
-        higher bar once the pool knows its excursions.
+        and at any age the fleet's pooled tail (:meth:`borrow_tails`) once the pool knows its
+        excursions, where the pool sets the higher bar or the device's own tail does not know
+        its excursions yet (then at the higher of the two bars).
 
         Why: a break of one reading alone that the device's noise makes a few times a week (a
         meter's Student-t voltage, some 16 conditional deviations off its tie with the load) is
@@ -403,7 +404,10 @@ class PcaDetector(DecayedDetector):
         if pooled is None or not pooled.knows_excursions():
             return self.tail, own
         bar = self._own_bar(pooled)
-        return (pooled, bar) if bar > own or math.isinf(own) else (self.tail, own)
+        if self.tail.knows_excursions() and own >= bar:
+            return self.tail, own
+        # a bar the device's body extrapolates still holds; its tail's peaks are the pool's
+        return pooled, bar if math.isinf(own) else max(bar, own)
 
     def _surprise(self, batch: Batch) -> FloatArray:
         return self._surprise_with(batch, None)

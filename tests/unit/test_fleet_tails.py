@@ -336,3 +336,22 @@ def test_a_joint_members_one_reading_breaks_are_held_to_the_fleets_pooled_tail()
     young.borrow_tails({})
     assert young._judged_by()[0] is young.tail, "without a fleet model, its own"
     assert young.score(inside).alert.any()
+
+
+def test_a_devices_body_bar_holds_with_the_pools_tail_until_its_own_knows_its_breaks() -> None:
+    """A device past its first minutes whose own tail has not yet seen its breaks sets a bar
+    from its body alone; where that bar is above the pool's, it holds, judged on the pool's
+    tail (not on the χ² model alone, which its heavier noise passes)."""
+    fleet = [joint_fed(6000, s, df=None) for s in range(4)]
+    pooled = tails_of(pool_tails([d.to_params() for d in fleet]))[PcaDetector.kind][JOINT_TAIL]
+    assert pooled.knows_excursions()
+    device = joint_fed(400, 9, df=2)
+    assert not device.tail.knows_excursions()
+    own = device._own_bar(device.tail)
+    assert own > device._own_bar(pooled)
+    device.borrow_tails({JOINT_TAIL: pooled})
+    assert device._judged_by() == (pooled, own)
+    beyond_doubt = 8.8  # past p = 1e-18 as a normal deviate: the χ² model alone alerts
+    assert own > beyond_doubt + 0.5
+    assert not device.score(humidity_break(device, 0.5 * (beyond_doubt + own), 400)).alert.any()
+    assert device.score(humidity_break(device, own + 1.0, 400)).alert.any()

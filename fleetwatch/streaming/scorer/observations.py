@@ -81,7 +81,8 @@ def observations(
     unjudged = np.ones(len(frame), dtype=bool)
     # what the per-metric members find of each reading on its own, for the joint members'
     # explanation: per-metric members are scored first
-    suspicion = np.zeros(len(frame))
+    # (none while no per-metric member scored: the joint members are then not told)
+    suspicion: npt.NDArray[np.float64] | None = None
     raw = None if row_scores is None else np.zeros(len(frame))
     order = sorted(range(len(members)), key=lambda i: not members[i][0].per_metric)
     each: dict[int, Scores] = {}
@@ -95,7 +96,8 @@ def observations(
         if member.reports_dropouts:
             scores = gaps_delivered_live(scores, frame, received)
         if member.per_metric:
-            suspicion = np.maximum(suspicion, scores.surprise)
+            own = scores.surprise
+            suspicion = own if suspicion is None else np.maximum(suspicion, own)
         if familiar is not None:
             scores = fleet_checked(scores, event_ms, familiar)
         if memory is not None:
