@@ -9,6 +9,8 @@ import json
 from itertools import accumulate
 from typing import Any
 
+import msgspec
+
 from fleetwatch.contracts.errors import PayloadError
 
 MAX_RECORD_BYTES = 1_048_588
@@ -19,6 +21,11 @@ MAX_DEPTH = 32
 parameters: record → params → list → list), and far below the interpreter's recursion limit,
 which the standard parser reaches on deep input."""
 
+_DECODE = msgspec.json.Decoder().decode
+"""msgspec's JSON parser, untyped: the value the standard library's gives for any text both
+parse (numbers, big integers, a key given twice: the last). It refuses what the standard one
+reads beyond JSON (``NaN``, infinities) and strings escaping a lone surrogate; those go to the
+standard parser, so what is accepted, and the reason for what is refused, is unchanged."""
 _BRACKETS = b"[]{}"
 _OTHER_BYTES = bytes(b for b in range(256) if b not in _BRACKETS)
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
@@ -54,9 +61,13 @@ def loads(value: str | bytes | bytearray | None) -> Any:
         except UnicodeDecodeError as exc:
             raise RecordRejected(f"not JSON: not UTF-8 ({exc})") from exc
     try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        raise RecordRejected(f"not JSON: {exc}") from exc
+        parsed = _DECODE(text)
+    except msgspec.MsgspecError:
+        # what the compiled parser refuses, the standard one parses as before or says why
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise RecordRejected(f"not JSON: {exc}") from exc
     if "\\u" in text and not _strings_are_utf8(parsed):
         raise RecordRejected("not JSON: a string escapes a lone surrogate (not UTF-8)")
     return parsed

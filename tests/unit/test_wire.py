@@ -114,3 +114,47 @@ def test_a_label_off_the_contract_refuses_the_reading() -> None:
     reason = "firmware is longer than 64 characters or holds a NUL"
     assert [r.reason for r in found.refused] == [reason, reason]
     assert found.by_device["c"]["firmware"].tolist() == [None]  # not a string: left out
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, of the same types throughout (1 and 1.0, -0.0 and 0.0 told apart)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return repr(a) == repr(b)
+    return type(a) is type(b) and a == b
+
+
+@given(JSON_VALUES, st.booleans())
+def test_a_record_decodes_to_the_standard_librarys_value(value: object, ascii_only: bool) -> None:
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    if text.count("[") + text.count("{") <= wire.MAX_DEPTH:
+        assert _same(wire.loads(text), json.loads(text))
+        assert _same(wire.loads(text.encode()), json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "a": 2}',
+        '{"a": NaN, "b": Infinity, "c": -Infinity}',
+        '{"a": 1e400}',
+        '{"a": -0.0, "b": -0, "c": 1E2, "d": 123456789012345678901234567890}',
+        ' {"a": "\\u00e9\\ud83d\\ude00"} ',
+    ],
+)
+def test_what_json_reads_beyond_strict_json_reads_as_before(text: str) -> None:
+    assert _same(wire.loads(text), json.loads(text))
