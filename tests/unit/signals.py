@@ -66,3 +66,18 @@ def after_training(scenario: str | None, seed: int = 2, n: int = TEST) -> pd.Dat
 
 def anomaly_start_ms(scenario: str) -> int:
     return (TRAIN + AT + (30 if scenario == "dropout" else 0)) * INTERVAL_MS
+
+
+def heavy_tailed_tie(n: int, seed: int, df: float | None) -> pd.DataFrame:
+    """A humidity tied to its temperature, off the tie by Student-t noise of ``df`` degrees of
+    freedom (``None``: Gaussian), a reading every 10 s."""
+    rng = np.random.default_rng(seed)
+    temp = 21.0 + 0.3 * rng.normal(size=n)
+    noise = rng.normal(size=n) if df is None else rng.standard_t(df, size=n)
+    return pd.DataFrame(
+        {
+            "event_ms": np.arange(n, dtype=np.int64) * 10_000,
+            "temperature": temp,
+            "humidity": 55.0 - 2.0 * (temp - 21.0) + 0.1 * noise,
+        }
+    )

@@ -334,21 +334,6 @@ def three_metrics(n: int, seed: int) -> pd.DataFrame:
     return signals.long(frame)
 
 
-def _heavy_tailed_tie(n: int, seed: int, df: float | None) -> pd.DataFrame:
-    """A humidity tied to its temperature, off the tie by Student-t noise of ``df`` degrees of
-    freedom (``None``: Gaussian), a reading every 10 s."""
-    rng = np.random.default_rng(seed)
-    temp = 21.0 + 0.3 * rng.normal(size=n)
-    noise = rng.normal(size=n) if df is None else rng.standard_t(df, size=n)
-    return pd.DataFrame(
-        {
-            "event_ms": np.arange(n, dtype=np.int64) * 10_000,
-            "temperature": temp,
-            "humidity": 55.0 - 2.0 * (temp - 21.0) + 0.1 * noise,
-        }
-    )
-
-
 def _alerts_from(
     detector: PcaDetector,
     frame: pd.DataFrame,
@@ -371,7 +356,7 @@ def _alerts_from(
 
 
 def test_pca_judges_a_heavy_tailed_ties_one_reading_breaks_by_its_own_tail() -> None:
-    frame = _heavy_tailed_tie(6000, seed=21, df=2)
+    frame = signals.heavy_tailed_tie(6000, seed=21, df=2)
     model_only = _alerts_from(PcaDetector(), frame, 3000)
     shocks_held = _alerts_from(PcaDetector(shock_alerts_per_day=1.0), frame, 3000)
     budget = _alerts_from(PcaDetector(false_alerts_per_day=1.0), frame, 3000)
@@ -381,14 +366,14 @@ def test_pca_judges_a_heavy_tailed_ties_one_reading_breaks_by_its_own_tail() -> 
 
 
 def test_the_default_pca_member_holds_one_reading_breaks_to_the_devices_own_tail() -> None:
-    frame = _heavy_tailed_tie(6000, seed=21, df=2)
+    frame = signals.heavy_tailed_tie(6000, seed=21, df=2)
     member = next(m for m in default_members() if isinstance(m, PcaDetector))
     model_only = _alerts_from(PcaDetector(), frame, 3000)
     assert len(_alerts_from(member, frame, 3000)) < len(model_only) / 3
 
 
 def test_pca_still_alerts_on_a_spike_that_breaks_a_gaussian_tie_alone() -> None:
-    frame = _heavy_tailed_tie(4000, seed=5, df=None)
+    frame = signals.heavy_tailed_tie(4000, seed=5, df=None)
     spikes = [3050, 3420, 3777]
     frame.loc[spikes, "humidity"] += 3.0  # 30 times the tie's noise, one reading each
     for detector in (PcaDetector(shock_alerts_per_day=1.0), PcaDetector()):
@@ -403,7 +388,7 @@ def test_a_one_reading_break_counts_where_the_metrics_own_members_find_it_unusua
     members found it at least calm-level unusual (``p ≤ 1e-3``), the joint member alerts on
     it; told that they found it less, it is a shock inside that metric's own tail, theirs to
     judge. Told nothing, the joint member judges it alone."""
-    frame = _heavy_tailed_tie(4000, seed=5, df=None)
+    frame = signals.heavy_tailed_tie(4000, seed=5, df=None)
     spikes = [3050, 3420, 3777]
     frame.loc[spikes, "humidity"] += 3.0  # 30 times the tie's noise, one reading each
     readings = signals.long(frame)

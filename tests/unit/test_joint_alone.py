@@ -13,25 +13,17 @@ from fleetwatch.models.combiner import CombinedDetector
 from fleetwatch.models.multivariate import PcaDetector
 from fleetwatch.streaming.scorer.observations import observations
 from fleetwatch.streaming.scorer.readings import Rows
+from tests.unit import signals
 
 SPIKES = [3050, 3420, 3777]
 
 
-def tie(n: int = 4000, seed: int = 5) -> pd.DataFrame:
-    """Humidity tied to temperature (Gaussian noise 0.1), a reading every 10 s, the humidity
-    30 of its tie's noise up at :data:`SPIKES` for one reading each; in long form."""
-    rng = np.random.default_rng(seed)
-    temp = 21.0 + 0.3 * rng.normal(size=n)
-    wide = pd.DataFrame(
-        {
-            "event_ms": np.arange(n, dtype=np.int64) * 10_000,
-            "temperature": temp,
-            "humidity": 55.0 - 2.0 * (temp - 21.0) + 0.1 * rng.normal(size=n),
-        }
-    )
+def tie() -> pd.DataFrame:
+    """A Gaussian tie, the humidity 30 of its noise up at :data:`SPIKES` for one reading each;
+    in long form."""
+    wide = signals.heavy_tailed_tie(4000, seed=5, df=None)
     wide.loc[SPIKES, "humidity"] += 3.0
-    long = wide.melt(id_vars="event_ms", var_name="metric").sort_values("event_ms", kind="stable")
-    return long.reset_index(drop=True)
+    return signals.long(wide)
 
 
 def learned(detector: PcaDetector | CombinedDetector, frame: pd.DataFrame) -> None:
