@@ -97,16 +97,34 @@ class Moves:
             self.held[metric] = [event_ms, value, *(kept or fresh)]
 
     def release(
-        self, present: frozenset[str], unusual: set[str], event_ms: int, values: Mapping[str, float]
+        self,
+        present: frozenset[str],
+        unusual: set[str],
+        event_ms: int,
+        values: Mapping[str, float],
+        gone: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         """Let go of each held metric calm on its own at this reading, or held for
-        ``hold_ms`` and no longer on the value it moved to."""
+        ``hold_ms`` and neither on the value it moved to nor in the state it moved to (its
+        readings since the move know that state, and this one did not leave it: not
+        ``gone``). Past ``hold_ms`` the state is the metric's new normal, whether or not its
+        own members have learned it yet."""
         for metric, hold in list(self.held.items()):
             since, rest = (hold, None) if isinstance(hold, int | float) else hold[:2]
             calm = metric in present and metric not in unusual
             resting = rest is not None and values.get(metric) == rest
-            if calm or (event_ms - since > self.hold_ms and not resting):
+            if calm:
                 del self.held[metric]
+            elif event_ms - since > self.hold_ms and not resting:
+                if not self._in_state(metric, gone):
+                    del self.held[metric]
+
+    def _in_state(self, metric: str, gone: set[str] | frozenset[str]) -> bool:
+        """Whether a held ``metric``'s readings since its move know its state (at least
+        ``STATE_READINGS`` of them) and its latest reading did not leave it."""
+        hold = self.held[metric]
+        known = not isinstance(hold, int | float) and len(hold) >= 5 and hold[2] >= STATE_READINGS
+        return known and metric not in gone
 
     def rest(self, metric: str) -> float | None:
         """The value a held ``metric`` moved to (``None``: not held, or a hold without it)."""
@@ -245,7 +263,7 @@ def fold_moves(
                 moves.start(_moved_to(reading, back), event_ms, gone)
                 gone = gone - back.keys()
         if moves is not None and moves.held:
-            moves.release(present, unusual, event_ms, values)
+            moves.release(present, unusual, event_ms, values, gone)
             held = [moves.holds(o, gone) for o in at]
             if any(held):
                 # a metric still at its rest is held whatever the others read (a burst on a
