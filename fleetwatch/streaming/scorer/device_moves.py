@@ -13,8 +13,10 @@ A move into a state the device's fleet knows (the scope's champion's
 from then on (:class:`Moves`, kept in the device's state), because they do not settle together:
 a heavy-tailed vibration is soon inside its band while the speed's members still find 0 rpm far
 from what they learned. A held metric's own alert at a reading the fleet knows is kept under the
-alert level until the metric is calm on its own or the hold is ``hold_ms`` old
-(``score.new_normal_after_s``: by then a lasting state is the device's new normal). A metric
+alert level until the metric is calm on its own, or, once the hold is ``hold_ms`` old
+(``score.new_normal_after_s``: by then a lasting state is the device's new normal), until its
+reading leaves the state it moved to: its own members may never learn that state (a battery
+recharged to full, whose seasonal member learns only what it does not alert on). A metric
 resting at the value it moved to (a stopped machine's 0 rpm) stays held while it rests, whatever
 the others read, since the device's own detectors learn a lasting change only of every metric
 together and may never learn that rest. A held metric whose reading leaves the state it moved to
