@@ -408,3 +408,30 @@ def test_a_resting_metric_leaving_its_rest_with_its_partner_is_a_restart() -> No
     resting_speed(moves, end)
     out = fold_moves(start, running, set(), lambda: {end}, moves, lambda t, back: True)
     assert out == start
+
+
+def test_past_its_hold_time_a_metric_stays_held_while_it_stays_in_its_state() -> None:
+    """A battery recharged to 100 %: the move is one the fleet knows, and its charge sits at
+    100 past the hold time while its own members, never shown a full battery, still expect
+    the low charge. Its readings since the move know that state; the charge drifting down to
+    99 stays in it, so its members' alerts at readings the fleet knows stay held — the state
+    is its new normal. A reading far off the state (30 %) leaves it, and alerts."""
+    moves = Moves({}, 5_000)
+    metrics = ("soc", "volts")
+    full = {"soc": 100.0, "volts": 4.2}
+    times = [1000 + 1000 * i for i in range(STATE_READINGS + 5)]
+    swap = [obs(m, "seasonal", 0.99, t, full[m]) for t in times for m in metrics]
+    at = {t: Reading(frozenset(metrics), t // 1000, t + 5, full) for t in times}
+    known = set(times) | {60_000, 61_000}
+    fold_moves(swap, at, set(), lambda: known, moves)
+    assert set(moves.held) == {"soc", "volts"}
+    lower = {"soc": 99.0, "volts": 4.19}
+    drifted = [obs("soc", "seasonal", 0.99, 60_000, 99.0)]
+    later = {60_000: Reading(frozenset(metrics), 60, 60_005, lower)}
+    out = fold_moves(drifted, later, set(), lambda: known, moves)
+    assert [(o.metric, o.score) for o in out] == [("soc", CALM)]
+    assert "soc" in moves.held, "past the hold time, still in the state it moved to"
+    off = [obs("soc", "seasonal", 0.99, 61_000, 30.0)]
+    far = {61_000: Reading(frozenset(metrics), 61, 61_005, {"soc": 30.0, "volts": 4.19})}
+    assert fold_moves(off, far, set(), lambda: known, moves) == off
+    assert "soc" not in moves.held

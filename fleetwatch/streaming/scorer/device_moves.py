@@ -13,8 +13,10 @@ A move into a state the device's fleet knows (the scope's champion's
 from then on (:class:`Moves`, kept in the device's state), because they do not settle together:
 a heavy-tailed vibration is soon inside its band while the speed's members still find 0 rpm far
 from what they learned. A held metric's own alert at a reading the fleet knows is kept under the
-alert level until the metric is calm on its own or the hold is ``hold_ms`` old
-(``score.new_normal_after_s``: by then a lasting state is the device's new normal). A metric
+alert level until the metric is calm on its own, or, once the hold is ``hold_ms`` old
+(``score.new_normal_after_s``: by then a lasting state is the device's new normal), until its
+reading leaves the state it moved to: its own members may never learn that state (a battery
+recharged to full, whose seasonal member learns only what it does not alert on). A metric
 resting at the value it moved to (a stopped machine's 0 rpm) stays held while it rests, whatever
 the others read, since the device's own detectors learn a lasting change only of every metric
 together and may never learn that rest. A held metric whose reading leaves the state it moved to
@@ -97,16 +99,34 @@ class Moves:
             self.held[metric] = [event_ms, value, *(kept or fresh)]
 
     def release(
-        self, present: frozenset[str], unusual: set[str], event_ms: int, values: Mapping[str, float]
+        self,
+        present: frozenset[str],
+        unusual: set[str],
+        event_ms: int,
+        values: Mapping[str, float],
+        gone: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         """Let go of each held metric calm on its own at this reading, or held for
-        ``hold_ms`` and no longer on the value it moved to."""
+        ``hold_ms`` and neither on the value it moved to nor in the state it moved to (its
+        readings since the move know that state, and this one did not leave it: not
+        ``gone``). Past ``hold_ms`` the state is the metric's new normal, whether or not its
+        own members have learned it yet."""
         for metric, hold in list(self.held.items()):
             since, rest = (hold, None) if isinstance(hold, int | float) else hold[:2]
             calm = metric in present and metric not in unusual
             resting = rest is not None and values.get(metric) == rest
-            if calm or (event_ms - since > self.hold_ms and not resting):
+            if calm:
                 del self.held[metric]
+            elif event_ms - since > self.hold_ms and not resting:
+                if not self._in_state(metric, gone):
+                    del self.held[metric]
+
+    def _in_state(self, metric: str, gone: set[str] | frozenset[str]) -> bool:
+        """Whether a held ``metric``'s readings since its move know its state (at least
+        ``STATE_READINGS`` of them) and its latest reading did not leave it."""
+        hold = self.held[metric]
+        known = not isinstance(hold, int | float) and len(hold) >= 5 and hold[2] >= STATE_READINGS
+        return known and metric not in gone
 
     def rest(self, metric: str) -> float | None:
         """The value a held ``metric`` moved to (``None``: not held, or a hold without it)."""
@@ -245,7 +265,7 @@ def fold_moves(
                 moves.start(_moved_to(reading, back), event_ms, gone)
                 gone = gone - back.keys()
         if moves is not None and moves.held:
-            moves.release(present, unusual, event_ms, values)
+            moves.release(present, unusual, event_ms, values, gone)
             held = [moves.holds(o, gone) for o in at]
             if any(held):
                 # a metric still at its rest is held whatever the others read (a burst on a
