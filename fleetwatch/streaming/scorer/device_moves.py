@@ -115,11 +115,9 @@ class Moves:
             since, rest = (hold, None) if isinstance(hold, int | float) else hold[:2]
             calm = metric in present and metric not in unusual
             resting = rest is not None and values.get(metric) == rest
-            if calm:
+            timed_out = event_ms - since > self.hold_ms and not resting
+            if calm or (timed_out and not self._in_state(metric, gone)):
                 del self.held[metric]
-            elif event_ms - since > self.hold_ms and not resting:
-                if not self._in_state(metric, gone):
-                    del self.held[metric]
 
     def _in_state(self, metric: str, gone: set[str] | frozenset[str]) -> bool:
         """Whether a held ``metric``'s readings since its move know its state (at least
