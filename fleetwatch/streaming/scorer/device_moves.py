@@ -104,7 +104,7 @@ class Moves:
         unusual: set[str],
         event_ms: int,
         values: Mapping[str, float],
-        gone: set[str] | frozenset[str] = frozenset(),
+        gone: set[str] | frozenset[str],
     ) -> None:
         """Let go of each held metric calm on its own at this reading, or held for
         ``hold_ms`` and neither on the value it moved to nor in the state it moved to (its
