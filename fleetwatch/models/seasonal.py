@@ -34,13 +34,17 @@ not one wide distribution. A learned reading more than ``SPLIT_Z`` from its prof
 combined detector learns "alerts and all" once a lasting move of the whole device is adopted) goes
 to a second profile of the metric, ``alt``, as the readings nearest to it do from then on. A reading
 is judged against whichever of the two is nearer, the second once its mean stands ``SEPARATION``
-standard deviations apart from the first's (from its first reading: its spread is drawn toward the
-wider of the first regime's and its own over its first ``warmup`` readings, so that a slow device's
-new state, of which the combined detector's gate lets in a reading or two, is its normal from then
-on, and a machine first seen stopped does not lend its running state the stopped one's calm): so a
-spike on a running machine is judged against the running machine's spread, not against the mixture
-of running and stopped (whose deviation, and the tail of ``|z|`` that the moves between the two
-leave, would make a spike of a hundred running deviations ordinary). Only runs of far readings (two
+standard deviations apart from the first's. Where the first regime's spread is the wider, the
+second's is drawn toward it from its first reading, as if it had ``warmup`` readings of it besides
+its own: a slow device's new state, of which the combined detector's gate lets in a reading or two,
+is its normal from then on. Where it is not (a machine first seen stopped, its speed 0 ± nothing),
+the second's spread is its own, and a reading nearest it is not judged by it until it has
+``warmup`` readings, as a first regime's are not: the stopped state lends its running one no calm,
+and a spread of two readings, judging every reading after them far off, would keep them all out
+of its learning. So a spike on a running machine is judged against the running
+machine's spread, not against the mixture of running and stopped (whose deviation, and the tail
+of ``|z|`` that the moves between the two leave, would make a spike of a hundred running
+deviations ordinary). Only runs of far readings (two
 in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
 its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least,
 and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
@@ -265,28 +269,34 @@ class SeasonalBaseline(ProfileDetector):
         std: FloatArray,
         z: FloatArray,
         step: FloatArray,
-    ) -> tuple[BoolArray, BoolArray, FloatArray, FloatArray, FloatArray]:
+    ) -> tuple[BoolArray, BoolArray, FloatArray, FloatArray, FloatArray, BoolArray]:
         """Per row: whether its metric's second regime judges it (nearer, and ``SEPARATION``
         apart from the first), whether it is ``SPLIT_Z`` from the first with the second not in
-        use, and the expected value, deviation and ``|z|`` of the regime that judges it."""
+        use, the expected value, deviation and ``|z|`` of the regime that judges it, and whether
+        that is a second regime whose spread is not known yet (the row is not judged)."""
         far = z > SPLIT_Z
         if not self.alt.metrics:
             none = np.zeros(len(batch), bool)
-            return (none, far, *self._borrowed(codes, batch, mean, std, z, step, none))
+            return (none, far, *self._borrowed(codes, batch, mean, std, z, step, none), none)
         alt_codes = batch.lookup(self.alt.metrics)
         mean2, std2, ok2 = self.alt.expect(
             alt_codes, batch.event_ms, 1, self.bucket_warmup, self.min_std
         )
-        # a young second regime's spread is drawn toward the wider of the first's and its own,
-        # as if it had ``warmup`` readings of that spread besides its own: a slow device's new
-        # state, of which the gate lets in a reading or two, borrows the first regime's noise;
-        # a machine that first started, whose stopped speed sits on 0 ± nothing, does not
-        # borrow the stopped state's calm for its running noise
+        # a young second regime's spread is drawn toward the first's where that is the wider,
+        # as if it had ``warmup`` readings of it besides its own: a slow device's new state, of
+        # which the gate lets in a reading or two, borrows the first regime's noise. A machine
+        # that first started, whose stopped speed sits on 0 ± nothing, does not borrow the
+        # stopped state's calm for its running noise: its spread is its own, known once it has
+        # ``warmup`` readings, as a first regime's is; until then the readings it is nearest
+        # are not judged by it (a spread of two readings would keep every reading after them
+        # out of its learning)
         seen = np.where(alt_codes >= 0, self.alt.counts[np.maximum(alt_codes, 0), self.buckets], 0)
         prior = float(self.warmup)
         with np.errstate(invalid="ignore"):
-            wider = np.maximum(np.square(std), np.square(std2))
-            var2 = (seen * np.square(std2) + prior * wider) / (seen + prior)
+            lends = std > floor_std(std2, step)  # a first regime at its floor lends no noise
+            var2 = (
+                seen * np.square(std2) + prior * np.maximum(np.square(std), np.square(std2))
+            ) / (seen + prior)
             std2 = floor_std(np.sqrt(var2), step)
             gap = np.abs(mean2 - mean)
             usable = ok2 & (np.nan_to_num(gap) >= SEPARATION * np.maximum(std, std2))
@@ -296,7 +306,9 @@ class SeasonalBaseline(ProfileDetector):
         borrowed = self._borrowed(codes, batch, mean, std, z, step, usable)
         lent = borrowed[2] < own[2]
         mean, std, z = (np.where(lent, b, o) for b, o in zip(borrowed, own, strict=True))
-        return alt & ~lent, far & ~usable, mean, std, z
+        alt &= ~lent
+        unknown = alt & ~lends & (seen < self.warmup)
+        return alt, far & ~usable, mean, std, z, unknown
 
     def _drawn_to_fleet(self, codes: npt.NDArray[np.intp], std: FloatArray) -> FloatArray:
         """Per row, its first regime's ``std`` drawn toward its fleet's typical spread of the
@@ -371,8 +383,9 @@ class SeasonalBaseline(ProfileDetector):
         std = floor_std(self._drawn_to_fleet(codes, std), step)
         deviation = shrink(batch.value - mean, step)
         z = np.where(ok, np.abs(deviation) / np.where(ok, std, 1.0), 0.0)
-        alt, apart, mean, std, z = self._regimes(codes, batch, mean, std, z, step)
+        alt, apart, mean, std, z, unknown = self._regimes(codes, batch, mean, std, z, step)
         alt &= ok
+        ok = ok & ~unknown
         band = ALERT_Z * std + 0.5 * step
         jz = self._with_jumps(batch, codes, z, step)
         if not judge:

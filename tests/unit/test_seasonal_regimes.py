@@ -102,3 +102,24 @@ def test_a_machine_first_seen_stopped_judges_its_running_noise_by_its_own_spread
     assert detector.alt.metrics == ["rpm"]
     running = frame.iloc[15 * 60 + 10 : 20 * 60 + 10]
     assert (detector.score(running).surprise >= S_ALERT).sum() == 0
+
+
+def test_a_regime_of_two_readings_at_its_floor_judges_once_it_knows_its_spread() -> None:
+    """Stopped for 10 minutes, then running, the gate letting in only the start's first two
+    readings, which read alike: the running regime's own spread is nothing yet, and the stopped
+    one, at its floor, lends none. Judged by that spread, every running reading after them
+    alerted, and stayed out of the regime's learning. Not judged by it until it has ``warmup``
+    readings of its own, the running noise is learned; then it judges as a known regime."""
+    frame = machine([(10, False), (20, True)])
+    frame.loc[600:601, "value"] = 1480.0
+    detector = online(SeasonalBaseline(), frame.iloc[:610], slice(600, 602))
+    assert detector.alt.metrics == ["rpm"]
+    assert int(detector.alt.counts[0, detector.buckets]) == 2
+    running = frame.iloc[610:910]
+    assert (detector.score(running).surprise >= S_ALERT).sum() == 0
+    online(detector, frame.iloc[610:1800], slice(0, 0))
+    assert int(detector.alt.counts[0, detector.buckets]) >= detector.warmup
+    last = int(frame.event_ms.iloc[-1])
+    assert surprise_at(detector, last + STEP_MS, 1481.0) < S_ALERT
+    assert surprise_at(detector, last + STEP_MS, 1930.0) >= S_ALERT, "450 rpm over, running"
+    assert surprise_at(detector, last + STEP_MS, 0.0) < S_ALERT, "stopped: the other regime"
