@@ -41,13 +41,13 @@ is its normal from then on. Where it is not (a machine first seen stopped, its s
 the second's spread is its own, and a reading nearest it is not judged by it until it has
 ``warmup`` readings, as a first regime's are not: the stopped state lends its running one no calm,
 and a spread of two readings, judging every reading after them far off, would keep them all out
-of its learning. So a spike on a running machine is judged against the running
-machine's spread, not against the mixture of running and stopped (whose deviation, and the tail
-of ``|z|`` that the moves between the two leave, would make a spike of a hundred running
-deviations ordinary). Only runs of far readings (two
-in a row on one side) reach the second profile, not a heavy tail's lone shocks; each regime keeps
-its own tail of ``|z|`` (``alt_tails``), a young one held to the first's threshold at least,
-and to the fleet's pooled tail (:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
+of its learning. So a spike on a running machine is judged against the running machine's spread,
+not against the mixture of running and stopped (whose deviation, and the tail of ``|z|`` that the
+moves between the two leave, would make a spike of a hundred running deviations ordinary). Only
+runs of far readings (two in a row on one side) reach the second profile, not a heavy tail's lone
+shocks; each regime keeps its own tail of ``|z|`` (``alt_tails``), a young one held to the
+first's threshold at least, and to the fleet's pooled tail
+(:meth:`SeasonalBaseline.borrow_tails`) as a first regime is.
 Until the second regime is in use, the states the fleet's devices hold stand in for it
 (:mod:`~fleetwatch.models.states`, with the pooled tails): a reading nearer one of them than to
 the first regime, and that state ``SEPARATION`` apart, is judged against it in the wider of the
